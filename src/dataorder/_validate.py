@@ -1,0 +1,85 @@
+"""Argument checks shared by every public entry point.
+
+One message template everywhere: ``"<name> must be <what>; got <name>=<value!r>"``. ``bool`` is
+refused where an int is meant (``True`` is an ``int`` in Python, and a flag passed in the wrong
+position must not silently become a batch size of 1).
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import NoReturn
+
+__all__ = [
+    "check_bool",
+    "check_choice",
+    "check_int",
+    "check_optional_int",
+    "fail",
+]
+
+
+def fail(name: str, what: str, value: object, exc: type[Exception] = ValueError) -> NoReturn:
+    """Raise ``exc`` with the library's one message template."""
+    raise exc(f"{name} must be {what}; got {name}={value!r}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_int(
+    name: str,
+    value: object,
+    *,
+    min_value: int | None = None,
+    max_value: int | None = None,
+) -> int:
+    """Return ``value`` as a Python int, or raise naming ``name`` and the value.
+
+    TypeError for a non-integer (including ``bool`` and floats such as ``2.0``); ValueError for an
+    integer outside ``[min_value, max_value]``. numpy integers are accepted and converted.
+    """
+    if min_value == 1 and max_value is None:
+        what = "a positive int"
+    elif min_value == 0 and max_value is None:
+        what = "a non-negative int"
+    elif min_value is not None and max_value is not None:
+        what = f"an int in [{min_value}, {max_value}]"
+    elif min_value is not None:
+        what = f"an int >= {min_value}"
+    elif max_value is not None:
+        what = f"an int <= {max_value}"
+    else:
+        what = "an int"
+    if not _is_int(value):
+        fail(name, what, value, TypeError)
+    result: int = int(value)  # type: ignore[call-overload]
+    if (min_value is not None and result < min_value) or (
+        max_value is not None and result > max_value
+    ):
+        fail(name, what, value)
+    return result
+
+
+def check_optional_int(name: str, value: object, *, min_value: int | None = None) -> int | None:
+    """Like :func:`check_int`, but ``None`` passes through."""
+    if value is None:
+        return None
+    return check_int(name, value, min_value=min_value)
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Return ``value`` if it is a bool (numpy bools included), else raise TypeError."""
+    if isinstance(value, bool):
+        return value
+    if type(value).__name__ == "bool_":  # numpy.bool_ without importing numpy here
+        return bool(value)
+    fail(name, "a bool", value, TypeError)
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``choices``; the error lists them."""
+    if not isinstance(value, str) or value not in choices:
+        fail(name, "one of " + ", ".join(repr(c) for c in choices), value)
+    return value

@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import pickle
@@ -86,12 +87,10 @@ def flatten(items: Sequence[Any], batched: bool) -> list[int | None]:
 
 def run_epoch(sampler: Any, limit: int | None = None) -> list[Any]:
     """Iterate ``sampler`` once (at most ``limit`` items) and return what it yielded."""
-    out = []
-    for i, item in enumerate(sampler):
-        if limit is not None and i >= limit:
-            break
-        out.append(item if not isinstance(item, list) else list(item))
-    return out
+    # islice pulls exactly ``limit`` items: pulling one more would advance the cursor past what
+    # the caller consumed, since samplers advance before they yield.
+    items = iter(sampler) if limit is None else itertools.islice(sampler, limit)
+    return [list(item) if isinstance(item, list) else item for item in items]
 
 
 def _all_ranks(case: SamplerCase, world: int) -> list[Any]:
@@ -255,7 +254,8 @@ def check_determinism_across_processes(case: SamplerCase) -> None:
     s = case.make(case.world - 1, case.world)
     s.set_epoch(1)
     expected = run_epoch(copy.deepcopy(s))
-    env = dict(os.environ, PYTHONHASHSEED="12345")
+    # the child must import whatever module defines the sampler's class, as the parent does
+    env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD],
         input=pickle.dumps(s),

@@ -18,18 +18,30 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
+    "BaseMegatronSampler": "dataorder.megatron",
+    "BatchSizeSchedule": "dataorder.schedule",
     "CursorSampler": "dataorder.cursor",
     "EpochLayout": "dataorder.partition",
+    "MegatronPretrainingRandomSampler": "dataorder.megatron",
+    "MegatronPretrainingSampler": "dataorder.megatron",
     "Permutation": "dataorder.permutation",
+    "StepInfo": "dataorder.schedule",
+    "create_megatron_sampler": "dataorder.megatron",
     "derive_key": "dataorder.keys",
     "plan_epoch": "dataorder.partition",
 }
 
 __all__ = [
+    "BaseMegatronSampler",
+    "BatchSizeSchedule",
     "CursorSampler",
     "EpochLayout",
+    "MegatronPretrainingRandomSampler",
+    "MegatronPretrainingSampler",
     "Permutation",
+    "StepInfo",
     "__version__",
+    "create_megatron_sampler",
     "derive_key",
     "plan_epoch",
 ]
@@ -37,8 +49,15 @@ __all__ = [
 if TYPE_CHECKING:
     from dataorder.cursor import CursorSampler
     from dataorder.keys import derive_key
+    from dataorder.megatron import (
+        BaseMegatronSampler,
+        MegatronPretrainingRandomSampler,
+        MegatronPretrainingSampler,
+        create_megatron_sampler,
+    )
     from dataorder.partition import EpochLayout, plan_epoch
     from dataorder.permutation import Permutation
+    from dataorder.schedule import BatchSizeSchedule, StepInfo
 
 
 def __getattr__(name: str) -> Any:

@@ -121,23 +121,29 @@ class EpochLayout:
         """Index of the block that starts at global position ``consumed``.
 
         ``consumed`` counts positions (padding included) already taken by all ranks. It must fall
-        on a block boundary of *this* layout; a count at or past the end of the real data, or of
-        the blocks, means the segment is finished and gives :attr:`num_batches`.
+        on a block boundary of *this* layout; a count at or past the end of the blocks means the
+        segment is finished and gives :attr:`num_batches`. So does a count inside a block but past
+        the real data (another layout's padding ended the segment). A block boundary past the
+        real data but before the end (the padding blocks of a ``unit``) gives that block, so a
+        resume completes the padded unit exactly as an uninterrupted run does.
 
         Raises:
-            ValueError: If ``consumed`` is negative or inside a block of this layout.
+            ValueError: If ``consumed`` is negative or inside a block of this layout before the
+                end of the real data.
         """
         consumed = check_int("consumed", consumed, min_value=0)
-        if consumed >= self.total_positions or (consumed >= self.n and self.padded):
+        if consumed >= self.total_positions:
             return self.num_batches
-        if consumed % self.block_size:
-            raise ValueError(
-                f"consumed={consumed} is not a multiple of the global block "
-                f"per_rank x world = {self.per_rank} x {self.world} = {self.block_size}; "
-                "this layout cannot continue from it (resume at a global-batch boundary, or with "
-                "a data-parallel size whose block divides it)"
-            )
-        return consumed // self.block_size
+        if consumed % self.block_size == 0:
+            return consumed // self.block_size
+        if consumed >= self.n and self.padded:
+            return self.num_batches
+        raise ValueError(
+            f"consumed={consumed} is not a multiple of the global block "
+            f"per_rank x world = {self.per_rank} x {self.world} = {self.block_size}; "
+            "this layout cannot continue from it (resume at a global-batch boundary, or with "
+            "a data-parallel size whose block divides it)"
+        )
 
     def iter_rank_positions(
         self, *, rank: int, split: Split, start_batch: int = 0, chunk: int = 1024

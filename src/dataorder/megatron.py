@@ -1,0 +1,762 @@
+"""Megatron-style micro-batch samplers: each item is one data-parallel rank's micro-batch.
+
+Drop-in replacements for the samplers of Megatron-LM and NeMo Automodel
+(``MegatronPretrainingSampler`` "single", ``MegatronPretrainingRandomSampler`` "cyclic",
+``create_megatron_sampler``), used as ``DataLoader(dataset, batch_sampler=sampler)``, that resume
+exactly in O(1), survive a change of the number of GPUs, and never hand out an empty batch or a
+negative index.
+
+How an epoch is laid out. The epoch is a *global stream* of positions ``0, 1, 2, ...``; position
+``p`` holds the sample ``order(p)`` for ``p < total_samples`` and padding beyond. The stream is cut
+into global blocks of ``M = micro_batch_size x data_parallel_size`` positions; block ``k`` is
+micro-step ``k`` on every rank, and rank ``r`` reads the contiguous slice
+``[r * micro_batch_size, (r + 1) * micro_batch_size)`` of it (Megatron's layout). The end of the
+epoch is decided for the whole job, never per rank (:func:`plan_megatron_epoch`):
+
+=========  =================  =======  ===========================================================
+drop_last  global_batch_size  pad      the epoch covers
+=========  =================  =======  ===========================================================
+True       None               --       whole blocks of ``M``; the last ``total_samples mod M``
+                                       positions are dropped
+True       ``G``              --       whole global batches of ``G``; ``total_samples mod G``
+                                       positions are dropped
+False      None or ``G``      False    every sample; the last block is padded to ``M`` slots
+False      ``G``              True     every sample; padded to a whole global batch of ``G``
+=========  =================  =======  ===========================================================
+
+Padding slots hold ``None``. A padded slot is never a negative or repeated index (NeMo's ``-1``,
+``-2``, ... pads index real samples from the end of a shuffled dataset and train on them with full
+loss). Megatron-LM's ``GPTDataset.__getitem__`` already returns a padding sample with a zero loss
+mask for ``idx is None``; any other dataset should do the same::
+
+    def __getitem__(self, idx):
+        if idx is None:  # a padding slot from the sampler: keep the shapes, mask the loss
+            return {"tokens": torch.zeros(seq_len, dtype=torch.long),
+                    "loss_mask": torch.zeros(seq_len)}
+        ...
+
+and the loss must be averaged over ``loss_mask`` (not over the micro-batch size), so padding adds
+nothing. ``samples_padded`` and ``samples_dropped`` say how many slots an epoch pads and how many
+samples it leaves out, summed over ranks.
+
+Resume. A sampler is configuration plus a cursor ``(epoch, consumed)``, where ``consumed`` counts
+the global positions (padding included) that all ranks together have taken in the epoch. The
+state is a few hundred bytes of JSON whatever the dataset size, identical on every rank, and
+loading it sets where the next ``iter()`` starts: nothing is replayed. ``consumed_samples=`` in
+the constructor is Megatron's run-wide count (``epoch * positions per epoch + consumed``). Because
+the global stream does not depend on the number of ranks, a state saved with one
+``micro_batch_size x data_parallel_size`` loads into another one whose block divides the consumed
+count (elastic resume), except in the modes whose order depends on the layout (``data_sharding``,
+``compat="nemo"``), which refuse it.
+
+The samplers are micro-batch granular and know nothing of gradient accumulation: a global batch
+of ``G`` is ``G / M`` consecutive micro-batches on every rank, so a global batch size that changes
+during training (:mod:`dataorder.schedule`) needs no change here.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator, Mapping
+from typing import ClassVar, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from dataorder._validate import check_bool, check_choice, check_int, fail
+from dataorder.cursor import CursorSampler
+from dataorder.keys import KEY_DERIVATION_VERSION, derive_key
+from dataorder.partition import EpochLayout, plan_epoch
+from dataorder.permutation import PERMUTATION_VERSION, Permutation
+from dataorder.state import Scalar
+
+__all__ = [
+    "DATALOADER_TYPES",
+    "BaseMegatronSampler",
+    "MegatronPretrainingRandomSampler",
+    "MegatronPretrainingSampler",
+    "MicroBatch",
+    "create_megatron_sampler",
+    "plan_megatron_epoch",
+    "rank_sequence_offsets",
+    "shard_bounds",
+]
+
+#: One rank's micro-batch: dataset indices, ``None`` in a padding slot.
+MicroBatch = list[int | None]
+
+#: The ``dataloader_type`` values :func:`create_megatron_sampler` accepts.
+DATALOADER_TYPES: tuple[str, ...] = ("single", "cyclic")
+
+_PAD = -1  # padding inside numpy arrays; it never leaves this module (it becomes None)
+# Positions mapped per vectorised chunk and rank: large enough that per-chunk overhead vanishes,
+# small enough that the first micro-batch of an epoch (or after a resume) costs well under 1 ms.
+_CHUNK_POSITIONS = 16384
+_STREAM = "megatron"
+_MAX_SEED = 2**64 - 1  # keeps the state small, and is what torch.manual_seed accepts
+
+_SampleMap = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
+
+
+# -- planning: pure functions over ints and arrays ------------------------------------------------
+def plan_megatron_epoch(
+    total_samples: int,
+    micro_batch_size: int,
+    data_parallel_size: int,
+    *,
+    drop_last: bool,
+    global_batch_size: int | None = None,
+    pad_samples_to_global_batch_size: bool = False,
+) -> EpochLayout:
+    """The global blocks of one epoch under Megatron's tail rules (see the module docstring).
+
+    Arguments are not validated here; the samplers validate them first.
+
+    Returns:
+        The :class:`~dataorder.partition.EpochLayout` with ``per_rank=micro_batch_size`` and
+        ``world=data_parallel_size``.
+    """
+    if drop_last:
+        return plan_epoch(
+            total_samples,
+            per_rank=micro_batch_size,
+            world=data_parallel_size,
+            tail="drop",
+            unit=global_batch_size,
+        )
+    return plan_epoch(
+        total_samples,
+        per_rank=micro_batch_size,
+        world=data_parallel_size,
+        tail="pad",
+        unit=global_batch_size if pad_samples_to_global_batch_size else None,
+    )
+
+
+def shard_bounds(total_samples: int, data_parallel_size: int, rank: int) -> tuple[int, int]:
+    """``[start, stop)`` of ``rank``'s contiguous shard of the dataset (``data_sharding=True``).
+
+    Shards are balanced: their sizes differ by at most one, so the smallest shard still holds
+    every micro-batch its rank reads when the tail is dropped, and the largest fits in the slots
+    its rank has when the tail is padded.
+    """
+    return rank * total_samples // data_parallel_size, (
+        (rank + 1) * total_samples // data_parallel_size
+    )
+
+
+def rank_sequence_offsets(
+    positions: npt.NDArray[np.int64], *, micro_batch_size: int, data_parallel_size: int, rank: int
+) -> npt.NDArray[np.int64]:
+    """Map ``rank``'s global positions to its own running index ``j = block * mbs + i``.
+
+    Position ``p = k * M + rank * mbs + i`` (block ``k``, slot ``i``) is the ``j``-th sample the
+    rank reads in the epoch. Sharded orders are defined per rank through ``j``.
+    """
+    block = micro_batch_size * data_parallel_size
+    return (positions // block) * micro_batch_size + (positions % block - rank * micro_batch_size)
+
+
+def _global_map(n: int, order: Permutation | None) -> _SampleMap:
+    """Position ``p`` holds ``order(p)`` (identity if ``order`` is None), padding if ``p >= n``."""
+
+    def sample(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        if positions.size and int(positions.max()) < n:
+            return positions if order is None else order(positions)
+        out = np.full(positions.shape, _PAD, dtype=np.int64)
+        real = positions < n
+        out[real] = positions[real] if order is None else order(positions[real])
+        return out
+
+    return sample
+
+
+def _sharded_map(
+    start: int, length: int, order: Permutation | None, mbs: int, dp: int, rank: int
+) -> _SampleMap:
+    """The rank's ``j``-th read is ``start + order(j)`` inside its shard, padding once past it."""
+
+    def sample(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        j = rank_sequence_offsets(positions, micro_batch_size=mbs, data_parallel_size=dp, rank=rank)
+        out = np.full(positions.shape, _PAD, dtype=np.int64)
+        real = j < length
+        if order is not None:
+            out[real] = start + order(j[real])
+        return out
+
+    return sample
+
+
+def _nemo_map(start: int, perm: npt.NDArray[np.int64], mbs: int, dp: int, rank: int) -> _SampleMap:
+    """NeMo's static shard: the rank's ``j``-th read is ``start + randperm[j]``."""
+
+    def sample(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        j = rank_sequence_offsets(positions, micro_batch_size=mbs, data_parallel_size=dp, rank=rank)
+        return start + perm[j]
+
+    return sample
+
+
+def _nemo_randperm(size: int, seed: int) -> npt.NDArray[np.int64]:
+    # torch is imported here only: the default orders never need it.
+    import torch
+
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return torch.randperm(size, generator=generator).numpy()
+
+
+def _micro_batches(samples: npt.NDArray[np.int64]) -> list[MicroBatch]:
+    """Rows of ``samples`` as lists, with the padding sentinel replaced by ``None``."""
+    rows = samples.tolist()
+    if samples.size and int(samples.min()) < 0:
+        # Padding sits at the end of an epoch, so this slower path is rare.
+        return [row if min(row) >= 0 else [x if x >= 0 else None for x in row] for row in rows]
+    return rows  # type: ignore[no-any-return]
+
+
+# -- samplers -------------------------------------------------------------------------------------
+class BaseMegatronSampler(CursorSampler[MicroBatch]):
+    """Validation, layout, cursor and iteration shared by the Megatron samplers.
+
+    Subclasses say which sample each global position holds (``_sample_map``) and what configures
+    that order (``order_config``). Not instantiated directly.
+
+    Args:
+        total_samples: Samples in the dataset, ``>= 1``.
+        micro_batch_size: Samples per micro-batch on each rank, ``>= 1``.
+        data_parallel_rank: This rank, in ``[0, data_parallel_size)``.
+        data_parallel_size: Number of data-parallel ranks, ``>= 1``.
+        drop_last: Drop the tail that does not fill a whole block (or global batch, if
+            ``global_batch_size`` is set); if False, pad it with ``None``.
+        global_batch_size: The global batch size ``G``, a multiple of
+            ``micro_batch_size x data_parallel_size``, or None. It only decides the end of the
+            epoch (drop or pad to whole global batches); the samplers stay micro-batch granular.
+        pad_samples_to_global_batch_size: With ``drop_last=False``, pad the last global batch to
+            ``G`` slots (needs ``global_batch_size``); otherwise only the last block is padded.
+            ``None`` means False, as in NeMo's signature.
+        consumed_samples: Megatron's run-wide count of consumed positions (padding included):
+            the sampler starts at epoch ``consumed_samples // P`` and position
+            ``consumed_samples % P``, where ``P`` is the number of positions per epoch. The
+            position must be a multiple of ``micro_batch_size x data_parallel_size``. Without a
+            ``global_batch_size``, ``P`` depends on that block, and so does this mapping: to
+            resume on another layout, load a ``state_dict()`` instead.
+
+    Raises:
+        TypeError: If an argument has the wrong type (a bool where an int is meant, too).
+        ValueError: If an argument is out of range; the message names it and its value.
+    """
+
+    #: Resumable on another micro_batch_size or data_parallel_size (see the module docstring).
+    elastic: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        total_samples: int,
+        micro_batch_size: int,
+        data_parallel_rank: int,
+        data_parallel_size: int,
+        drop_last: bool = True,
+        global_batch_size: int | None = None,
+        pad_samples_to_global_batch_size: bool | None = False,
+        *,
+        consumed_samples: int = 0,
+    ) -> None:
+        super().__init__()
+        self._n = check_int("total_samples", total_samples, min_value=1)
+        self._mbs = check_int("micro_batch_size", micro_batch_size, min_value=1)
+        self._dp = check_int("data_parallel_size", data_parallel_size, min_value=1)
+        self._rank = check_int(
+            "data_parallel_rank", data_parallel_rank, min_value=0, max_value=self._dp - 1
+        )
+        self._drop_last = check_bool("drop_last", drop_last)
+        pad = (
+            False
+            if pad_samples_to_global_batch_size is None
+            else check_bool("pad_samples_to_global_batch_size", pad_samples_to_global_batch_size)
+        )
+        block = self._mbs * self._dp
+        gbs: int | None = None
+        if global_batch_size is not None:
+            gbs = check_int("global_batch_size", global_batch_size, min_value=1)
+            if gbs % block:
+                fail(
+                    "global_batch_size",
+                    "a multiple of micro_batch_size x data_parallel_size = "
+                    f"{self._mbs} x {self._dp} = {block}",
+                    gbs,
+                )
+        if pad and gbs is None:
+            fail(
+                "global_batch_size",
+                "an int when pad_samples_to_global_batch_size=True",
+                global_batch_size,
+            )
+        if pad and self._drop_last:
+            fail("drop_last", "False when pad_samples_to_global_batch_size=True", drop_last)
+        self._gbs = gbs
+        self._pad = pad
+        self._layout = plan_megatron_epoch(
+            self._n,
+            self._mbs,
+            self._dp,
+            drop_last=self._drop_last,
+            global_batch_size=gbs,
+            pad_samples_to_global_batch_size=pad,
+        )
+        if self._layout.num_batches == 0:
+            what = (
+                f"at least one global batch (global_batch_size={gbs})"
+                if gbs is not None
+                else "at least one micro-batch per rank "
+                f"(micro_batch_size x data_parallel_size = {self._mbs} x {self._dp} = {block})"
+            )
+            fail(
+                "total_samples",
+                f"{what} when drop_last=True, or there is nothing to train",
+                total_samples,
+            )
+        self._chunk = max(1, _CHUNK_POSITIONS // self._mbs)
+        consumed_samples = check_int("consumed_samples", consumed_samples, min_value=0)
+        epoch, consumed = divmod(consumed_samples, self._layout.total_positions)
+        if not self._resumable_at(consumed):
+            fail(
+                "consumed_samples",
+                "on a block boundary: whole epochs of "
+                f"{self._layout.total_positions} positions plus a multiple of "
+                f"micro_batch_size x data_parallel_size = {block}",
+                consumed_samples,
+            )
+        self._epoch = epoch
+        self._progress = {"consumed": consumed}
+
+    # -- configuration, read-only ---------------------------------------------------------------
+    @property
+    def total_samples(self) -> int:
+        """Samples in the dataset."""
+        return self._n
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Samples per micro-batch on each rank."""
+        return self._mbs
+
+    @property
+    def data_parallel_rank(self) -> int:
+        """This sampler's rank."""
+        return self._rank
+
+    @property
+    def data_parallel_size(self) -> int:
+        """Number of data-parallel ranks."""
+        return self._dp
+
+    @property
+    def micro_batch_times_data_parallel_size(self) -> int:
+        """Positions in one global block: ``micro_batch_size x data_parallel_size``."""
+        return self._mbs * self._dp
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether the tail is dropped (else padded)."""
+        return self._drop_last
+
+    @property
+    def global_batch_size(self) -> int | None:
+        """The global batch size that decides the end of the epoch, or None."""
+        return self._gbs
+
+    @property
+    def pad_samples_to_global_batch_size(self) -> bool:
+        """Whether the last global batch is padded to ``global_batch_size`` slots."""
+        return self._pad
+
+    @property
+    def layout(self) -> EpochLayout:
+        """The epoch's global blocks (the same on every rank)."""
+        return self._layout
+
+    @property
+    def samples_dropped(self) -> int:
+        """Samples no rank reads in an epoch (summed over ranks)."""
+        return self._layout.dropped
+
+    @property
+    def samples_padded(self) -> int:
+        """Padding slots (``None``) per epoch, summed over ranks."""
+        return self._layout.padded
+
+    @property
+    def consumed_samples(self) -> int:
+        """Megatron's run-wide count: ``epoch x positions per epoch + consumed in the epoch``."""
+        return self._epoch * self._layout.total_positions + self._progress["consumed"]
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(total_samples={self._n}, micro_batch_size={self._mbs}, "
+            f"data_parallel_rank={self._rank}, data_parallel_size={self._dp}, "
+            f"drop_last={self._drop_last}, global_batch_size={self._gbs}, "
+            f"pad_samples_to_global_batch_size={self._pad}; epoch={self._epoch}, "
+            f"consumed={self._progress['consumed']})"
+        )
+
+    # -- what subclasses provide ----------------------------------------------------------------
+    @abc.abstractmethod
+    def _sample_map(self, epoch: int) -> _SampleMap:
+        """Map this rank's positions (2-D int64) of ``epoch`` to samples, ``_PAD`` for padding."""
+
+    # -- CursorSampler ---------------------------------------------------------------------------
+    def layout_info(self) -> dict[str, int]:
+        """``micro_batch_size`` and ``data_parallel_size`` (recorded, never the rank)."""
+        return {"micro_batch_size": self._mbs, "data_parallel_size": self._dp}
+
+    def _epoch_length(self) -> int:
+        return self._layout.num_batches
+
+    def _remaining(self, progress: Mapping[str, int]) -> int:
+        return self._layout.num_batches - self._layout.batch_for_consumed(progress["consumed"])
+
+    def _resumable_at(self, consumed: int) -> bool:
+        try:
+            self._layout.batch_for_consumed(consumed)
+        except ValueError:
+            return False
+        return True
+
+    def _check_progress(self, epoch: int, progress: Mapping[str, int]) -> None:
+        if not self._resumable_at(progress["consumed"]):
+            raise ValueError(
+                f"cannot resume at consumed={progress['consumed']} of epoch {epoch}: it is not a "
+                f"multiple of micro_batch_size x data_parallel_size = {self._mbs} x {self._dp} = "
+                f"{self._layout.block_size}. Resume at a global-batch boundary, or with a "
+                "micro_batch_size x data_parallel_size that divides the consumed count"
+            )
+
+    def _iterate(self, epoch: int) -> Iterator[MicroBatch]:
+        # The start is bound now, the order lazily: torchdata calls iter() once before it loads a
+        # state and once after, and only the second iterator is ever advanced.
+        start = self._layout.batch_for_consumed(self._progress["consumed"])
+        return self._generate(epoch, start, self._progress)
+
+    def _generate(self, epoch: int, start: int, progress: dict[str, int]) -> Iterator[MicroBatch]:
+        layout = self._layout
+        block = layout.block_size
+        sample = self._sample_map(epoch)
+        done = start
+        for positions in layout.iter_rank_positions(
+            rank=self._rank, split="contiguous", start_batch=start, chunk=self._chunk
+        ):
+            for micro_batch in _micro_batches(sample(positions)):
+                done += 1
+                progress["consumed"] = done * block
+                yield micro_batch
+
+
+class MegatronPretrainingSampler(BaseMegatronSampler):
+    """Megatron's "single" sampler: the dataset in its own order, the same every epoch.
+
+    Position ``p`` holds sample ``p``. Shuffling, if any, is the dataset's business (Megatron's
+    GPTDataset shuffles through its own index). Wherever NeMo Automodel's sampler of the same
+    name yields well-formed micro-batches, this one yields the same lists; where NeMo yields a
+    short or empty list, or negative padding indices, this one yields full micro-batches with
+    ``None`` in the padding slots, and ``len()`` always equals what is yielded.
+
+    Args:
+        See :class:`BaseMegatronSampler`.
+
+    Example: ``total_samples=10, micro_batch_size=2, data_parallel_size=2``::
+
+        drop_last=True:  rank 0: [0, 1], [4, 5]          rank 1: [2, 3], [6, 7]   (8, 9 dropped)
+        drop_last=False: rank 0: [0, 1], [4, 5], [8, 9]  rank 1: [2, 3], [6, 7], [None, None]
+        global_batch_size=8, drop_last=True: rank 0: [0, 1], [4, 5]  rank 1: [2, 3], [6, 7]
+        global_batch_size=8, drop_last=False, pad_samples_to_global_batch_size=True:
+            rank 0: [0, 1], [4, 5], [8, 9], [None, None]
+            rank 1: [2, 3], [6, 7], [None, None], [None, None]
+
+    >>> s = MegatronPretrainingSampler(10, 2, data_parallel_rank=1, data_parallel_size=2,
+    ...                                drop_last=False)
+    >>> len(s), list(s), s.samples_padded
+    (3, [[2, 3], [6, 7], [None, None]], 2)
+
+    Checkpoint schema (after the first micro-batch of epoch 0; ``global_batch_size`` 0 means
+    None, bools are 0/1; ``layout.*`` is informational, the state loads on any layout whose
+    block divides ``consumed``):
+
+    >>> s = MegatronPretrainingSampler(10, 2, data_parallel_rank=0, data_parallel_size=2)
+    >>> _ = next(iter(s))
+    >>> s.state_dict()  # doctest: +NORMALIZE_WHITESPACE
+    {'format': 'dataorder.state', 'version': 1, 'kind': 'megatron_single',
+     'fingerprint': '391a873df2108758', 'epoch': 0, 'consumed': 4,
+     'config.total_samples': 10, 'config.drop_last': 1, 'config.global_batch_size': 0,
+     'config.pad': 0, 'layout.micro_batch_size': 2, 'layout.data_parallel_size': 2}
+    """
+
+    state_kind: ClassVar[str] = "megatron_single"
+
+    def get_start_end_idx(self) -> tuple[int, int]:
+        """``(start, end)`` of this rank's slice of each global block (NeMo's method)."""
+        start = self._rank * self._mbs
+        return start, start + self._mbs
+
+    def order_config(self) -> dict[str, Scalar]:
+        """Fields that fix the order and the end of the epoch."""
+        return {
+            "total_samples": self._n,
+            "drop_last": int(self._drop_last),
+            "global_batch_size": self._gbs or 0,
+            "pad": int(self._pad),
+        }
+
+    def _sample_map(self, epoch: int) -> _SampleMap:
+        return _global_map(self._n, None)
+
+
+class MegatronPretrainingRandomSampler(BaseMegatronSampler):
+    """Megatron's "cyclic" sampler: a new order every epoch, keyed by ``(seed, epoch)``.
+
+    Three orders:
+
+    * default: a global shuffle. Position ``p`` of epoch ``e`` holds ``pi_e(p)``, where ``pi_e``
+      is a :class:`~dataorder.permutation.Permutation` of the whole dataset keyed by
+      ``derive_key(seed, epoch=e, stream="megatron", purpose="sample-order")``. Any sample can go
+      to any rank, the dropped tail is a different set of samples each epoch, memory is O(1)
+      and the first micro-batch of an epoch (or of a resume) costs microseconds at any size.
+      Elastic: a state loads on another ``micro_batch_size x data_parallel_size`` whose block
+      divides the consumed count.
+    * ``data_sharding=True``: each rank reads only its contiguous shard of the dataset
+      (:func:`shard_bounds`, sizes differ by at most one) for I/O locality, shuffled every epoch
+      by a permutation keyed by ``(seed, epoch, data_parallel_size, rank)``. Still O(1), but
+      shards depend on the number of ranks, so ``data_parallel_size`` is part of the order and a
+      state from another DP size is refused (a different ``micro_batch_size`` is fine).
+    * ``compat="nemo"``: exactly NeMo Automodel's sequences, so a run can move over
+      mid-training: static per-rank shards of ``(total_samples // M) x micro_batch_size``
+      samples, the same ``torch.randperm(shard, generator=manual_seed(seed + epoch))`` on every
+      rank, and the last ``total_samples mod M`` samples never used. NeMo's restrictions apply
+      (no padding; ``drop_last=False`` only when ``M == 1``; additionally a
+      ``global_batch_size`` must divide NeMo's epoch, because NeMo does not drop whole global
+      batches). It costs O(shard) time and memory per epoch, depends on torch's ``randperm``
+      (pin the torch version of the NeMo run), and is not elastic.
+
+    The class attribute ``elastic`` is True because the default order is elastic; the two
+    other orders put ``data_parallel_size`` (and, for ``compat="nemo"``, ``micro_batch_size``)
+    into their order configuration, so the configuration check refuses a state from another
+    layout and names the field.
+
+    Args:
+        seed: Any int in ``[0, 2**64)``; every seed gives an unrelated order.
+        data_sharding: Keep each rank inside its contiguous shard (see above).
+        compat: None, or ``"nemo"`` for NeMo Automodel's exact sequences.
+        *others: See :class:`BaseMegatronSampler`; ``global_batch_size`` and padding are honoured
+            exactly as by :class:`MegatronPretrainingSampler`.
+
+    Example: ``total_samples=10, micro_batch_size=2, data_parallel_size=2, seed=0``::
+
+        default, epoch 0:       rank 0: [7, 9], [4, 1]   rank 1: [6, 2], [5, 8]   (3, 0 dropped)
+        default, epoch 1:       rank 0: [6, 1], [4, 2]   rank 1: [5, 7], [9, 8]   (0, 3 dropped)
+        compat="nemo", epoch 0: rank 0: [0, 1], [3, 2]   rank 1: [4, 5], [7, 6]   (8, 9 never used)
+        compat="nemo", epoch 1: rank 0: [1, 3], [2, 0]   rank 1: [5, 7], [6, 4]
+
+    >>> s = MegatronPretrainingRandomSampler(10, 2, data_parallel_rank=1, data_parallel_size=2)
+    >>> list(s), list(s)  # epoch 0, then epoch 1 (iter() moves on by itself)
+    ([[6, 2], [5, 8]], [[5, 7], [9, 8]])
+
+    Checkpoint schema (after the first micro-batch of epoch 0; ``config.data_parallel_size``
+    and ``config.micro_batch_size`` are 0 unless the order depends on them, as with
+    ``data_sharding`` and ``compat="nemo"``; the versions are 0 under ``compat="nemo"``):
+
+    >>> s = MegatronPretrainingRandomSampler(10, 2, data_parallel_rank=0, data_parallel_size=2)
+    >>> _ = next(iter(s))
+    >>> s.state_dict()  # doctest: +NORMALIZE_WHITESPACE
+    {'format': 'dataorder.state', 'version': 1, 'kind': 'megatron_random',
+     'fingerprint': '9f129ad7ed7ccb85', 'epoch': 0, 'consumed': 4,
+     'config.order': 'global', 'config.total_samples': 10, 'config.drop_last': 1,
+     'config.global_batch_size': 0, 'config.pad': 0, 'config.seed': 0,
+     'config.data_parallel_size': 0, 'config.micro_batch_size': 0,
+     'config.permutation_version': 1, 'config.key_version': 1,
+     'layout.micro_batch_size': 2, 'layout.data_parallel_size': 2}
+    """
+
+    state_kind: ClassVar[str] = "megatron_random"
+
+    def __init__(
+        self,
+        total_samples: int,
+        micro_batch_size: int,
+        data_parallel_rank: int,
+        data_parallel_size: int,
+        drop_last: bool = True,
+        global_batch_size: int | None = None,
+        pad_samples_to_global_batch_size: bool | None = False,
+        seed: int = 0,
+        *,
+        data_sharding: bool = False,
+        compat: Literal["nemo"] | None = None,
+        consumed_samples: int = 0,
+    ) -> None:
+        super().__init__(
+            total_samples,
+            micro_batch_size,
+            data_parallel_rank,
+            data_parallel_size,
+            drop_last,
+            global_batch_size,
+            pad_samples_to_global_batch_size,
+            consumed_samples=consumed_samples,
+        )
+        self._seed = check_int("seed", seed, min_value=0, max_value=_MAX_SEED)
+        self._data_sharding = check_bool("data_sharding", data_sharding)
+        if compat is not None and compat != "nemo":
+            fail("compat", "None or 'nemo'", compat)
+        self._compat = compat
+        if compat == "nemo":
+            self._check_nemo_restrictions()
+        self._order = "nemo" if compat else "sharded" if self._data_sharding else "global"
+
+    def _check_nemo_restrictions(self) -> None:
+        block = self._mbs * self._dp
+        if self._data_sharding:
+            fail(
+                "data_sharding",
+                "False with compat='nemo' (NeMo's static shards are part of that mode)",
+                True,
+            )
+        if self._pad:
+            fail(
+                "pad_samples_to_global_batch_size",
+                "False with compat='nemo' (NeMo's random sampler cannot pad)",
+                True,
+            )
+        if not self._drop_last and block > 1:
+            fail(
+                "drop_last",
+                "True with compat='nemo' when micro_batch_size x data_parallel_size = "
+                f"{self._mbs} x {self._dp} = {block} > 1",
+                False,
+            )
+        epoch_samples = self._n // block * block
+        if self._drop_last and self._gbs is not None and epoch_samples % self._gbs:
+            fail(
+                "global_batch_size",
+                "a divisor of NeMo's epoch with compat='nemo' (total_samples // "
+                f"{block} x {block} = {epoch_samples} samples; NeMo would end each epoch with a "
+                "partial global batch), or None",
+                self._gbs,
+            )
+
+    @property
+    def seed(self) -> int:
+        """The user's seed."""
+        return self._seed
+
+    @property
+    def data_sharding(self) -> bool:
+        """Whether each rank stays inside its contiguous shard."""
+        return self._data_sharding
+
+    @property
+    def compat(self) -> str | None:
+        """``"nemo"`` in NeMo compatibility mode, else None."""
+        return self._compat
+
+    def order_config(self) -> dict[str, Scalar]:
+        """Fields that fix the order and the end of the epoch (``order`` first, for messages)."""
+        fixed_layout = self._order != "global"
+        return {
+            "order": self._order,
+            "total_samples": self._n,
+            "drop_last": int(self._drop_last),
+            "global_batch_size": self._gbs or 0,
+            "pad": int(self._pad),
+            "seed": self._seed,
+            "data_parallel_size": self._dp if fixed_layout else 0,
+            "micro_batch_size": self._mbs if self._order == "nemo" else 0,
+            "permutation_version": 0 if self._order == "nemo" else PERMUTATION_VERSION,
+            "key_version": 0 if self._order == "nemo" else KEY_DERIVATION_VERSION,
+        }
+
+    def _sample_map(self, epoch: int) -> _SampleMap:
+        if self._order == "global":
+            key = derive_key(self._seed, epoch=epoch, stream=_STREAM, purpose="sample-order")
+            return _global_map(self._n, Permutation(self._n, key))
+        if self._order == "sharded":
+            start, stop = shard_bounds(self._n, self._dp, self._rank)
+            order = None
+            if stop > start:
+                key = derive_key(
+                    self._seed,
+                    epoch=epoch,
+                    stream=_STREAM,
+                    purpose="shard-order",
+                    extra=(self._dp, self._rank),
+                )
+                order = Permutation(stop - start, key)
+            return _sharded_map(start, stop - start, order, self._mbs, self._dp, self._rank)
+        if self._seed + epoch > _MAX_SEED:
+            raise ValueError(
+                "compat='nemo' seeds torch with seed + epoch, which must be below 2**64; got "
+                f"seed={self._seed}, epoch={epoch}"
+            )
+        shard = self._n // (self._mbs * self._dp) * self._mbs
+        perm = _nemo_randperm(shard, self._seed + epoch)
+        return _nemo_map(self._rank * shard, perm, self._mbs, self._dp, self._rank)
+
+
+def create_megatron_sampler(
+    dataset_len: int,
+    micro_batch_size: int,
+    global_batch_size: int | None,
+    dataloader_type: Literal["single", "cyclic"] = "single",
+    drop_last: bool = True,
+    pad_samples_to_global_batch_size: bool = False,
+    rank: int = 0,
+    world_size: int = 1,
+    seed: int = 0,
+) -> BaseMegatronSampler:
+    """Build a Megatron micro-batch sampler for one data-parallel rank (NeMo's factory).
+
+    Unlike NeMo's factory, ``global_batch_size``, padding and ``seed`` reach the "cyclic"
+    sampler too.
+
+    Args:
+        dataset_len: Samples in the dataset.
+        micro_batch_size: Samples per micro-batch on each rank.
+        global_batch_size: ``micro_batch_size x world_size x gradient accumulation``, or None.
+        dataloader_type: ``"single"`` (:class:`MegatronPretrainingSampler`) or ``"cyclic"``
+            (:class:`MegatronPretrainingRandomSampler`, default global shuffle).
+        drop_last: See :class:`BaseMegatronSampler`.
+        pad_samples_to_global_batch_size: See :class:`BaseMegatronSampler`.
+        rank: This process's data-parallel rank.
+        world_size: The data-parallel size.
+        seed: The shuffle seed of "cyclic". "single" has no randomness: its order does not
+            depend on the seed (it is still validated).
+
+    Returns:
+        The sampler.
+
+    Raises:
+        ValueError: If ``dataloader_type`` is not ``'single'`` or ``'cyclic'``, or an argument
+            is out of range.
+        TypeError: If an argument has the wrong type.
+    """
+    check_choice("dataloader_type", dataloader_type, DATALOADER_TYPES)
+    seed = check_int("seed", seed, min_value=0, max_value=_MAX_SEED)
+    if dataloader_type == "single":
+        return MegatronPretrainingSampler(
+            dataset_len,
+            micro_batch_size,
+            data_parallel_rank=rank,
+            data_parallel_size=world_size,
+            drop_last=drop_last,
+            global_batch_size=global_batch_size,
+            pad_samples_to_global_batch_size=pad_samples_to_global_batch_size,
+        )
+    return MegatronPretrainingRandomSampler(
+        dataset_len,
+        micro_batch_size,
+        data_parallel_rank=rank,
+        data_parallel_size=world_size,
+        drop_last=drop_last,
+        global_batch_size=global_batch_size,
+        pad_samples_to_global_batch_size=pad_samples_to_global_batch_size,
+        seed=seed,
+    )

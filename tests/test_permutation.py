@@ -155,3 +155,13 @@ def test_bad_positions() -> None:
         p(np.array([0.5]))
     with pytest.raises(ValueError, match=r"position must be an int in \[0, 9\]; got position=10"):
         p.index(10)
+
+
+@pytest.mark.parametrize("size", [1, 16, 17, 63, 64, 65, 200])
+def test_small_and_large_batches_agree(size: int) -> None:
+    # small batches take the pure-Python path and stragglers finish one by one: same function
+    p = Permutation(141_193, key=3)
+    everything = p(np.arange(p.n))
+    positions = np.random.default_rng(size).integers(0, p.n, size)
+    assert p(positions).tolist() == everything[positions].tolist()
+    assert p.inverse(everything[positions]).tolist() == positions.tolist()

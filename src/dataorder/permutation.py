@@ -45,6 +45,8 @@ __all__ = ["PERMUTATION_VERSION", "Permutation"]
 PERMUTATION_VERSION = 1
 
 _ROUNDS = 6
+_SCALAR_CUTOFF = 64  # up to this many positions the pure-Python path is faster
+_STRAGGLERS = 16  # cycle walks left over after vectorised passes, finished one by one
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _M1 = 0xBF58476D1CE4E5B9
@@ -79,7 +81,16 @@ class Permutation:
     ``numpy.int64`` array of the same shape. :meth:`inverse` maps values back to positions.
     """
 
-    __slots__ = ("_lo_bits", "_masks_hi", "_masks_lo", "_n", "_round_keys", "_u64_keys", "_w")
+    __slots__ = (
+        "_lo_bits",
+        "_masks_hi",
+        "_masks_lo",
+        "_n",
+        "_round_keys",
+        "_scalar_rounds",
+        "_u64_keys",
+        "_w",
+    )
 
     def __init__(self, n: int, key: int) -> None:
         self._n = check_int("n", n, min_value=1)
@@ -92,6 +103,16 @@ class Permutation:
         self._masks_hi = tuple((1 << (self._w - lo)) - 1 for lo in self._lo_bits)
         self._round_keys = _round_keys(key)
         self._u64_keys = tuple(np.uint64(k) for k in self._round_keys)
+        self._scalar_rounds = tuple(
+            zip(
+                self._lo_bits,
+                (self._w - lo for lo in self._lo_bits),
+                self._masks_lo,
+                self._masks_hi,
+                self._round_keys,
+                strict=True,
+            )
+        )
 
     @property
     def n(self) -> int:
@@ -106,28 +127,22 @@ class Permutation:
 
     # -- scalar path -------------------------------------------------------------------------
     def _enc_scalar(self, x: int) -> int:
-        w = self._w
-        for lo_bits, m_lo, m_hi, k in zip(
-            self._lo_bits, self._masks_lo, self._masks_hi, self._round_keys, strict=True
-        ):
+        # The SplitMix64 finaliser is inlined: a function call per round doubles the cost.
+        for lo_bits, hi_bits, m_lo, m_hi, k in self._scalar_rounds:
             lo = x & m_lo
-            hi = (x >> lo_bits) ^ (_mix64(lo ^ k) & m_hi)
-            x = (lo << (w - lo_bits)) | hi
+            f = lo ^ k
+            f = ((f ^ (f >> 30)) * _M1) & _MASK64
+            f = ((f ^ (f >> 27)) * _M2) & _MASK64
+            x = (lo << hi_bits) | ((x >> lo_bits) ^ ((f ^ (f >> 31)) & m_hi))
         return x
 
     def _dec_scalar(self, x: int) -> int:
-        w = self._w
-        for lo_bits, m_lo, m_hi, k in zip(
-            reversed(self._lo_bits),
-            reversed(self._masks_lo),
-            reversed(self._masks_hi),
-            reversed(self._round_keys),
-            strict=True,
-        ):
-            hi_bits = w - lo_bits
+        for lo_bits, hi_bits, m_lo, m_hi, k in reversed(self._scalar_rounds):
             lo = x >> hi_bits
-            hi = (x & m_hi) ^ (_mix64((lo & m_lo) ^ k) & m_hi)
-            x = (hi << lo_bits) | lo
+            f = (lo & m_lo) ^ k
+            f = ((f ^ (f >> 30)) * _M1) & _MASK64
+            f = ((f ^ (f >> 27)) * _M2) & _MASK64
+            x = (((x & m_hi) ^ ((f ^ (f >> 31)) & m_hi)) << lo_bits) | lo
         return x
 
     def index(self, position: int) -> int:
@@ -206,15 +221,33 @@ class Permutation:
             )
         if self._n == 1 or arr.size == 0:
             return np.zeros(arr.shape, dtype=np.int64) if arr.size else arr.astype(np.int64)
+        scalar = self._dec_scalar if inverse else self._enc_scalar
+        if arr.size <= _SCALAR_CUTOFF:
+            # A numpy call costs ~1 us per op whatever its size, and a round is a dozen ops;
+            # small batches (a micro-batch, a bucket's first step) are faster in pure Python.
+            out = []
+            for v in arr.ravel().tolist():
+                v = scalar(v)
+                while v >= self._n:
+                    v = scalar(v)
+                out.append(v)
+            return np.array(out, dtype=np.int64).reshape(arr.shape)
         step = self._dec_vec if inverse else self._enc_vec
         flat = arr.astype(np.uint64, copy=False).ravel()
         y = step(flat)
         n = np.uint64(self._n)
         todo = np.flatnonzero(y >= n)
-        while todo.size:
+        while todo.size > _STRAGGLERS:
             z = step(y[todo])
             y[todo] = z
             todo = todo[z >= n]
+        # The last few cycle walks are geometric stragglers: finish them one by one rather than
+        # paying a whole vectorised pass for each extra step.
+        for i in todo.tolist():
+            v = scalar(int(y[i]))
+            while v >= self._n:
+                v = scalar(v)
+            y[i] = v
         return y.astype(np.int64).reshape(arr.shape)
 
     def __call__(self, positions: npt.ArrayLike | Iterable[int] | int) -> npt.NDArray[np.int64]:

@@ -1,0 +1,392 @@
+"""What a bucket set does to a dataset: crop loss, pixel budget, and lock-step waste.
+
+:func:`bucket_stats` takes a :class:`~dataorder.scan.Manifest`, or image sizes plus a
+:class:`~dataorder.buckets.MultiTierBucketCalculator`, and measures per bucket:
+
+* **images** in it;
+* **crop loss**, the share of an image's area cut away when it is resized to cover its bucket and
+  cropped: ``1 - min(r_img / r_bkt, r_bkt / r_img)`` with ``r = w / h``; mean, 95th percentile,
+  and how many images lose more than 10 %;
+* **upscaled** images, those smaller than their bucket on some side;
+* **pixel budget** adherence, the bucket's pixels over ``max_pixels`` (never above 1 for our
+  buckets; a memory budget is only safe if it holds);
+* **lock-step waste** for ``replicas`` data-parallel ranks and per-rank batch size ``b``. The
+  bucket sampler fills whole global batches of ``b * replicas`` from one bucket, so a bucket of
+  ``n`` images gives ``plan_epoch(n, per_rank=b, world=replicas, tail=...)`` with ``tail="drop"``
+  when ``drop_last`` (the remainder is **dropped**) and ``tail="shrink"`` otherwise (one smaller
+  final batch, **padded** by fewer than ``replicas`` repeated samples).
+
+:func:`format_bucket_table` renders the result as markdown, :func:`rich_bucket_table` as a rich
+table, and :func:`plot_bucket_stats` as a PNG (matplotlib, imported only there, drawn on an Agg
+canvas without touching pyplot's global state).
+
+Example:
+    >>> from dataorder.buckets import MultiTierBucketCalculator
+    >>> from dataorder.bucket_stats import bucket_stats
+    >>> calc = MultiTierBucketCalculator(compat="nemo")
+    >>> st = bucket_stats([256, 256, 256, 300], [256, 256, 256, 100], calc, replicas=2,
+    ...                   batch_size=1)
+    >>> st.counts.tolist(), st.dropped.tolist()
+    ([0, 0, 3, 0, 1], [0, 0, 1, 0, 1])
+    >>> round(st.overall["mean_crop_loss"], 4)  # the 3:1 image loses 44 % in a 5:3 bucket
+    0.1111
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dataorder._validate import check_bool, check_int, fail
+from dataorder.buckets import MultiTierBucketCalculator
+from dataorder.partition import plan_epoch
+from dataorder.scan import Manifest
+
+__all__ = [
+    "BucketStats",
+    "bucket_stats",
+    "crop_loss",
+    "format_bucket_table",
+    "plot_bucket_stats",
+    "rich_bucket_table",
+]
+
+
+def crop_loss(
+    image_widths: npt.ArrayLike,
+    image_heights: npt.ArrayLike,
+    target_widths: npt.ArrayLike,
+    target_heights: npt.ArrayLike,
+) -> npt.NDArray[np.float64]:
+    """Share of each image's area cut away by cover-resize-then-crop to its target.
+
+    ``1 - min(W * h, H * w) / max(W * h, H * w)``, which equals
+    ``1 - min(r_img / r_bkt, r_bkt / r_img)``. Arrays broadcast; the result is float64.
+
+    Example:
+        >>> crop_loss([1920], [1080], [1024], [1024]).round(4).tolist()
+        [0.4375]
+    """
+    iw = np.asarray(image_widths, dtype=np.float64)
+    ih = np.asarray(image_heights, dtype=np.float64)
+    a = iw * np.asarray(target_heights, dtype=np.float64)
+    b = ih * np.asarray(target_widths, dtype=np.float64)
+    out: npt.NDArray[np.float64] = 1.0 - np.minimum(a, b) / np.maximum(a, b)
+    return out
+
+
+@dataclass(frozen=True)
+class BucketStats:
+    """Per-bucket statistics (arrays of shape ``(K,)``, indexed by bucket id) and totals.
+
+    Attributes:
+        buckets: The buckets (dicts ``id``, ``resolution``, ``aspect_ratio``, ``pixels``).
+        max_pixels: The calculator's pixel budget.
+        replicas: Data-parallel ranks the waste was computed for.
+        drop_last: Whether remainders are dropped (else the last batch shrinks and is padded).
+        counts: Images per bucket.
+        mean_crop_loss: Mean crop loss of the bucket's images (NaN for an empty bucket).
+        p95_crop_loss: 95th percentile of the same (NaN for an empty bucket).
+        over_10: Images losing more than 10 % of their area.
+        upscaled: Images smaller than their bucket on some side.
+        budget_ratio: Bucket pixels over ``max_pixels``.
+        batch_sizes: Per-rank batch size used for the bucket.
+        batches: Steps the bucket gives every rank in an epoch.
+        dropped: Images of the bucket no batch covers (``drop_last``).
+        padded: Repeated samples that fill the bucket's last global batch (not ``drop_last``).
+        overall: Totals over the dataset: ``images``, ``mean_crop_loss``, ``p95_crop_loss``,
+            ``share_over_10``, ``upscaled``, ``budget_mean_abs_dev`` (mean over images of
+            ``|pixels / max_pixels - 1|``), ``budget_max_over`` (largest
+            ``pixels / max_pixels - 1`` over buckets, 0 if none is over), ``batches``,
+            ``dropped``, ``padded``, ``empty_buckets``, ``buckets_below_one_global_batch``.
+    """
+
+    buckets: list[dict[str, Any]]
+    max_pixels: int
+    replicas: int
+    drop_last: bool
+    counts: npt.NDArray[np.int64]
+    mean_crop_loss: npt.NDArray[np.float64]
+    p95_crop_loss: npt.NDArray[np.float64]
+    over_10: npt.NDArray[np.int64]
+    upscaled: npt.NDArray[np.int64]
+    budget_ratio: npt.NDArray[np.float64]
+    batch_sizes: npt.NDArray[np.int64]
+    batches: npt.NDArray[np.int64]
+    dropped: npt.NDArray[np.int64]
+    padded: npt.NDArray[np.int64]
+    overall: dict[str, float]
+
+
+def _sizes(name: str, values: object) -> npt.NDArray[np.int64]:
+    arr = np.asarray(values)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer) or arr.ndim != 1:
+        fail(name, "a 1-D array of ints", values, TypeError)
+    return arr.astype(np.int64, copy=False)
+
+
+def bucket_stats(
+    source: Manifest | npt.ArrayLike,
+    heights: npt.ArrayLike | None = None,
+    calculator: MultiTierBucketCalculator | None = None,
+    *,
+    replicas: int = 1,
+    batch_size: int | Sequence[int] | npt.NDArray[np.integer[Any]] = 1,
+    drop_last: bool = True,
+) -> BucketStats:
+    """Measure a bucketing of a dataset (see the module docstring).
+
+    Args:
+        source: A :class:`~dataorder.scan.Manifest` (its bucket ids and calculator are used), or
+            image widths, shape ``(N,)``.
+        heights: Image heights, shape ``(N,)``, when ``source`` is widths.
+        calculator: Assigns the buckets of ``source`` widths and heights (required then). With a
+            manifest it must be None.
+        replicas: Data-parallel ranks ``R``.
+        batch_size: Per-rank batch size ``b``: one int, or one per bucket (e.g. from
+            ``calculator.get_dynamic_batch_size``).
+        drop_last: The sampler's ``drop_last``.
+
+    Returns:
+        A :class:`BucketStats`.
+
+    Raises:
+        TypeError: For arguments of the wrong kind.
+        ValueError: For bad sizes or counts.
+    """
+    if isinstance(source, Manifest):
+        if heights is not None or calculator is not None:
+            raise TypeError("with a Manifest, pass neither heights nor calculator")
+        widths_arr, heights_arr = source.widths, source.heights
+        ids = source.bucket_ids
+        buckets = source.buckets
+        budget = int(source.calculator["max_pixels"])
+    else:
+        if heights is None or not isinstance(calculator, MultiTierBucketCalculator):
+            raise TypeError(
+                "bucket_stats(widths, heights, calculator): pass heights and a "
+                f"MultiTierBucketCalculator; got heights={heights!r}, calculator={calculator!r}"
+            )
+        widths_arr, heights_arr = _sizes("widths", source), _sizes("heights", heights)
+        ids = calculator.assign(widths_arr, heights_arr)
+        buckets = calculator.get_all_buckets()
+        budget = calculator.max_pixels
+    world = check_int("replicas", replicas, min_value=1)
+    drop = check_bool("drop_last", drop_last)
+    k = len(buckets)
+    if isinstance(batch_size, Sequence | np.ndarray):
+        if len(batch_size) != k:
+            fail("batch_size", f"an int or a sequence of {k} ints (one per bucket)", batch_size)
+        sizes = np.array(
+            [check_int(f"batch_size[{i}]", b, min_value=1) for i, b in enumerate(batch_size)],
+            dtype=np.int64,
+        )
+    else:
+        sizes = np.full(k, check_int("batch_size", batch_size, min_value=1), dtype=np.int64)
+
+    bw = np.array([b["resolution"][0] for b in buckets], dtype=np.int64)
+    bh = np.array([b["resolution"][1] for b in buckets], dtype=np.int64)
+    loss = crop_loss(widths_arr, heights_arr, bw[ids], bh[ids])
+    counts = np.bincount(ids, minlength=k).astype(np.int64)
+    order = np.argsort(ids, kind="stable")
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    mean = np.full(k, np.nan)
+    p95 = np.full(k, np.nan)
+    for j in np.flatnonzero(counts):
+        part = loss[order[starts[j] : starts[j + 1]]]
+        mean[j] = part.mean()
+        p95[j] = np.percentile(part, 95)
+    over = np.bincount(ids[loss > 0.1], minlength=k).astype(np.int64)
+    up_mask = (bw[ids] > widths_arr) | (bh[ids] > heights_arr)
+    upscaled = np.bincount(ids[up_mask], minlength=k).astype(np.int64)
+    ratio = (bw * bh) / budget
+
+    layouts = [
+        plan_epoch(int(n), per_rank=int(b), world=world, tail="drop" if drop else "shrink")
+        for n, b in zip(counts, sizes, strict=True)
+    ]
+    batches = np.array([lay.num_batches for lay in layouts], dtype=np.int64)
+    dropped = np.array([lay.dropped for lay in layouts], dtype=np.int64)
+    padded = np.array([lay.padded for lay in layouts], dtype=np.int64)
+    n = int(counts.sum())
+    overall = {
+        "images": float(n),
+        "mean_crop_loss": float(loss.mean()) if n else float("nan"),
+        "p95_crop_loss": float(np.percentile(loss, 95)) if n else float("nan"),
+        "share_over_10": float((loss > 0.1).mean()) if n else float("nan"),
+        "upscaled": float(upscaled.sum()),
+        "budget_mean_abs_dev": float(np.abs(ratio[ids] - 1).mean()) if n else float("nan"),
+        "budget_max_over": float(max(0.0, float((ratio - 1).max()))),
+        "batches": float(batches.sum()),
+        "dropped": float(dropped.sum()),
+        "padded": float(padded.sum()),
+        "empty_buckets": float((counts == 0).sum()),
+        "buckets_below_one_global_batch": float(((counts > 0) & (counts < sizes * world)).sum()),
+    }
+    return BucketStats(
+        buckets=[dict(b) for b in buckets],
+        max_pixels=budget,
+        replicas=world,
+        drop_last=drop,
+        counts=counts,
+        mean_crop_loss=mean,
+        p95_crop_loss=p95,
+        over_10=over,
+        upscaled=upscaled,
+        budget_ratio=ratio,
+        batch_sizes=sizes,
+        batches=batches,
+        dropped=dropped,
+        padded=padded,
+        overall=overall,
+    )
+
+
+_HEADERS = (
+    "id",
+    "resolution",
+    "AR",
+    "images",
+    "mean crop %",
+    "p95 crop %",
+    "> 10 %",
+    "upscaled",
+    "pixels / budget",
+    "batch",
+    "steps",
+    "dropped",
+    "padded",
+)
+
+
+def _pct(value: float) -> str:
+    return "-" if np.isnan(value) else f"{100 * value:.1f}"
+
+
+def _rows(stats: BucketStats) -> list[list[str]]:
+    rows = []
+    for j, b in enumerate(stats.buckets):
+        w, h = b["resolution"]
+        rows.append(
+            [
+                str(b["id"]),
+                f"{w}x{h}",
+                f"{w / h:.3f}",
+                str(int(stats.counts[j])),
+                _pct(float(stats.mean_crop_loss[j])),
+                _pct(float(stats.p95_crop_loss[j])),
+                str(int(stats.over_10[j])),
+                str(int(stats.upscaled[j])),
+                f"{stats.budget_ratio[j]:.3f}",
+                str(int(stats.batch_sizes[j])),
+                str(int(stats.batches[j])),
+                str(int(stats.dropped[j])),
+                str(int(stats.padded[j])),
+            ]
+        )
+    return rows
+
+
+def _summary(stats: BucketStats) -> str:
+    o = stats.overall
+    n = int(o["images"])
+    waste = "dropped" if stats.drop_last else "padded"
+    wasted = int(o["dropped"] if stats.drop_last else o["padded"])
+    share = wasted / n if n else 0.0
+    return (
+        f"{n} images in {len(stats.buckets)} buckets ({int(o['empty_buckets'])} empty); "
+        f"crop loss mean {_pct(o['mean_crop_loss'])} %, p95 {_pct(o['p95_crop_loss'])} %, "
+        f"{_pct(o['share_over_10'])} % of images lose > 10 %; {int(o['upscaled'])} upscaled; "
+        f"pixels vs budget: mean |ratio - 1| {o['budget_mean_abs_dev']:.3f}, "
+        f"max over {o['budget_max_over']:.3f}; with {stats.replicas} replicas: "
+        f"{int(o['batches'])} steps, {wasted} samples {waste} ({100 * share:.2f} %), "
+        f"{int(o['buckets_below_one_global_batch'])} buckets smaller than one global batch"
+    )
+
+
+def format_bucket_table(stats: BucketStats) -> str:
+    """The statistics as a markdown table followed by a one-paragraph summary."""
+    lines = [
+        "| " + " | ".join(_HEADERS) + " |",
+        "|" + "|".join(" --- " if i < 2 else " ---: " for i in range(len(_HEADERS))) + "|",
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in _rows(stats)]
+    return "\n".join(lines) + "\n\n" + _summary(stats) + "\n"
+
+
+def rich_bucket_table(stats: BucketStats) -> Any:
+    """The statistics as a ``rich.table.Table`` (caption: the summary).
+
+    Raises:
+        ImportError: If rich is not installed (``pip install 'dataorder[cli]'``).
+    """
+    try:
+        from rich.table import Table
+    except ImportError as exc:
+        raise ImportError(
+            "rich_bucket_table needs rich; install it with: pip install 'dataorder[cli]'"
+        ) from exc
+    table = Table(title="Buckets", caption=_summary(stats))
+    for i, name in enumerate(_HEADERS):
+        table.add_column(name, justify="left" if i < 2 else "right")
+    for row in _rows(stats):
+        table.add_row(*row)
+    return table
+
+
+def plot_bucket_stats(stats: BucketStats, path: str | os.PathLike[str], *, dpi: int = 100) -> None:
+    """Save a PNG with three panels over the buckets (ordered by aspect ratio).
+
+    Images per bucket; mean and p95 crop loss; samples dropped or padded under lock-step global
+    batches. Titles carry the totals.
+
+    Raises:
+        ImportError: If matplotlib is not installed (``pip install 'dataorder[plots]'``).
+    """
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise ImportError(
+            "plot_bucket_stats needs matplotlib; install it with: pip install 'dataorder[plots]'"
+        ) from exc
+    dpi = check_int("dpi", dpi, min_value=1)
+    k = len(stats.buckets)
+    labels = [f"{b['resolution'][0]}x{b['resolution'][1]}" for b in stats.buckets]
+    x = np.arange(k)
+    fig = Figure(figsize=(max(8.0, 0.32 * k + 3), 9.0), dpi=dpi)
+    FigureCanvasAgg(fig)  # an Agg canvas of its own: no pyplot, no global backend switch
+    ax1, ax2, ax3 = fig.subplots(3, 1, sharex=True)
+    o = stats.overall
+    ax1.bar(x, stats.counts, color="tab:blue")
+    ax1.set_ylabel("images")
+    ax1.set_title(
+        f"{int(o['images'])} images, {k} buckets, max_pixels={stats.max_pixels}; "
+        f"mean |pixels/budget - 1| = {o['budget_mean_abs_dev']:.3f}"
+    )
+    ax2.bar(x - 0.2, 100 * np.nan_to_num(stats.mean_crop_loss), 0.4, label="mean")
+    ax2.bar(x + 0.2, 100 * np.nan_to_num(stats.p95_crop_loss), 0.4, label="p95")
+    ax2.axhline(10, color="grey", linewidth=0.8, linestyle="--")
+    ax2.set_ylabel("crop loss (% of area)")
+    ax2.set_title(
+        f"crop loss: mean {_pct(o['mean_crop_loss'])} %, p95 {_pct(o['p95_crop_loss'])} %, "
+        f"{_pct(o['share_over_10'])} % of images lose > 10 %"
+    )
+    ax2.legend(loc="upper right")
+    waste = stats.dropped if stats.drop_last else stats.padded
+    kind = "dropped (drop_last)" if stats.drop_last else "padded (last batch shrinks)"
+    ax3.bar(x, waste, color="tab:red")
+    ax3.set_ylabel(kind.split(" ")[0])
+    ax3.set_title(
+        f"{int(waste.sum())} samples {kind} with {stats.replicas} replicas, "
+        f"batch {int(stats.batch_sizes.max()) if k else 0} per rank"
+    )
+    ax3.set_xticks(x)
+    ax3.set_xticklabels(labels, rotation=90, fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.fspath(path), format="png")

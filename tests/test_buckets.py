@@ -1,0 +1,638 @@
+"""MultiTierBucketCalculator: validation, the default bucket sets, exact vectorised assignment."""
+
+from __future__ import annotations
+
+import doctest
+import itertools
+import json
+import logging
+import math
+import re
+import subprocess
+import sys
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import dataorder.buckets as buckets_module
+from dataorder.buckets import (
+    DEFAULT_MAX_PIXELS,
+    MAX_IMAGE_SIDE,
+    PRESETS,
+    MultiTierBucketCalculator,
+)
+
+QUANTS = (8, 16, 32, 64)
+MODES = (
+    {},
+    {"no_upscale": True},
+    {"compat": "nemo"},
+)
+
+
+def _calc(**kw: object) -> MultiTierBucketCalculator:
+    return MultiTierBucketCalculator(**kw)  # type: ignore[arg-type]
+
+
+def test_module_imports_neither_torch_nor_pillow() -> None:
+    code = (
+        "import sys, dataorder.buckets; "
+        "assert 'torch' not in sys.modules and 'PIL' not in sys.modules, sorted(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_docstring_examples() -> None:
+    result = doctest.testmod(buckets_module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 5
+    assert result.failed == 0
+
+
+# -- validation: each message names the argument and the value, and matches its check ----------
+
+BAD_CONSTRUCTOR = [
+    ({"quantization": 0}, ValueError, "quantization must be a positive int; got quantization=0"),
+    (
+        {"quantization": -64},
+        ValueError,
+        "quantization must be a positive int; got quantization=-64",
+    ),
+    (
+        {"quantization": True},
+        TypeError,
+        "quantization must be a positive int; got quantization=True",
+    ),
+    (
+        {"quantization": 64.0},
+        TypeError,
+        "quantization must be a positive int; got quantization=64.0",
+    ),
+    ({"max_pixels": 0}, ValueError, "max_pixels must be a positive int; got max_pixels=0"),
+    ({"max_pixels": -5}, ValueError, "max_pixels must be a positive int; got max_pixels=-5"),
+    ({"max_pixels": False}, TypeError, "max_pixels must be a positive int; got max_pixels=False"),
+    (
+        {"quantization": 64, "max_pixels": 4095},
+        ValueError,
+        "max_pixels must be an int >= quantization**2 = 4096; got max_pixels=4095",
+    ),
+    ({"debug_mode": 1}, TypeError, "debug_mode must be a bool; got debug_mode=1"),
+    ({"no_upscale": "yes"}, TypeError, "no_upscale must be a bool; got no_upscale='yes'"),
+    (
+        {"compat": "NeMo"},
+        ValueError,
+        "compat must be one of 'default', 'nemo'; got compat='NeMo'",
+    ),
+    (
+        {"max_batch_size": 0},
+        ValueError,
+        "max_batch_size must be a positive int; got max_batch_size=0",
+    ),
+    (
+        {"max_batch_size": True},
+        TypeError,
+        "max_batch_size must be a positive int; got max_batch_size=True",
+    ),
+    ({"aspect_ratios": []}, ValueError, "aspect_ratios must be a non-empty sequence; got "),
+    ({"aspect_ratios": "16:9"}, TypeError, "aspect_ratios must be a sequence of aspect ratios"),
+    (
+        {"aspect_ratios": [0.0]},
+        ValueError,
+        re.compile(r"aspect_ratios\[0\] must be a positive finite float"),
+    ),
+    (
+        {"aspect_ratios": [1.0, float("nan")]},
+        ValueError,
+        re.compile(
+            r"aspect_ratios\[1\] must be a positive finite float.*got aspect_ratios\[1\]=nan"
+        ),
+    ),
+    (
+        {"aspect_ratios": [True]},
+        TypeError,
+        re.compile(r"aspect_ratios\[0\] must be .*got aspect_ratios\[0\]=True"),
+    ),
+    (
+        {"aspect_ratios": [(16, 0)]},
+        ValueError,
+        re.compile(
+            r"aspect_ratios\[0\]\[1\] must be a positive int; got aspect_ratios\[0\]\[1\]=0"
+        ),
+    ),
+    (
+        {"aspect_ratios": [(1, 2, 3)]},
+        ValueError,
+        re.compile(r"aspect_ratios\[0\] must be .*\(1, 2, 3\)"),
+    ),
+    (
+        {"aspect_ratios": ["16x9"]},
+        ValueError,
+        re.compile(r"aspect_ratios\[0\] must be .*'W:H'.*'16x9'"),
+    ),
+    ({"aspect_ratios": [None]}, TypeError, re.compile(r"aspect_ratios\[0\] must be .*None")),
+    (
+        {"aspect_ratios": [1e-320]},
+        ValueError,
+        "aspect_ratios[0] must be a ratio between 1/10000 and 10000; got aspect_ratios[0]=1e-320",
+    ),
+    (
+        {"aspect_ratios": ["20001:2"]},
+        ValueError,
+        "aspect_ratios[0] must be a ratio between 1/10000 and 10000; "
+        "got aspect_ratios[0]='20001:2'",
+    ),
+    (
+        {"compat": "nemo", "aspect_ratios": [1.0]},
+        ValueError,
+        re.compile(r"aspect_ratios must be None with compat='nemo'"),
+    ),
+    (
+        {"compat": "nemo", "no_upscale": True},
+        ValueError,
+        re.compile(r"no_upscale must be False with compat='nemo'.*got no_upscale=True"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "exc", "message"), BAD_CONSTRUCTOR)
+def test_constructor_rejects(
+    kwargs: dict[str, object], exc: type[Exception], message: str | re.Pattern[str]
+) -> None:
+    # Plain strings are the whole message's start, matched literally; patterns are regexes.
+    with pytest.raises(exc, match=re.escape(message) if isinstance(message, str) else message):
+        _calc(**kwargs)
+
+
+def test_max_pixels_of_exactly_one_quantum_squared_is_accepted() -> None:
+    for compat in ("default", "nemo"):
+        calc = MultiTierBucketCalculator(64, 4096, compat=compat)
+        assert [b["resolution"] for b in calc.get_all_buckets()] == [(64, 64)]
+
+
+def test_preset_errors() -> None:
+    with pytest.raises(
+        ValueError, match=r"preset must be one of '256p', .*'1536p'; got preset='2k'"
+    ):
+        MultiTierBucketCalculator.from_preset("2k")
+    with pytest.raises(ValueError, match="quantization must be a positive int; got quantization=0"):
+        MultiTierBucketCalculator.from_preset("512p", 0)
+    with pytest.raises(TypeError, match="sets max_pixels from the preset"):
+        MultiTierBucketCalculator.from_preset("512p", max_pixels=10)
+
+
+@pytest.mark.parametrize("kw", MODES)
+def test_method_argument_errors(kw: dict[str, object]) -> None:
+    calc = MultiTierBucketCalculator.from_preset("512p", **kw)  # type: ignore[arg-type]
+    k = len(calc)
+    cases = [
+        (lambda: calc.get_bucket_for_image(0, 10), ValueError,
+         rf"image_width must be an int in \[1, {MAX_IMAGE_SIDE}\]; got image_width=0"),
+        (lambda: calc.get_bucket_for_image(10, -3), ValueError, "got image_height=-3"),
+        (lambda: calc.get_bucket_for_image(2**31, 10), ValueError, "got image_width=2147483648"),
+        (lambda: calc.get_bucket_for_image(True, 10), TypeError, "got image_width=True"),
+        (lambda: calc.get_bucket_for_image(10.0, 10), TypeError, "got image_width=10.0"),
+        (lambda: calc.assign([5, 0], [1, 1]), ValueError,
+         rf"widths\[1\] must be an int in \[1, {MAX_IMAGE_SIDE}\]; got widths\[1\]=0"),
+        (lambda: calc.assign([5], [-2]), ValueError, r"got heights\[0\]=-2"),
+        (lambda: calc.assign([1.5], [1]), TypeError, "widths must be an array of ints"),
+        (lambda: calc.assign([True], [1]), TypeError, "widths must be an array of ints"),
+        (lambda: calc.assign([1, 2], [1]), ValueError, "same shape"),
+        (lambda: calc.get_bucket_by_id(-1), ValueError,
+         rf"bucket_id must be an int in \[0, {k - 1}\]; got bucket_id=-1"),
+        (lambda: calc.get_bucket_by_id(k), ValueError, f"got bucket_id={k}"),
+        (lambda: calc.get_bucket_by_id(True), TypeError, "got bucket_id=True"),
+        (lambda: calc.get_bucket_by_resolution(0, 64), ValueError, "got width=0"),
+        (lambda: calc.get_dynamic_batch_size((0, 64)), ValueError,
+         r"resolution\[0\] must be a positive int; got resolution\[0\]=0"),
+        (lambda: calc.get_dynamic_batch_size("64x64"), TypeError,  # type: ignore[arg-type]
+         "resolution must be a .width, height. pair"),
+        (lambda: calc.get_dynamic_batch_size((64, 64), 0), ValueError,
+         "base_batch_size must be a positive int; got base_batch_size=0"),
+        (lambda: calc.get_dynamic_batch_size((64, 64), 4, (512,)), TypeError,
+         r"base_resolution must be a .width, height. pair.*got base_resolution=\(512,\)"),
+    ]  # fmt: skip
+    for call, exc, message in cases:
+        with pytest.raises(exc, match=message):
+            call()
+
+
+def test_from_config_is_strict() -> None:
+    good = MultiTierBucketCalculator.from_preset("768p", 16, no_upscale=True).config()
+    with pytest.raises(ValueError, match=r"missing \['no_upscale'\], unknown \[\]"):
+        MultiTierBucketCalculator.from_config({k: v for k, v in good.items() if k != "no_upscale"})
+    with pytest.raises(ValueError, match=r"missing \[\], unknown \['extra'\]"):
+        MultiTierBucketCalculator.from_config({**good, "extra": 1})
+    with pytest.raises(
+        ValueError, match=r"config\['version'\] must be 1; got config\['version'\]=2"
+    ):
+        MultiTierBucketCalculator.from_config({**good, "version": 2})
+    with pytest.raises(ValueError, match="quantization must be a positive int"):
+        MultiTierBucketCalculator.from_config({**good, "quantization": 0})
+    with pytest.raises(TypeError, match="config must be a mapping"):
+        MultiTierBucketCalculator.from_config([("version", 1)])  # type: ignore[arg-type]
+
+
+# -- the bucket sets ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("q", QUANTS)
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_default_presets_are_symmetric_quantised_and_within_budget(preset: str, q: int) -> None:
+    calc = MultiTierBucketCalculator.from_preset(preset, q)
+    budget = PRESETS[preset]
+    res = [b["resolution"] for b in calc.get_all_buckets()]
+    assert 1 <= len(res) <= 40
+    assert res == [(h, w) for w, h in reversed(res)]  # bucket K-1-i is bucket i transposed
+    assert all(w % q == 0 and h % q == 0 and w * h <= budget for w, h in res)
+    ars = [Fraction(w, h) for w, h in res]
+    assert ars == sorted(set(ars))  # ids in strictly ascending aspect ratio, one per ratio
+    assert res[0] != (1, 1) or len(res) == 1
+    assert any(w == h for w, h in res)  # 1:1 is a default ratio; a square always fits
+    for i, b in enumerate(calc.get_all_buckets()):
+        w, h = b["resolution"]
+        assert b == {"id": i, "resolution": (w, h), "aspect_ratio": w / h, "pixels": w * h}
+
+
+# The smallest share of the budget any default bucket uses. Coarse lattices (q=64 at 256p/512p)
+# cannot get closer without giving up aspect ratios; finer ones stay within a few per cent.
+MIN_BUDGET_SHARE = {8: 0.93, 16: 0.87, 32: 0.75, 64: 0.62}
+
+
+@pytest.mark.parametrize("q", QUANTS)
+def test_default_presets_stay_close_to_the_budget(q: int) -> None:
+    for preset, budget in PRESETS.items():
+        res = MultiTierBucketCalculator.from_preset(preset, q).resolutions
+        share = res[:, 0] * res[:, 1] / budget
+        assert share.max() <= 1.0
+        assert share.min() >= MIN_BUDGET_SHARE[q], (preset, share.min())
+        if budget >= 768 * 768 and q <= 64:
+            assert share.min() >= 0.87
+
+
+def _log_uniform_crop(calc: MultiTierBucketCalculator) -> tuple[float, float]:
+    rng = np.random.default_rng(2026)
+    x = np.exp(rng.uniform(-math.log(3), math.log(3), 50_000))
+    la = np.log(calc.resolutions[:, 0] / calc.resolutions[:, 1])
+    loss = 1 - np.exp(-np.abs(np.log(x)[:, None] - la[None, :]).min(axis=1))
+    return float(loss.mean()), float(np.percentile(loss, 95))
+
+
+@pytest.mark.parametrize(
+    ("preset", "q"),
+    [("768p", 64), ("1024p", 64), ("1536p", 64)] + [(p, 16) for p in PRESETS],
+)
+def test_default_presets_meet_the_crop_targets(preset: str, q: int) -> None:
+    calc = MultiTierBucketCalculator.from_preset(preset, q)
+    mean, p95 = _log_uniform_crop(calc)
+    assert len(calc) <= 40
+    assert mean <= 0.03
+    assert p95 <= 0.07
+
+
+def test_nemo_1024p_misses_the_crop_targets_by_far() -> None:
+    mean, p95 = _log_uniform_crop(MultiTierBucketCalculator.from_preset("1024p", compat="nemo"))
+    assert mean > 0.09
+    assert p95 > 0.3
+
+
+def test_golden_default_1024p_buckets() -> None:
+    # Pinned: a change here changes every manifest, so it must come with a BUCKETS_VERSION bump.
+    half = [
+        (576, 1728), (576, 1600), (640, 1600), (640, 1536), (640, 1472), (704, 1472),
+        (704, 1408), (704, 1344), (768, 1344), (768, 1280), (768, 1216), (832, 1216),
+        (896, 1152), (896, 1088), (960, 1088),
+    ]  # fmt: skip
+    expected = [*half, (1024, 1024), *[(h, w) for w, h in reversed(half)]]
+    calc = MultiTierBucketCalculator.from_preset("1024p")
+    assert [b["resolution"] for b in calc.get_all_buckets()] == expected
+    assert buckets_module.BUCKETS_VERSION == 1
+
+
+def test_common_formats_get_exact_buckets_on_a_fine_lattice() -> None:
+    calc = MultiTierBucketCalculator.from_preset("1024p", 16)
+    for w, h in [(4, 3), (3, 2), (16, 9), (1, 1), (2, 1), (3, 4), (2, 3), (9, 16)]:
+        bw, bh = calc.get_bucket_for_image(w * 240, h * 240)["resolution"]
+        assert Fraction(bw, bh) == Fraction(w, h) or abs(bw / bh / (w / h) - 1) < 0.012
+
+
+@given(
+    q=st.integers(1, 128),
+    scale=st.floats(1.0, 400.0),
+    ratios=st.lists(
+        st.one_of(
+            st.floats(0.1, 10.0),
+            st.tuples(st.integers(1, 30), st.integers(1, 30)),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_custom_ratio_sets_are_symmetric_and_within_budget(
+    q: int, scale: float, ratios: list[float | tuple[int, int]]
+) -> None:
+    budget = int(q * q * scale)
+    calc = MultiTierBucketCalculator(q, budget, aspect_ratios=ratios)
+    res = [tuple(r) for r in calc.resolutions.tolist()]
+    assert res == [(h, w) for w, h in reversed(res)]
+    assert all(w % q == 0 and h % q == 0 and 0 < w * h <= budget for w, h in res)
+    assert len(res) <= 2 * len(ratios) + 1
+
+
+def test_string_and_pair_ratios_are_the_same_ratio() -> None:
+    a = MultiTierBucketCalculator(16, 512 * 512, aspect_ratios=["16:9", "1:1"])
+    b = MultiTierBucketCalculator(16, 512 * 512, aspect_ratios=[(9, 16), (1, 1)])
+    assert a.get_all_buckets() == b.get_all_buckets()
+    assert [tuple(r) for r in a.resolutions.tolist()] == [(384, 672), (512, 512), (672, 384)]
+
+
+def test_best_resolution_prefers_exact_ratio_near_the_budget() -> None:
+    # 16:9 under 1024x1024 at q=16: 1360x768 (AR 1.771, 99.6 % of budget) vs 1365.3 exact.
+    assert buckets_module._best_resolution(16 / 9, 1024 * 1024, 16) == (1360, 768)
+    assert buckets_module._best_resolution(1.0, 1000, 10) == (30, 30)
+
+
+def test_none_budget_is_nemo_default_in_both_modes() -> None:
+    assert MultiTierBucketCalculator().max_pixels == DEFAULT_MAX_PIXELS == 65_536
+    assert MultiTierBucketCalculator(compat="nemo").max_pixels == 65_536
+
+
+def test_lookups_return_copies() -> None:
+    calc = MultiTierBucketCalculator.from_preset("512p")
+    first = calc.get_all_buckets()
+    first[0]["resolution"] = (1, 1)
+    first.clear()
+    calc.get_bucket_by_id(0)["pixels"] = -1
+    calc.get_bucket_for_image(10, 10)["id"] = 99
+    b = calc.get_bucket_by_resolution(512, 512)
+    assert b is not None
+    b["id"] = 77
+    assert calc.get_all_buckets()[0]["resolution"] == (256, 768)
+    assert calc.get_bucket_by_id(0)["pixels"] == 256 * 768
+    assert calc.get_bucket_by_resolution(512, 512) == calc.get_bucket_by_id(7)
+    assert calc.get_bucket_by_resolution(512, 511) is None
+    assert calc.resolutions.flags.writeable  # a fresh array each time
+    calc.resolutions[0, 0] = 0
+    assert calc.resolutions[0, 0] == 256
+
+
+def test_config_round_trip_through_json() -> None:
+    calcs = [
+        MultiTierBucketCalculator(),
+        MultiTierBucketCalculator(compat="nemo", max_batch_size=64),
+        MultiTierBucketCalculator.from_preset("1024p", 16, no_upscale=True, max_batch_size=9),
+        MultiTierBucketCalculator(8, 300_000, aspect_ratios=[1.3, (21, 9), "4:5"]),
+    ]
+    for calc in calcs:
+        config = json.loads(json.dumps(calc.config()))
+        again = MultiTierBucketCalculator.from_config(config)
+        assert again == calc
+        assert hash(again) == hash(calc)
+        assert again.get_all_buckets() == calc.get_all_buckets()
+    assert calcs[0] != calcs[1]
+    assert calcs[0] != "not a calculator"
+
+
+def test_debug_mode_logs_the_table(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="dataorder.buckets"):
+        MultiTierBucketCalculator(64, debug_mode=True, compat="nemo")
+    assert "5 buckets, max_pixels=65536" in caplog.text
+    assert "320x192" in caplog.text
+    assert "MultiTierBucketCalculator(quantization=64" in repr(MultiTierBucketCalculator())
+
+
+# -- assignment ----------------------------------------------------------------------------
+
+
+def _reference_default(calc: MultiTierBucketCalculator, w: int, h: int) -> int:
+    """The rule of the module docstring, written independently of the implementation."""
+    res = calc.resolutions.tolist()
+    cands = list(range(len(res)))
+    if calc.no_upscale:
+        fit = [k for k in cands if res[k][0] <= w and res[k][1] <= h]
+        cands = fit or cands
+
+    def key(k: int) -> tuple[Fraction, Fraction, int]:
+        bw, bh = res[k]
+        dist = Fraction(w * bh, h * bw)
+        return (max(dist, 1 / dist), Fraction(max(bw, bh), min(bw, bh)), k)
+
+    return min(cands, key=key)
+
+
+def _reference_nemo(calc: MultiTierBucketCalculator, w: int, h: int) -> int:
+    x = w / h
+    return min(range(len(calc)), key=lambda k: abs(calc.get_bucket_by_id(k)["aspect_ratio"] - x))
+
+
+def _near_threshold_sizes(calc: MultiTierBucketCalculator) -> list[tuple[int, int]]:
+    """Images at, or within a hair of, every decision threshold of ``calc``."""
+    res = calc.resolutions.tolist()
+    sizes: list[tuple[int, int]] = []
+    for (w1, h1), (w2, h2) in itertools.pairwise(res):
+        if calc.compat == "nemo":
+            mid = Fraction(w1, h1) / 2 + Fraction(w2, h2) / 2  # NeMo's linear midpoint
+            sizes.append((mid.numerator, mid.denominator))
+            t = float(mid)
+        else:
+            t = math.sqrt(w1 * w2 / (h1 * h2))  # geometric mean: the log-space midpoint
+            prod = Fraction(w1 * w2, h1 * h2)
+            num, den = math.isqrt(prod.numerator), math.isqrt(prod.denominator)
+            if num * num == prod.numerator and den * den == prod.denominator:
+                sizes.append((num, den))  # an exact tie
+        for bound in (10, 1000, 10**5, 10**8, 2 * 10**9):
+            f = Fraction(t).limit_denominator(bound)
+            for df in (Fraction(0), Fraction(1, 10**9), Fraction(-1, 10**9)):
+                g = (f + df).limit_denominator(bound * 10)
+                sizes.append((g.numerator, g.denominator))
+    sizes = [(w, h) for w, h in sizes if 0 < w <= MAX_IMAGE_SIDE and 0 < h <= MAX_IMAGE_SIDE]
+    return sizes + [(h, w) for w, h in sizes]
+
+
+def _check_assign(calc: MultiTierBucketCalculator, sizes: list[tuple[int, int]]) -> None:
+    w = np.array([s[0] for s in sizes], dtype=np.int64)
+    h = np.array([s[1] for s in sizes], dtype=np.int64)
+    got = calc.assign(w, h)
+    ref = _reference_nemo if calc.compat == "nemo" else _reference_default
+    for i, (a, b) in enumerate(sizes):
+        one = calc.get_bucket_for_image(a, b)["id"]
+        assert got[i] == one == ref(calc, a, b), (a, b, int(got[i]), one)
+
+
+CALCS = [
+    MultiTierBucketCalculator.from_preset("256p"),
+    MultiTierBucketCalculator.from_preset("1024p"),
+    MultiTierBucketCalculator.from_preset("768p", 16, no_upscale=True),
+    MultiTierBucketCalculator.from_preset("256p", no_upscale=True),
+    MultiTierBucketCalculator(1, 4096, aspect_ratios=[(1, 1), (4, 1)]),
+    MultiTierBucketCalculator(1, 4096, aspect_ratios=[(4, 1)]),  # no square: a 1:1 image ties
+    # Not a staircase (a width falls along the ids): no_upscale takes its grouped path.
+    MultiTierBucketCalculator(
+        16, 200_000, aspect_ratios=[(7, 1), (15, 2), (13, 2)], no_upscale=True
+    ),
+    MultiTierBucketCalculator(compat="nemo"),
+    MultiTierBucketCalculator.from_preset("1536p", compat="nemo"),
+    MultiTierBucketCalculator(8, 512 * 512, compat="nemo"),
+]
+
+
+@pytest.mark.parametrize("calc", CALCS, ids=repr)
+def test_assign_equals_the_one_image_rule_at_and_near_every_threshold(
+    calc: MultiTierBucketCalculator,
+) -> None:
+    sizes = _near_threshold_sizes(calc)
+    assert sizes
+    _check_assign(calc, sizes)
+
+
+@pytest.mark.parametrize("calc", CALCS, ids=repr)
+@given(
+    sizes=st.lists(
+        st.tuples(
+            st.one_of(st.integers(1, 5000), st.integers(1, MAX_IMAGE_SIDE)),
+            st.one_of(st.integers(1, 5000), st.integers(1, MAX_IMAGE_SIDE)),
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_assign_equals_the_one_image_rule(
+    calc: MultiTierBucketCalculator, sizes: list[tuple[int, int]]
+) -> None:
+    _check_assign(calc, sizes)
+
+
+def test_no_upscale_paths() -> None:
+    assert all(c._staircase is not None for c in CALCS[:4])  # the default presets
+    assert CALCS[6]._staircase is None
+    assert [tuple(r) for r in CALCS[6].resolutions.tolist()] == [
+        (160, 1200), (160, 1120), (176, 1136), (1136, 176), (1120, 160), (1200, 160),
+    ]  # fmt: skip
+    # Inside 1130x1135 only ids 1 and 4 fit, not a run: the grouped path must skip id 2, 3.
+    assert CALCS[6].get_bucket_for_image(1130, 1135)["resolution"] == (160, 1120)
+    assert CALCS[6].assign([1130, 1135], [1135, 1130]).tolist() == [1, 4]
+
+
+def test_exact_ties_follow_the_documented_rule() -> None:
+    calc = MultiTierBucketCalculator(1, 4096, aspect_ratios=[(1, 1), (4, 1)])
+    assert [tuple(r) for r in calc.resolutions.tolist()] == [(32, 128), (64, 64), (128, 32)]
+    # 2:1 is exactly halfway (in log) between 1:1 and 4:1: the squarer bucket wins.
+    assert calc.assign([200, 100], [100, 200]).tolist() == [1, 1]
+    no_square = MultiTierBucketCalculator(1, 4096, aspect_ratios=[(4, 1)])
+    # 1:1 is halfway between 1:4 and 4:1, equally square: the lower id.
+    assert no_square.assign([7], [7]).tolist() == [0]
+    nemo = MultiTierBucketCalculator(compat="nemo")
+    assert nemo.assign([7], [8]).tolist() == [1]  # NeMo: 0.875 is halfway, the first wins
+
+
+def test_assign_keeps_shape_and_dtype() -> None:
+    calc = MultiTierBucketCalculator.from_preset("512p")
+    w = np.array([[640, 300], [512, 100]], dtype=np.uint16)
+    h = np.array([[480, 900], [512, 100]], dtype=np.int32)
+    ids = calc.assign(w, h)
+    assert ids.dtype == np.int64
+    assert ids.shape == (2, 2)
+    assert calc.assign([], []).shape == (0,)
+    assert calc.assign(np.int64(640), np.int64(480)).shape == ()
+
+
+def test_assign_is_vectorised_on_a_large_array() -> None:
+    rng = np.random.default_rng(5)
+    n = 300_000
+    h = rng.integers(64, 6000, n)
+    w = np.maximum(1, (h * np.exp(rng.uniform(-1.5, 1.5, n))).astype(np.int64))
+    for calc in CALCS[:4] + CALCS[6:8]:
+        ids = calc.assign(w, h)
+        sample = rng.choice(n, 300, replace=False)
+        assert all(ids[i] == calc.get_bucket_for_image(int(w[i]), int(h[i]))["id"] for i in sample)
+
+
+@given(w=st.integers(1, 20000), h=st.integers(1, 20000))
+def test_default_assignment_commutes_with_transposition(w: int, h: int) -> None:
+    for calc in (CALCS[0], CALCS[1], CALCS[2], CALCS[4]):
+        k = len(calc) - 1
+        assert calc.get_bucket_for_image(h, w)["id"] == k - calc.get_bucket_for_image(w, h)["id"]
+
+
+@given(w=st.integers(1, 8000), h=st.integers(1, 8000))
+def test_default_assignment_minimises_crop_loss(w: int, h: int) -> None:
+    calc = CALCS[1]
+    res = calc.resolutions
+    loss = 1 - np.minimum(w * res[:, 1], h * res[:, 0]) / np.maximum(w * res[:, 1], h * res[:, 0])
+    chosen = calc.get_bucket_for_image(w, h)["id"]
+    assert loss[chosen] <= loss.min() + 1e-12
+
+
+@given(w=st.integers(1, 3000), h=st.integers(1, 3000))
+def test_no_upscale_never_upscales_when_a_bucket_fits(w: int, h: int) -> None:
+    for plain, strict in (
+        (CALCS[0], CALCS[3]),
+        (MultiTierBucketCalculator.from_preset("768p", 16), CALCS[2]),
+    ):
+        res = strict.resolutions
+        fits = (res[:, 0] <= w) & (res[:, 1] <= h)
+        b = strict.get_bucket_for_image(w, h)
+        bw, bh = b["resolution"]
+        if fits.any():
+            assert bw <= w
+            assert bh <= h
+            # ... and it is the least-crop bucket among those that fit
+            cand = np.flatnonzero(fits)
+            loss = [abs(math.log((w * res[k, 1]) / (h * res[k, 0]))) for k in cand]
+            assert abs(math.log((w * bh) / (h * bw))) <= min(loss) + 1e-12
+        else:  # documented fallback: the nearest ratio overall (the image will be upscaled)
+            assert b == plain.get_bucket_for_image(w, h)
+
+
+def test_no_upscale_examples() -> None:
+    calc = MultiTierBucketCalculator(64, 512 * 512, no_upscale=True)
+    plain = MultiTierBucketCalculator(64, 512 * 512)
+    assert plain.get_bucket_for_image(600, 440)["resolution"] == (576, 448)
+    assert calc.get_bucket_for_image(600, 440)["resolution"] == (576, 384)
+    assert calc.get_bucket_for_image(520, 390)["resolution"] == (576, 448)  # nothing fits
+    assert calc.get_bucket_for_image(4000, 3000)["resolution"] == (576, 448)
+
+
+# -- dynamic batch size ----------------------------------------------------------------------
+
+
+def test_dynamic_batch_size_default_clamps() -> None:
+    calc = MultiTierBucketCalculator()
+    assert calc.get_dynamic_batch_size((512, 512)) == 32
+    assert calc.get_dynamic_batch_size((1024, 1024)) == 8
+    assert calc.get_dynamic_batch_size((768, 768)) == 14
+    assert calc.get_dynamic_batch_size((4096, 4096)) == 1
+    assert calc.get_dynamic_batch_size((64, 64)) == 128  # 2048 clamped to 4 x 32
+    assert calc.get_dynamic_batch_size([256, 256], 10, [512, 512]) == 40  # lists (JSON) work
+    capped = MultiTierBucketCalculator(max_batch_size=50)
+    assert capped.get_dynamic_batch_size((64, 64)) == 50
+    assert capped.get_dynamic_batch_size((256, 256)) == 50
+    assert capped.get_dynamic_batch_size((512, 512)) == 32
+
+
+@given(
+    w=st.integers(1, 5000),
+    h=st.integers(1, 5000),
+    base=st.integers(1, 512),
+    bw=st.integers(1, 2048),
+    bh=st.integers(1, 2048),
+)
+def test_dynamic_batch_size_default_is_exact_integer_floor(
+    w: int, h: int, base: int, bw: int, bh: int
+) -> None:
+    calc = MultiTierBucketCalculator()
+    got = calc.get_dynamic_batch_size((w, h), base, (bw, bh))
+    exact = Fraction(base * bw * bh, w * h)
+    assert got == min(max(1, math.floor(exact)), 4 * base)
+
+
+def test_resize_and_crop_method_return_shapes() -> None:
+    pytest.importorskip("PIL")
+    img = np.zeros((98, 49, 3), dtype=np.uint8)
+    out, x, y = MultiTierBucketCalculator().resize_and_crop(img, 256, 256)
+    assert out.shape == (256, 256, 3)
+    assert (x, y) == (0, 128)
+    nemo_img, offset = MultiTierBucketCalculator(compat="nemo").resize_and_crop(img, 256, 256)
+    assert nemo_img.size == (256, 256)
+    assert offset == (0, 128)

@@ -19,34 +19,68 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     "BaseMegatronSampler": "dataorder.megatron",
+    "BaseMultiresolutionDataset": "dataorder.multires",
     "BatchSizeSchedule": "dataorder.schedule",
+    "BucketEpochPlan": "dataorder.bucket_sampler",
+    "BucketStats": "dataorder.bucket_stats",
+    "BucketTable": "dataorder.multires",
     "CursorSampler": "dataorder.cursor",
     "EpochLayout": "dataorder.partition",
+    "Manifest": "dataorder.scan",
     "MegatronPretrainingRandomSampler": "dataorder.megatron",
     "MegatronPretrainingSampler": "dataorder.megatron",
+    "MultiTierBucketCalculator": "dataorder.buckets",
     "Permutation": "dataorder.permutation",
+    "SequentialBucketSampler": "dataorder.bucket_sampler",
     "StepInfo": "dataorder.schedule",
+    "build_manifest": "dataorder.scan",
     "create_megatron_sampler": "dataorder.megatron",
     "derive_key": "dataorder.keys",
+    "format_bucket_table": "dataorder.bucket_stats",
+    "plan_bucket_epoch": "dataorder.bucket_sampler",
     "plan_epoch": "dataorder.partition",
+    "plot_bucket_stats": "dataorder.bucket_stats",
+    "read_manifest": "dataorder.scan",
+    "resize_and_crop": "dataorder.crop",
+    "scan_images": "dataorder.scan",
+    "write_manifest": "dataorder.scan",
 }
 
 __all__ = [
     "BaseMegatronSampler",
+    "BaseMultiresolutionDataset",
     "BatchSizeSchedule",
+    "BucketEpochPlan",
+    "BucketStats",
+    "BucketTable",
     "CursorSampler",
     "EpochLayout",
+    "Manifest",
     "MegatronPretrainingRandomSampler",
     "MegatronPretrainingSampler",
+    "MultiTierBucketCalculator",
     "Permutation",
+    "SequentialBucketSampler",
     "StepInfo",
     "__version__",
+    "build_manifest",
     "create_megatron_sampler",
     "derive_key",
+    "format_bucket_table",
+    "plan_bucket_epoch",
     "plan_epoch",
+    "plot_bucket_stats",
+    "read_manifest",
+    "resize_and_crop",
+    "scan_images",
+    "write_manifest",
 ]
 
 if TYPE_CHECKING:
+    from dataorder.bucket_sampler import BucketEpochPlan, SequentialBucketSampler, plan_bucket_epoch
+    from dataorder.bucket_stats import BucketStats, format_bucket_table, plot_bucket_stats
+    from dataorder.buckets import MultiTierBucketCalculator
+    from dataorder.crop import resize_and_crop
     from dataorder.cursor import CursorSampler
     from dataorder.keys import derive_key
     from dataorder.megatron import (
@@ -55,8 +89,10 @@ if TYPE_CHECKING:
         MegatronPretrainingSampler,
         create_megatron_sampler,
     )
+    from dataorder.multires import BaseMultiresolutionDataset, BucketTable
     from dataorder.partition import EpochLayout, plan_epoch
     from dataorder.permutation import Permutation
+    from dataorder.scan import Manifest, build_manifest, read_manifest, scan_images, write_manifest
     from dataorder.schedule import BatchSizeSchedule, StepInfo
 
 

@@ -1,0 +1,144 @@
+"""The sampler contract over SequentialBucketSampler configurations.
+
+The table covers shuffling on and off, drop_last on and off, dynamic batch sizes, NeMo's
+compatibility mode, skewed bucket sizes (buckets of one sample, buckets smaller than one global
+batch, one bucket holding most of the data) and several data-parallel sizes, with elastic resumes
+where the mode allows them (``compat="nemo"`` refuses another ``num_replicas``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dataorder.bucket_sampler import SequentialBucketSampler
+from dataorder.multires import BaseMultiresolutionDataset
+from dataorder.testing import SamplerCase, check_contract
+
+
+def dataset(sizes: list[int], seed: int) -> BaseMultiresolutionDataset:
+    ids = np.repeat(np.arange(len(sizes)), sizes)
+    np.random.default_rng(seed).shuffle(ids)
+    res = [(64 * (j % 4 + 1), 64 * (j // 4 + 1)) for j in range(len(sizes))]
+    return BaseMultiresolutionDataset.from_bucket_ids(ids, res)
+
+
+SKEWED = dataset([1, 2, 5, 9, 17, 60, 3], seed=1)  # 97 samples, one big bucket, tiny ones
+EVEN = dataset([24, 24, 24], seed=2)
+MANY = dataset([4, 7, 1, 12, 6, 3, 9, 2, 5, 11], seed=3)  # 60 samples in 10 small buckets
+
+
+def make(ds: BaseMultiresolutionDataset, **kw: Any) -> Callable[[int, int], Any]:
+    def build(rank: int, world: int) -> SequentialBucketSampler:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # buckets that drop_last removes entirely
+            return SequentialBucketSampler(ds, num_replicas=world, rank=rank, **kw)
+
+    return build
+
+
+# (name, dataset, kwargs, world, elastic worlds, processes)
+CASES: list[tuple[str, BaseMultiresolutionDataset, dict[str, Any], int, tuple[int, ...], bool]] = [
+    ("skewed-keep-shuffled", SKEWED, {"base_batch_size": 2, "drop_last": False}, 4, (2, 1), True),
+    ("skewed-drop-shuffled", SKEWED, {"base_batch_size": 2}, 4, (2,), False),
+    (
+        "skewed-keep-sorted",
+        SKEWED,
+        {
+            "base_batch_size": 3,
+            "drop_last": False,
+            "shuffle_buckets": False,
+            "shuffle_within_bucket": False,
+        },
+        3,
+        (1,),
+        False,
+    ),
+    ("even-drop-one-rank", EVEN, {"base_batch_size": 5, "seed": 9}, 1, (), False),
+    (
+        "many-keep-dynamic",
+        MANY,
+        {
+            "base_batch_size": 2,
+            "drop_last": False,
+            "dynamic_batch_size": True,
+            "base_resolution": (128, 64),
+        },
+        8,
+        (4, 2),
+        False,
+    ),
+    (
+        "many-drop-buckets-only",
+        MANY,
+        {"base_batch_size": 1, "shuffle_within_bucket": False, "seed": 5},
+        4,
+        (2,),
+        False,
+    ),
+    (
+        "skewed-keep-within-only",
+        SKEWED,
+        {"base_batch_size": 4, "drop_last": False, "shuffle_buckets": False},
+        2,
+        (1,),
+        False,
+    ),
+    (
+        "nemo-keep",
+        SKEWED,
+        {"base_batch_size": 2, "drop_last": False, "compat": "nemo"},
+        4,
+        (),
+        False,
+    ),
+    ("nemo-drop", MANY, {"base_batch_size": 2, "compat": "nemo", "seed": 1}, 2, (), True),
+    (
+        "nemo-keep-dynamic-sorted",
+        MANY,
+        {
+            "base_batch_size": 2,
+            "drop_last": False,
+            "compat": "nemo",
+            "dynamic_batch_size": True,
+            "base_resolution": (128, 128),
+            "shuffle_buckets": False,
+        },
+        3,
+        (),
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "ds", "kw", "world", "elastic", "processes"), CASES, ids=[c[0] for c in CASES]
+)
+def test_contract(
+    name: str,
+    ds: BaseMultiresolutionDataset,
+    kw: dict[str, Any],
+    world: int,
+    elastic: tuple[int, ...],
+    processes: bool,
+) -> None:
+    case = SamplerCase(
+        name=name, make=make(ds, **kw), dataset_size=len(ds), world=world, elastic_worlds=elastic
+    )
+    check_contract(case, resume_points=30, processes=processes)
+
+
+def test_nemo_mode_is_not_elastic() -> None:
+    case = SamplerCase(
+        name="nemo",
+        make=make(EVEN, base_batch_size=2, compat="nemo"),
+        dataset_size=72,
+        world=4,
+        elastic_worlds=(2,),
+    )
+    with pytest.raises(ValueError, match="num_replicas is 4 in the state but 2 in this sampler"):
+        check_contract(case, resume_points=4)

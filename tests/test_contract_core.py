@@ -132,3 +132,18 @@ def test_repeated_resume_check_catches_nemo_b1() -> None:
     # resume replays batches. Exact after one resume, wrong after two.
     with pytest.raises(AssertionError, match="repeated resume diverges"):
         check_repeated_resume(_case(ResumeOnlyOnce))
+
+
+def test_state_loaded_while_an_iterator_is_live_stays_the_one_cursor() -> None:
+    # verify_data_parallel reads a sampler and restores its state while the training loop's
+    # iterator is alive; that iterator must keep advancing the restored cursor.
+    s = MiniSampler(40, 2, rank=0, world=2, seed=1)
+    ref = list(MiniSampler(40, 2, rank=0, world=2, seed=1))
+    live = iter(s)
+    got = [next(live), next(live)]
+    saved = s.state_dict()
+    list(s)  # someone else reads the rest of the epoch through the shared cursor...
+    s.load_state_dict(saved)  # ...and puts it back
+    got.append(next(live))
+    assert got == ref[:3]
+    assert s.state_dict()["consumed"] == 3 * 4

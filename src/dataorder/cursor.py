@@ -88,6 +88,12 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         """A copy of the cursor's global progress counters in the current epoch."""
         return dict(self._progress)
 
+    def _reset_progress(self, progress: Mapping[str, int]) -> None:
+        # In place: a live iterator writes its progress into this same dict, so a state loaded
+        # (or restored, as verify_data_parallel does) while it is alive stays the one cursor.
+        self._progress.clear()
+        self._progress.update(progress)
+
     def _epoch_done(self) -> bool:
         return self._remaining(self._progress) == 0
 
@@ -100,7 +106,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         epoch = check_int("epoch", epoch, min_value=0)
         if epoch != self._epoch:
             self._epoch = epoch
-            self._progress = dict.fromkeys(self.progress_keys, 0)
+            self._reset_progress(dict.fromkeys(self.progress_keys, 0))
 
     def __len__(self) -> int:
         """Number of batches the next ``iter()`` yields on this rank."""
@@ -111,7 +117,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
     def __iter__(self) -> Iterator[T_co]:
         if self._epoch_done():
             self._epoch += 1
-            self._progress = dict.fromkeys(self.progress_keys, 0)
+            self._reset_progress(dict.fromkeys(self.progress_keys, 0))
         return self._iterate(self._epoch)
 
     def state_dict(self) -> dict[str, Scalar]:
@@ -150,4 +156,4 @@ class CursorSampler(abc.ABC, Generic[T_co]):
                     )
         self._check_progress(epoch, progress)
         self._epoch = epoch
-        self._progress = progress
+        self._reset_progress(progress)

@@ -6,22 +6,43 @@ import itertools
 
 import pytest
 
-from dataorder.topology import Topology, data_parallel_topology, resolve_topology
+from dataorder.topology import (
+    Topology,
+    data_parallel_dims,
+    data_parallel_topology,
+    resolve_topology,
+)
 
 
 class FakeMesh:
-    """The two DeviceMesh methods topology uses, for a process at ``coords``."""
+    """The DeviceMesh methods topology uses, for a process at ``coords`` (None: not in the mesh).
 
-    def __init__(self, names: tuple[str, ...], shape: tuple[int, ...], coords: tuple[int, ...]):
+    Like the real ``DeviceMesh``, ``get_local_rank`` takes a dim index or a dim name.
+    """
+
+    def __init__(
+        self,
+        names: tuple[str, ...] | None,
+        shape: tuple[int, ...],
+        coords: tuple[int, ...] | None,
+    ):
         self.mesh_dim_names = names
+        self.ndim = len(shape)
         self._shape = shape
-        self._coords = dict(zip(names, coords, strict=True))
+        self._coords = coords
 
     def size(self, dim: int) -> int:
         return self._shape[dim]
 
-    def get_local_rank(self, name: str) -> int:
-        return self._coords[name]
+    def get_coordinate(self) -> list[int] | None:
+        return None if self._coords is None else list(self._coords)
+
+    def get_local_rank(self, dim: int | str) -> int:
+        assert self._coords is not None, "the real DeviceMesh fails here too (IndexError)"
+        if isinstance(dim, str):
+            assert self.mesh_dim_names is not None
+            dim = self.mesh_dim_names.index(dim)
+        return self._coords[dim]
 
 
 def test_explicit() -> None:
@@ -97,3 +118,40 @@ def test_env_and_default(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bad_input(kwargs: dict[str, object], exc: type[Exception], match: str) -> None:
     with pytest.raises(exc, match=match):
         resolve_topology(**kwargs)  # type: ignore[arg-type]
+
+
+def test_data_parallel_dims() -> None:
+    mesh = FakeMesh(("pp", "dp_replicate", "dp_shard", "cp", "tp"), (2, 2, 2, 2, 2), (0,) * 5)
+    assert data_parallel_dims(mesh) == ((1, 2), (0, 3, 4))
+    assert data_parallel_dims(mesh, "dp_shard") == ((2,), (0, 1, 3, 4))
+    assert data_parallel_dims(mesh, ("dp_shard", "dp_replicate")) == ((2, 1), (0, 3, 4))
+    with pytest.raises(ValueError, match=r"got dp_dims=\('dp', 'dp'\)$"):
+        data_parallel_dims(FakeMesh(("dp", "tp"), (2, 2), (0, 0)), ("dp", "dp"))
+    with pytest.raises(ValueError, match="a flattened dim is not a dim of its root mesh"):
+        data_parallel_dims(mesh, ("dp",))
+
+
+def test_unnamed_one_dimensional_mesh_is_data_parallel() -> None:
+    topo = data_parallel_topology(FakeMesh(None, (8,), (5,)))
+    assert (topo.dp_rank, topo.dp_size, topo.replica_size) == (5, 8, 1)
+    with pytest.raises(ValueError, match="mesh must be a DeviceMesh with named dims"):
+        data_parallel_topology(FakeMesh(None, (2, 4), (1, 1)))
+    with pytest.raises(ValueError, match="mesh must be a DeviceMesh with named dims"):
+        data_parallel_topology(FakeMesh(None, (8,), (5,)), dp_dims=("dp",))
+
+
+def test_process_outside_the_mesh() -> None:
+    # a real DeviceMesh over a subset of the ranks gives the others get_coordinate() -> None
+    # and an IndexError from get_local_rank
+    with pytest.raises(ValueError, match="mesh must contain the calling process"):
+        data_parallel_topology(FakeMesh(("dp", "tp"), (1, 2), None))
+
+
+def test_env_out_of_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "8")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    with pytest.raises(ValueError, match="the env rank and world size must satisfy 0 <= rank <"):
+        resolve_topology()
+    monkeypatch.setenv("RANK", "x")
+    with pytest.raises(ValueError, match="RANK and WORLD_SIZE must be ints; got RANK='x'"):
+        resolve_topology()

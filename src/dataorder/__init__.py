@@ -25,6 +25,9 @@ _EXPORTS: dict[str, str] = {
     "BucketStats": "dataorder.bucket_stats",
     "BucketTable": "dataorder.multires",
     "CursorSampler": "dataorder.cursor",
+    "DataParallelError": "dataorder.verify",
+    "DataParallelReport": "dataorder.verify",
+    "DistributedSampler": "dataorder.distributed",
     "EpochLayout": "dataorder.partition",
     "Manifest": "dataorder.scan",
     "MegatronPretrainingRandomSampler": "dataorder.megatron",
@@ -33,8 +36,11 @@ _EXPORTS: dict[str, str] = {
     "Permutation": "dataorder.permutation",
     "SequentialBucketSampler": "dataorder.bucket_sampler",
     "StepInfo": "dataorder.schedule",
+    "Topology": "dataorder.topology",
     "build_manifest": "dataorder.scan",
     "create_megatron_sampler": "dataorder.megatron",
+    "data_parallel_dims": "dataorder.topology",
+    "data_parallel_topology": "dataorder.topology",
     "derive_key": "dataorder.keys",
     "format_bucket_table": "dataorder.bucket_stats",
     "plan_bucket_epoch": "dataorder.bucket_sampler",
@@ -42,7 +48,9 @@ _EXPORTS: dict[str, str] = {
     "plot_bucket_stats": "dataorder.bucket_stats",
     "read_manifest": "dataorder.scan",
     "resize_and_crop": "dataorder.crop",
+    "resolve_topology": "dataorder.topology",
     "scan_images": "dataorder.scan",
+    "verify_data_parallel": "dataorder.verify",
     "write_manifest": "dataorder.scan",
 }
 
@@ -54,6 +62,9 @@ __all__ = [
     "BucketStats",
     "BucketTable",
     "CursorSampler",
+    "DataParallelError",
+    "DataParallelReport",
+    "DistributedSampler",
     "EpochLayout",
     "Manifest",
     "MegatronPretrainingRandomSampler",
@@ -62,9 +73,12 @@ __all__ = [
     "Permutation",
     "SequentialBucketSampler",
     "StepInfo",
+    "Topology",
     "__version__",
     "build_manifest",
     "create_megatron_sampler",
+    "data_parallel_dims",
+    "data_parallel_topology",
     "derive_key",
     "format_bucket_table",
     "plan_bucket_epoch",
@@ -72,7 +86,9 @@ __all__ = [
     "plot_bucket_stats",
     "read_manifest",
     "resize_and_crop",
+    "resolve_topology",
     "scan_images",
+    "verify_data_parallel",
     "write_manifest",
 ]
 
@@ -82,6 +98,7 @@ if TYPE_CHECKING:
     from dataorder.buckets import MultiTierBucketCalculator
     from dataorder.crop import resize_and_crop
     from dataorder.cursor import CursorSampler
+    from dataorder.distributed import DistributedSampler
     from dataorder.keys import derive_key
     from dataorder.megatron import (
         BaseMegatronSampler,
@@ -94,6 +111,13 @@ if TYPE_CHECKING:
     from dataorder.permutation import Permutation
     from dataorder.scan import Manifest, build_manifest, read_manifest, scan_images, write_manifest
     from dataorder.schedule import BatchSizeSchedule, StepInfo
+    from dataorder.topology import (
+        Topology,
+        data_parallel_dims,
+        data_parallel_topology,
+        resolve_topology,
+    )
+    from dataorder.verify import DataParallelError, DataParallelReport, verify_data_parallel
 
 
 def __getattr__(name: str) -> Any:

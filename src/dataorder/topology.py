@@ -7,7 +7,8 @@ environment themselves. :func:`resolve_topology` is the one place that detects i
 2. a ``torch.distributed.device_mesh.DeviceMesh`` and its data-parallel dims (``dp_dims``), e.g.
    ``("dp",)`` or ``("dp_replicate", "dp_shard")``: the DP rank is the row-major index over those
    dims, and the other dims (tensor, context, pipeline parallel) are replicas that must read
-   identical data;
+   identical data (a 1-D mesh without dim names is all data-parallel; a process outside the mesh
+   is refused);
 3. the initialised default process group (its whole world is taken as data-parallel);
 4. the ``RANK`` and ``WORLD_SIZE`` environment variables;
 5. ``(0, 1)``.
@@ -28,9 +29,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dataorder._validate import check_int
+from dataorder._validate import check_int, fail
 
-__all__ = ["DP_DIM_NAMES", "Topology", "data_parallel_topology", "resolve_topology"]
+__all__ = [
+    "DP_DIM_NAMES",
+    "Topology",
+    "data_parallel_dims",
+    "data_parallel_topology",
+    "resolve_topology",
+]
 
 #: Mesh dimension names taken as data-parallel when ``dp_dims`` is not given (in mesh order).
 DP_DIM_NAMES = ("dp", "dp_replicate", "dp_shard", "data_parallel")
@@ -62,57 +69,92 @@ class Topology:
         check_int("replica_rank", self.replica_rank, min_value=0, max_value=self.replica_size - 1)
 
 
-def _mesh_dim_names(mesh: Any) -> tuple[str, ...]:
-    names = getattr(mesh, "mesh_dim_names", None)
-    if not names:
-        raise ValueError("mesh must have mesh_dim_names to find its data-parallel dims; got none")
-    return tuple(names)
-
-
-def data_parallel_topology(mesh: Any, dp_dims: Sequence[str] | None = None) -> Topology:
-    """Return this process's data-parallel rank and size from a ``DeviceMesh``.
+def data_parallel_dims(
+    mesh: Any, dp_dims: Sequence[str] | str | None = None
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Split a mesh's dims into data-parallel dims and replica dims, as dim indices.
 
     Args:
-        mesh: A ``torch.distributed.device_mesh.DeviceMesh`` with named dims, containing the
-            calling process.
-        dp_dims: The data-parallel dims, outermost first. Default: the dims of the mesh named in
-            :data:`DP_DIM_NAMES`.
+        mesh: A ``DeviceMesh``. Its dims must be named, except a 1-D mesh, which is taken as
+            data-parallel when ``dp_dims`` is None.
+        dp_dims: The data-parallel dim names (a str is one name), outermost first. Default: the
+            mesh's dims named in :data:`DP_DIM_NAMES`, in mesh order.
 
     Returns:
-        The :class:`Topology`; ``dp_rank`` is the row-major index over ``dp_dims`` and the
-        remaining dims form the replica group.
+        ``(dp, replicas)``: indices of the data-parallel dims (in ``dp_dims`` order) and of the
+        other dims (tensor, context, pipeline parallel; in mesh order).
 
     Raises:
-        ValueError: If a dim is unknown, repeated, or no data-parallel dim can be found.
+        ValueError: If a dim is unknown or repeated, or no data-parallel dim can be found.
     """
-    names = _mesh_dim_names(mesh)
+    raw_names = getattr(mesh, "mesh_dim_names", None)
+    ndim = int(getattr(mesh, "ndim", len(raw_names or ())))
+    if not raw_names:
+        if ndim == 1 and dp_dims is None:
+            return (0,), ()
+        fail(
+            "mesh",
+            "a DeviceMesh with named dims (init_device_mesh(..., mesh_dim_names=...)) unless it "
+            "is 1-D and dp_dims is None",
+            f"<mesh with mesh_dim_names=None, dp_dims={dp_dims!r}>",
+        )
+    names = tuple(raw_names)
     if dp_dims is None:
-        dims = tuple(n for n in names if n in DP_DIM_NAMES)
-        if not dims:
+        dp = tuple(i for i, name in enumerate(names) if name in DP_DIM_NAMES)
+        if not dp:
             raise ValueError(
                 f"dp_dims must name the mesh's data-parallel dims; got dp_dims=None and the mesh "
                 f"has dims {names}, none of them in {DP_DIM_NAMES}"
             )
     else:
-        if isinstance(dp_dims, str):
-            dp_dims = (dp_dims,)
-        dims = tuple(dp_dims)
-        unknown = [d for d in dims if d not in names]
-        if not dims or unknown or len(set(dims)) != len(dims):
+        wanted = (dp_dims,) if isinstance(dp_dims, str) else tuple(dp_dims)
+        unknown = [d for d in wanted if d not in names]
+        if not wanted or unknown or len(set(wanted)) != len(wanted):
             raise ValueError(
                 f"dp_dims must be distinct dims of the mesh {names}; got dp_dims={dp_dims!r}"
+                + (
+                    " (a flattened dim is not a dim of its root mesh: pass its dims, or the "
+                    "flattened mesh itself)"
+                    if unknown
+                    else ""
+                )
             )
-    coords = {n: int(mesh.get_local_rank(n)) for n in names}
-    sizes = {n: int(mesh.size(names.index(n))) for n in names}
+        dp = tuple(names.index(d) for d in wanted)
+    return dp, tuple(i for i in range(len(names)) if i not in dp)
+
+
+def data_parallel_topology(mesh: Any, dp_dims: Sequence[str] | str | None = None) -> Topology:
+    """Return this process's data-parallel rank and size from a ``DeviceMesh``.
+
+    Args:
+        mesh: A ``torch.distributed.device_mesh.DeviceMesh`` containing the calling process,
+            with named dims (or 1-D).
+        dp_dims: The data-parallel dims, outermost first. Default: the dims of the mesh named in
+            :data:`DP_DIM_NAMES`.
+
+    Returns:
+        The :class:`Topology`; ``dp_rank`` is the row-major index over ``dp_dims`` and the
+        remaining dims form the replica group (row-major in mesh order).
+
+    Raises:
+        ValueError: If a dim is unknown, repeated, no data-parallel dim can be found, or the
+            calling process is not in the mesh.
+    """
+    dp, replicas = data_parallel_dims(mesh, dp_dims)
+    get_coordinate = getattr(mesh, "get_coordinate", None)
+    if get_coordinate is not None and get_coordinate() is None:
+        raise ValueError(
+            "mesh must contain the calling process; got a mesh without it (build the sampler "
+            "only on the ranks of the mesh, or pass the mesh those ranks belong to)"
+        )
     dp_rank, dp_size = 0, 1
-    for d in dims:
-        dp_rank = dp_rank * sizes[d] + coords[d]
-        dp_size *= sizes[d]
+    for d in dp:
+        dp_rank = dp_rank * int(mesh.size(d)) + int(mesh.get_local_rank(d))
+        dp_size *= int(mesh.size(d))
     rep_rank, rep_size = 0, 1
-    for n in names:
-        if n not in dims:
-            rep_rank = rep_rank * sizes[n] + coords[n]
-            rep_size *= sizes[n]
+    for d in replicas:
+        rep_rank = rep_rank * int(mesh.size(d)) + int(mesh.get_local_rank(d))
+        rep_size *= int(mesh.size(d))
     return Topology(dp_rank, dp_size, rep_rank, rep_size, source="mesh")
 
 
@@ -131,7 +173,7 @@ def resolve_topology(
     rank: int | None = None,
     *,
     mesh: Any = None,
-    dp_dims: Sequence[str] | None = None,
+    dp_dims: Sequence[str] | str | None = None,
 ) -> Topology:
     """Resolve the data-parallel rank and size (see the module docstring for the order).
 
@@ -180,9 +222,14 @@ def resolve_topology(
     if found is None:
         found = (0, 1, "default")
     g_rank, g_size, source = found
-    if num_replicas is None and rank is None:
-        return Topology(g_rank, g_size, source=source)
-    if num_replicas is not None:
+    if g_size < 1 or not 0 <= g_rank < g_size:
+        raise ValueError(
+            f"the {source} rank and world size must satisfy 0 <= rank < world size; got "
+            f"rank={g_rank}, world size={g_size}"
+        )
+    if rank is None:
+        if num_replicas is None:
+            return Topology(g_rank, g_size, source=source)
         # only num_replicas given: the global rank is its DP rank only if the world is all DP
         if g_size != num_replicas:
             raise ValueError(
@@ -190,7 +237,7 @@ def resolve_topology(
                 f"{source} world size is {g_size}; pass rank= (the data-parallel rank) or mesh="
             )
         return Topology(g_rank, num_replicas, source=source)
-    assert rank is not None  # only rank given
+    # only rank given: the world must be all data-parallel
     if rank >= g_size:
         raise ValueError(f"rank must be an int in [0, {g_size - 1}]; got rank={rank}")
     return Topology(rank, g_size, source=source)

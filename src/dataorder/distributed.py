@@ -1,0 +1,395 @@
+"""A drop-in, mesh-aware ``torch.utils.data.DistributedSampler`` that resumes and scales.
+
+:class:`DistributedSampler` takes the arguments of torch's sampler and splits an epoch the same
+way: ``num_samples`` indices per rank, rank ``r`` taking every ``num_replicas``-th index of the
+epoch from ``r`` on, the tail wrapped around (``drop_last=False``) or truncated
+(``drop_last=True``) for the whole job. What changes:
+
+* **The order is a pure function.** Position ``p`` of epoch ``e`` holds sample ``pi_e(p mod N)``,
+  where ``pi_e`` is a :class:`~dataorder.permutation.Permutation` of the dataset keyed by
+  ``derive_key(seed, epoch=e, stream="distributed", purpose="sample-order")`` (the identity with
+  ``shuffle=False``). Nothing of size ``N`` is ever built: the first index of an epoch of a
+  billion samples is ready in microseconds, where torch builds a ``randperm(N)`` Python list
+  (about 40 bytes per index) on every rank. Positions ``>= N`` are the wrap-around padding.
+* **It resumes.** The state is the epoch and ``consumed``, the global positions all ranks have
+  taken (items yielded on a rank x ``num_replicas``). Loading it sets where the next ``iter()``
+  starts, in torchdata's ``Stateful`` protocol; nothing is replayed. Because the global order
+  does not depend on ``num_replicas``, a state loads on another ``num_replicas`` that divides
+  ``consumed`` (an elastic resume).
+* **It knows the data-parallel layout.** ``mesh=`` and ``dp_dims=`` take the rank and size from a
+  ``DeviceMesh`` (tensor- and context-parallel peers read identical data); without them the
+  initialised process group, then ``RANK``/``WORLD_SIZE``, then ``(0, 1)``.
+* **Padding is declared.** :attr:`DistributedSampler.num_padding` and
+  :meth:`DistributedSampler.padding_mask` say which of this rank's items are wrap-around
+  repeats, so evaluation can leave them out.
+
+``compat="torch"`` reproduces torch's exact indices (``randperm`` seeded ``seed + epoch``); it
+materialises that permutation once per epoch, as torch does (as an int64 array, 8 bytes per
+index, not a Python list), and keeps everything else: state, resume, mesh, padding mask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from torch.utils.data.distributed import DistributedSampler as _TorchDistributedSampler
+
+from dataorder._validate import check_bool, check_choice, check_int, fail
+from dataorder.cursor import CursorSampler
+from dataorder.keys import KEY_DERIVATION_VERSION, derive_key
+from dataorder.partition import EpochLayout, plan_epoch
+from dataorder.permutation import PERMUTATION_VERSION, Permutation
+from dataorder.state import Scalar
+from dataorder.topology import Topology, resolve_topology
+
+__all__ = ["COMPAT_MODES", "DistributedSampler", "distributed_layout", "epoch_order"]
+
+#: Values of ``compat=``.
+COMPAT_MODES: tuple[str, ...] = ("default", "torch")
+
+_STREAM = "distributed"
+_CHUNK = 1 << 16  # positions per vectorised chunk: ~0.5 MB of int64, a few ms of work
+_MAX_TORCH_SEED = (1 << 64) - 1  # torch.Generator.manual_seed takes seeds below 2**64
+
+Order = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
+
+
+def distributed_layout(dataset_size: int, num_replicas: int, drop_last: bool) -> EpochLayout:
+    """The epoch's global blocks, exactly as torch's DistributedSampler cuts them.
+
+    One block is one index on each of ``num_replicas`` ranks, split strided (rank ``r`` takes
+    position ``r`` of each block). ``num_batches`` is torch's ``num_samples`` and
+    ``total_positions`` its ``total_size``: ``drop_last=True`` keeps whole blocks only, else the
+    last block is completed with padding positions ``>= dataset_size``.
+
+    Args:
+        dataset_size: Samples in the dataset (``>= 0``).
+        num_replicas: Data-parallel size (``>= 1``).
+        drop_last: Drop the tail (True) or pad it (False).
+
+    Returns:
+        The :class:`~dataorder.partition.EpochLayout` (``per_rank=1``, ``world=num_replicas``).
+    """
+    return plan_epoch(
+        dataset_size, per_rank=1, world=num_replicas, tail="drop" if drop_last else "pad"
+    )
+
+
+def epoch_order(
+    dataset_size: int,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool = True,
+    compat: Literal["default", "torch"] = "default",
+) -> Order:
+    """Return the pure function ``position -> sample`` of one epoch.
+
+    The function maps an int64 array of global positions (``>= 0``; positions ``>= dataset_size``
+    are padding and wrap around to ``position mod dataset_size``) to dataset indices. In the
+    default mode it is O(1) to build and vectorised; with ``compat="torch"`` building it runs
+    torch's ``randperm(dataset_size)`` seeded ``seed + epoch``.
+
+    Args:
+        dataset_size: Samples in the dataset, ``>= 1``.
+        seed: The shuffle seed.
+        epoch: The epoch.
+        shuffle: False gives the dataset order.
+        compat: ``"default"`` or ``"torch"``.
+
+    Example:
+        >>> import numpy as np
+        >>> order = epoch_order(10, seed=0, epoch=0, shuffle=False)
+        >>> order(np.array([3, 10, 11])).tolist()  # 10 and 11 are padding
+        [3, 0, 1]
+    """
+    n = check_int("dataset_size", dataset_size, min_value=1)
+    seed = check_int("seed", seed, min_value=0)
+    epoch = check_int("epoch", epoch, min_value=0)
+    shuffle = check_bool("shuffle", shuffle)
+    compat = check_choice("compat", compat, COMPAT_MODES)  # type: ignore[assignment]
+    if not shuffle:
+        return lambda positions: positions % n
+    if compat == "torch":
+        if seed + epoch > _MAX_TORCH_SEED:
+            raise ValueError(
+                "compat='torch' seeds torch with seed + epoch, which must be below 2**64; got "
+                f"seed={seed}, epoch={epoch}"
+            )
+        generator = torch.Generator()
+        generator.manual_seed(seed + epoch)  # torch's additive seeding, reproduced on purpose
+        table: npt.NDArray[np.int64] = torch.randperm(n, generator=generator).numpy()
+        return lambda positions: table[positions % n]
+    perm = Permutation(n, derive_key(seed, epoch=epoch, stream=_STREAM, purpose="sample-order"))
+    return lambda positions: perm(positions % n)
+
+
+def _dataset_size(dataset: object) -> int:
+    if not isinstance(dataset, Sized):
+        fail("dataset", "a sized dataset (with __len__)", dataset, TypeError)
+    return check_int("len(dataset)", len(dataset), min_value=0)
+
+
+class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
+    """torch's DistributedSampler, with an O(1) shuffle, exact resume, a mesh and a padding mask.
+
+    Same arguments and partition as ``torch.utils.data.DistributedSampler`` (it is a subclass, so
+    code that checks for torch's class, such as Lightning's, accepts it; the recipes for
+    torchdata's StatefulDataLoader, Accelerate and Lightning are in ``docs/integrations.md``):
+    every rank gets ``num_samples`` indices,
+    ``num_samples x num_replicas = total_size``; rank ``r`` takes global positions
+    ``r, r + num_replicas, r + 2 * num_replicas, ...``; with ``drop_last=False`` the epoch is
+    padded to ``total_size`` by wrapping around to its first positions, with ``drop_last=True``
+    its tail is cut. The cursor rules are :class:`~dataorder.cursor.CursorSampler`'s:
+    ``set_epoch(e)`` keeps the position when ``e`` is the current epoch and starts ``e`` from
+    the beginning otherwise; an ``iter()`` at the end of an epoch moves on to the next one (a
+    forgotten ``set_epoch`` never replays an epoch); ``len()`` is what the next ``iter()``
+    yields (``num_samples`` at the start of an epoch).
+
+    Args:
+        dataset: The dataset (only ``len(dataset)`` is used).
+        num_replicas: Data-parallel size. Default: from ``mesh``, else the process group, else
+            ``WORLD_SIZE``, else 1.
+        rank: This process's data-parallel rank, in ``[0, num_replicas)``. Default: as above.
+        shuffle: Shuffle every epoch (True) or keep the dataset order.
+        seed: Shuffle seed, a non-negative int, identical on every rank.
+        drop_last: Cut the tail (True) or pad it by wrapping around (False).
+        mesh: A ``torch.distributed.device_mesh.DeviceMesh``: the rank and size are its
+            data-parallel coordinates; the other dims (tensor, context parallel) read identical
+            data. An explicit ``rank``/``num_replicas`` must agree with it.
+        dp_dims: The mesh's data-parallel dims, e.g. ``("dp",)`` or
+            ``("dp_replicate", "dp_shard")``. Default: the dims named ``dp``, ``dp_replicate``,
+            ``dp_shard`` or ``data_parallel``.
+        compat: ``"default"`` (the keyed permutation) or ``"torch"`` (torch's exact indices).
+
+    Raises:
+        TypeError: If an argument has the wrong type (a bool where an int is meant, too).
+        ValueError: If an argument is out of range, or ``rank``/``num_replicas`` contradict the
+            mesh; the message names the argument and its value.
+
+    Example: a dataset of 10 samples on ``num_replicas=4`` ranks, ``shuffle=False``
+    (``total_size=12``; positions 10 and 11 are padding and hold samples 0 and 1 again)::
+
+        drop_last=False: rank 0: [0, 4, 8]  rank 1: [1, 5, 9]  rank 2: [2, 6, 0]  rank 3: [3, 7, 1]
+        drop_last=True:  rank 0: [0, 4]     rank 1: [1, 5]     rank 2: [2, 6]     rank 3: [3, 7]
+
+    >>> s = DistributedSampler(range(10), num_replicas=4, rank=2, shuffle=False)
+    >>> list(s), s.num_samples, s.total_size, s.samples_padded, s.padding_mask().tolist()
+    ([2, 6, 0], 3, 12, 2, [False, False, True])
+
+    With ``shuffle=True`` (the default) position ``p`` holds ``pi(p mod 10)`` for a keyed
+    permutation ``pi`` of epoch 0 (``seed=7``); the padding repeats positions 0 and 1:
+
+    >>> [list(DistributedSampler(range(10), 4, r, seed=7)) for r in range(4)]
+    [[1, 6, 7], [0, 4, 2], [3, 9, 1], [8, 5, 0]]
+
+    Checkpoint schema (after one index on each of the 4 ranks; bools are 0/1, ``layout.*`` is
+    informational: the state loads on any ``num_replicas`` that divides ``consumed``):
+
+    >>> t = DistributedSampler(range(10), num_replicas=4, rank=2, seed=7)
+    >>> next(iter(t))
+    3
+    >>> t.state_dict()  # doctest: +NORMALIZE_WHITESPACE
+    {'format': 'dataorder.state', 'version': 1, 'kind': 'distributed',
+     'fingerprint': 'ad45688b52889160', 'epoch': 0, 'consumed': 4,
+     'config.compat': 'default', 'config.dataset_size': 10, 'config.shuffle': 1,
+     'config.drop_last': 0, 'config.seed': 7, 'config.permutation_version': 1,
+     'config.key_version': 1, 'layout.num_replicas': 4}
+    """
+
+    state_kind: ClassVar[str] = "distributed"
+    #: The global order does not depend on ``num_replicas``: states load on another one.
+    elastic: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        dataset: Sized,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        *,
+        mesh: Any = None,
+        dp_dims: Sequence[str] | None = None,
+        compat: Literal["default", "torch"] = "default",
+    ) -> None:
+        CursorSampler.__init__(self)
+        self._n = _dataset_size(dataset)
+        self._shuffle = check_bool("shuffle", shuffle)
+        self._seed = check_int("seed", seed, min_value=0)
+        self._drop_last = check_bool("drop_last", drop_last)
+        self._compat: Literal["default", "torch"] = check_choice(  # type: ignore[assignment]
+            "compat", compat, COMPAT_MODES
+        )
+        if self._compat == "torch" and self._seed > _MAX_TORCH_SEED:
+            fail("seed", "an int in [0, 2**64 - 1] with compat='torch'", seed)
+        self._topology = resolve_topology(num_replicas, rank, mesh=mesh, dp_dims=dp_dims)
+        self.dataset = dataset  # type: ignore[assignment]  # torch types it Dataset; only len() is used
+        self._layout = distributed_layout(self._n, self._topology.dp_size, self._drop_last)
+
+    # -- torch's attributes, read-only -----------------------------------------------------------
+    @property
+    def num_replicas(self) -> int:  # type: ignore[override]
+        """Data-parallel size."""
+        return self._topology.dp_size
+
+    @property
+    def rank(self) -> int:  # type: ignore[override]
+        """This process's data-parallel rank."""
+        return self._topology.dp_rank
+
+    @property
+    def shuffle(self) -> bool:  # type: ignore[override]
+        """Whether each epoch is shuffled."""
+        return self._shuffle
+
+    @property
+    def seed(self) -> int:  # type: ignore[override]
+        """The shuffle seed."""
+        return self._seed
+
+    @property
+    def drop_last(self) -> bool:  # type: ignore[override]
+        """Whether the tail is cut (else padded by wrapping around)."""
+        return self._drop_last
+
+    @property
+    def num_samples(self) -> int:  # type: ignore[override]
+        """Indices every rank gets in a whole epoch (torch's ``num_samples``)."""
+        return self._layout.num_batches
+
+    @property
+    def total_size(self) -> int:  # type: ignore[override]
+        """Global positions in an epoch, padding included (torch's ``total_size``)."""
+        return self._layout.total_positions
+
+    @property
+    def epoch(self) -> int:
+        """The cursor's epoch. Assigning to it calls :meth:`set_epoch` (torch code does)."""
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self.set_epoch(value)
+
+    # -- dataorder's attributes -------------------------------------------------------------------
+    @property
+    def compat(self) -> str:
+        """``"default"`` or ``"torch"``."""
+        return self._compat
+
+    @property
+    def topology(self) -> Topology:
+        """Where this process sits: DP rank and size, and its replica group (TP x CP)."""
+        return self._topology
+
+    @property
+    def layout(self) -> EpochLayout:
+        """The epoch's global blocks (the same on every rank)."""
+        return self._layout
+
+    @property
+    def samples_dropped(self) -> int:
+        """Samples no rank reads in an epoch (``drop_last=True``), summed over ranks."""
+        return self._layout.dropped
+
+    @property
+    def samples_padded(self) -> int:
+        """Padding slots per epoch (repeats of the epoch's first samples), summed over ranks."""
+        return self._layout.padded
+
+    @property
+    def num_padding(self) -> int:
+        """How many of this rank's ``num_samples`` items in an epoch are padding.
+
+        Padding positions are the last of the epoch, so they are the last items of each rank's
+        epoch: rank ``r`` reads ``num_samples - num_padding`` real samples, then its padding.
+        """
+        real = max(0, -(-(self._n - self.rank) // self.num_replicas))
+        return self.num_samples - min(self.num_samples, real)
+
+    def padding_mask(self) -> npt.NDArray[np.bool_]:
+        """A bool array over this rank's ``num_samples`` items of an epoch: True for padding.
+
+        Item ``i`` is the ``i``-th index this rank yields from the start of an epoch; after a
+        mid-epoch resume the next item is ``i = progress["consumed"] // num_replicas``. Use it to
+        leave the wrap-around repeats out of evaluation metrics::
+
+            mask = sampler.padding_mask()               # before the epoch's first batch
+            for step, batch in enumerate(loader):       # loader built with batch_size=b
+                keep = ~torch.from_numpy(mask[step * b:(step + 1) * b])
+                metric.update(model(batch.x)[keep], batch.y[keep])
+        """
+        return np.arange(self.num_samples) >= self.num_samples - self.num_padding
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(dataset_size={self._n}, num_replicas={self.num_replicas}, "
+            f"rank={self.rank}, shuffle={self._shuffle}, seed={self._seed}, "
+            f"drop_last={self._drop_last}, compat={self._compat!r}; epoch={self._epoch}, "
+            f"consumed={self._progress['consumed']})"
+        )
+
+    # -- CursorSampler --------------------------------------------------------------------------
+    def order_config(self) -> dict[str, Scalar]:
+        """Fields that fix the order and the end of the epoch (``compat`` first, for messages)."""
+        return {
+            "compat": self._compat,
+            "dataset_size": self._n,
+            "shuffle": int(self._shuffle),
+            "drop_last": int(self._drop_last),
+            "seed": self._seed,
+            "permutation_version": PERMUTATION_VERSION if self._compat == "default" else 0,
+            "key_version": KEY_DERIVATION_VERSION if self._compat == "default" else 0,
+        }
+
+    def layout_info(self) -> dict[str, int]:
+        """``num_replicas`` (recorded, never the rank)."""
+        return {"num_replicas": self.num_replicas}
+
+    def _epoch_length(self) -> int:
+        return self._layout.num_batches
+
+    def _remaining(self, progress: Mapping[str, int]) -> int:
+        return self._layout.num_batches - self._layout.batch_for_consumed(progress["consumed"])
+
+    def _check_progress(self, epoch: int, progress: Mapping[str, int]) -> None:
+        consumed = progress["consumed"]
+        try:
+            self._layout.batch_for_consumed(consumed)
+        except ValueError:
+            raise ValueError(
+                f"cannot resume epoch {epoch} at consumed={consumed} on num_replicas="
+                f"{self.num_replicas}: every rank must restart at the same step, so consumed "
+                f"must be a multiple of num_replicas. Resume with a num_replicas that divides "
+                f"{consumed}, or from a checkpoint taken where it does"
+            ) from None
+
+    def _iterate(self, epoch: int) -> Iterator[int]:
+        # Bind the start now and build the order lazily: torchdata calls iter() once before it
+        # loads a state and once after, and only the second iterator is ever advanced (with
+        # compat="torch" building the order is a randperm of the dataset).
+        start = self._layout.batch_for_consumed(self._progress["consumed"])
+        return self._generate(epoch, start, self._progress)
+
+    def _generate(self, epoch: int, start: int, progress: dict[str, int]) -> Iterator[int]:
+        layout = self._layout
+        if start >= layout.num_batches:
+            return
+        order = epoch_order(
+            self._n, seed=self._seed, epoch=epoch, shuffle=self._shuffle, compat=self._compat
+        )
+        world = self.num_replicas
+        done = start
+        for positions in layout.iter_rank_positions(
+            rank=self.rank, split="strided", start_batch=start, chunk=_CHUNK
+        ):
+            for sample in order(positions.ravel()).tolist():
+                done += 1
+                progress["consumed"] = done * world
+                yield sample

@@ -1,0 +1,562 @@
+"""Prove a job's data-parallel partition: a collective check every rank calls once.
+
+:func:`verify_data_parallel` gathers what each process will read and checks the three properties
+that silently go wrong in 3-D parallel training:
+
+1. **Disjoint data-parallel ranks.** No sample is read twice across (or within) the DP ranks,
+   except in the padding slots the sampler declares (``samples_padded``: a repeated sample or a
+   ``None`` slot). For a whole epoch read from its start the count must match exactly.
+2. **Identical replicas.** All ranks of a tensor/context-parallel group (same DP rank) read
+   exactly the same batches: a sampler built with the global world size instead of the DP size
+   breaks this, and the model then trains on mismatched shards of different samples.
+3. **Lock-step.** Every rank has the same number of batches, and at each step the DP ranks'
+   batches have the same size: otherwise a collective hangs at the end of the epoch.
+
+It also checks that the samplers on the DP ranks declare that DP size and distinct ranks. Every
+rank reaches the same verdict (violations are exchanged before anything is raised), so a
+violation raises :class:`DataParallelError` on all ranks instead of hanging some of them.
+
+Groups. With ``mesh=`` the DP ranks are gathered over the mesh's data-parallel dims (one dim
+after the other, e.g. ``dp_replicate`` then ``dp_shard``) and the replicas over the others, with
+``mesh.get_group(dim)``; with ``dp_group=`` (and ``replica_group=``) over those groups; otherwise
+over the default process group, taken as all data-parallel; without ``torch.distributed`` (or
+before it is initialised) the process is alone, and the checks still run on its own data.
+
+Cost: each DP rank's indices travel to every DP rank (``all_gather_object`` of int64 arrays),
+replicas exchange only a digest. Check the first ``num_batches`` batches of a large epoch. With
+NCCL, ``all_gather_object`` needs ``torch.cuda.set_device(local_rank)`` to have been called.
+
+Example (one process):
+    >>> from dataorder.distributed import DistributedSampler
+    >>> report = verify_data_parallel(DistributedSampler(range(10), 1, 0))
+    >>> report.num_batches, report.full_epoch, report.padding_slots
+    (10, True, 0)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dataorder._validate import check_bool, check_int, check_optional_int
+from dataorder.topology import data_parallel_dims, data_parallel_topology
+
+__all__ = ["DataParallelError", "DataParallelReport", "verify_data_parallel"]
+
+IntArray = npt.NDArray[np.int64]
+_NONE = -1  # a None (padding) slot in the gathered arrays; real indices are >= 0
+_MAX_EXAMPLES = 5
+
+
+class DataParallelError(RuntimeError):
+    """The data-parallel partition is wrong; raised on every rank by :func:`verify_data_parallel`.
+
+    Attributes:
+        violations: One line per violation, identical on every rank.
+    """
+
+    def __init__(self, violations: Sequence[str]) -> None:
+        self.violations: tuple[str, ...] = tuple(violations)
+        count = len(self.violations)
+        lines = "\n".join(f"  - {v}" for v in self.violations)
+        plural = "" if count == 1 else "s"
+        super().__init__(f"data-parallel check failed ({count} violation{plural}):\n{lines}")
+
+
+@dataclass(frozen=True)
+class DataParallelReport:
+    """What :func:`verify_data_parallel` checked, as seen from the calling process.
+
+    Attributes:
+        dp_rank: This process's position in the data-parallel group.
+        dp_size: Size of the data-parallel group.
+        replica_rank: This process's position among the ranks that must read identical data.
+        replica_size: Size of that replica group (1 if none).
+        epoch: The sampler's epoch that was read, or None if the source has no epoch.
+        num_batches: Items read on every rank (batches, or indices for a per-index sampler).
+        batched: Whether the items are batches.
+        slots: Slots read over all DP ranks (padding included).
+        distinct_samples: Distinct samples among them.
+        padding_slots: Slots that are padding: repeats of a sample already read, or ``None``.
+        allowed_padding: Padding the sampler declares (``samples_padded``), or the caller's.
+        full_epoch: True if a whole epoch was read from its start; then ``padding_slots`` must
+            equal ``allowed_padding``, otherwise it must not exceed it.
+        violations: What is wrong, one line each, identical on every rank; empty if the
+            partition is correct (only seen with ``raise_on_error=False``).
+    """
+
+    dp_rank: int
+    dp_size: int
+    replica_rank: int
+    replica_size: int
+    epoch: int | None
+    num_batches: int
+    batched: bool
+    slots: int
+    distinct_samples: int
+    padding_slots: int
+    allowed_padding: int
+    full_epoch: bool
+    violations: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True if no rank found a violation."""
+        return not self.violations
+
+    def __str__(self) -> str:
+        if self.violations:
+            return str(DataParallelError(self.violations))
+        what = "batches" if self.batched else "indices"
+        span = "the whole epoch" if self.full_epoch else f"the first {self.num_batches} {what}"
+        return (
+            f"data-parallel partition OK over {span}"
+            + (f" of epoch {self.epoch}" if self.epoch is not None else "")
+            + f": {self.dp_size} DP ranks x {self.replica_size} replicas, {self.num_batches} "
+            f"{what} each, {self.distinct_samples} distinct samples in {self.slots} slots "
+            f"({self.padding_slots} padding, {self.allowed_padding} declared)"
+        )
+
+
+# -- local collection ---------------------------------------------------------------------------
+
+
+def _declaring(source: object) -> Any:
+    """The sampler behind ``source`` (itself, or a DataLoader's batch sampler or sampler)."""
+    candidates = [source]
+    batch_sampler = getattr(source, "batch_sampler", None)
+    if batch_sampler is not None:
+        candidates += [batch_sampler, getattr(batch_sampler, "sampler", None)]
+    candidates.append(getattr(source, "sampler", None))
+    for c in candidates:
+        if c is not None and hasattr(c, "samples_padded"):
+            return c
+    for c in candidates:
+        if c is not None and hasattr(c, "set_epoch"):
+            return c
+    return None
+
+
+def _declared_topology(sampler: Any) -> tuple[int, int] | None:
+    topo = getattr(sampler, "topology", None)
+    if topo is not None and hasattr(topo, "dp_rank"):
+        return int(topo.dp_rank), int(topo.dp_size)
+    for rank_name, size_name in (
+        ("data_parallel_rank", "data_parallel_size"),
+        ("rank", "num_replicas"),
+    ):
+        rank, size = getattr(sampler, rank_name, None), getattr(sampler, size_name, None)
+        if isinstance(rank, int) and isinstance(size, int):
+            return rank, size
+    return None
+
+
+def _as_slots(item: Any) -> list[int | None]:
+    """The slots of one yielded item: an index, None, or a batch of them."""
+    if item is None or isinstance(item, int | np.integer):
+        return [None if item is None else int(item)]
+    if isinstance(item, Sequence) and not isinstance(item, str | bytes):
+        out: list[int | None] = []
+        for x in item:
+            if x is not None and not isinstance(x, int | np.integer):
+                raise TypeError(
+                    "items must be indices, None or batches of them; got an element "
+                    f"{x!r} of type {type(x).__name__}"
+                )
+            out.append(None if x is None else int(x))
+        return out
+    raise TypeError(
+        f"items must be indices, None or batches of them; got {type(item).__name__}: {item!r}"
+    )
+
+
+def _collect(
+    source: Iterable[Any], *, num_batches: int | None, epoch: int | None
+) -> dict[str, Any]:
+    """Read this rank's items without moving a dataorder sampler's cursor."""
+    sampler = _declaring(source)
+    saved_state = None
+    saved_epoch = None
+    payload: dict[str, Any] = {
+        "declared": _declared_topology(sampler) if sampler is not None else None,
+        "allowed": getattr(sampler, "samples_padded", None),
+        "epoch": None,
+        "full": False,
+        "batched": None,
+        "flat": np.zeros(0, dtype=np.int64),
+        "sizes": np.zeros(0, dtype=np.int64),
+        "errors": [],
+    }
+    if sampler is not None and hasattr(sampler, "state_dict") and hasattr(sampler, "progress"):
+        saved_state = sampler.state_dict()
+    elif sampler is not None and isinstance(getattr(sampler, "epoch", None), int):
+        saved_epoch = sampler.epoch
+    try:
+        if epoch is not None:
+            # another epoch first, so the target epoch starts from its beginning (CursorSampler)
+            sampler.set_epoch(epoch + 1)
+            sampler.set_epoch(epoch)
+        epoch_before = getattr(sampler, "epoch", None)
+        progress = getattr(sampler, "progress", None)
+        iterator = iter(source)
+        slots: list[int | None] = []
+        sizes: list[int] = []
+        batched: bool | None = None
+        exhausted = True
+        for i, item in enumerate(iterator):
+            if num_batches is not None and i >= num_batches:
+                exhausted = False
+                break
+            if hasattr(item, "tolist"):  # numpy arrays and scalars, torch tensors
+                item = item.tolist()
+            is_batch = not (item is None or isinstance(item, int | np.integer))
+            if batched is None:
+                batched = is_batch
+            elif batched != is_batch:
+                raise TypeError("items mix single indices and batches")
+            got = _as_slots(item)
+            slots += got
+            sizes.append(len(got))
+        negative = [x for x in slots if x is not None and x < 0]
+        if negative:
+            raise ValueError(
+                f"indices must be non-negative ints or None; got {negative[:_MAX_EXAMPLES]}"
+            )
+        # A DataLoader calls the sampler's iter() lazily; by now the epoch is the one read. The
+        # read started at an epoch's beginning if the cursor was there, or if iter() moved on to
+        # the next epoch; samplers without a cursor always start there.
+        epoch_now = getattr(sampler, "epoch", None)
+        from_start = sampler is not None and (
+            progress is None or not any(progress.values()) or epoch_now != epoch_before
+        )
+        payload.update(
+            epoch=epoch_now if isinstance(epoch_now, int) else None,
+            full=bool(from_start and exhausted),
+            batched=bool(batched),
+            flat=np.array([_NONE if x is None else x for x in slots], dtype=np.int64),
+            sizes=np.array(sizes, dtype=np.int64),
+        )
+    except Exception as err:  # reported through the collective verdict, never raised alone
+        payload["errors"] = [f"reading the items failed: {type(err).__name__}: {err}"]
+    finally:
+        if saved_state is not None:
+            sampler.load_state_dict(saved_state)
+        elif saved_epoch is not None:
+            sampler.set_epoch(saved_epoch)
+    return payload
+
+
+def _digest(payload: Mapping[str, Any]) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(payload["sizes"].tobytes())
+    h.update(payload["flat"].tobytes())
+    return h.hexdigest()
+
+
+# -- the checks (pure: every rank runs them on the same gathered data) -------------------------
+
+
+def _check_dp(payloads: Sequence[Mapping[str, Any]], allowed_override: int | None) -> list[str]:
+    """Violations of lock-step and disjointness among the DP ranks (ordered by DP rank)."""
+    out: list[str] = []
+    size = len(payloads)
+    for p in payloads:
+        out += [f"DP rank {p['dp_rank']}: {e}" for e in p["errors"]]
+    if out:
+        return out
+    declared = [p["declared"] for p in payloads]
+    if all(d is not None for d in declared):
+        sizes = sorted({d[1] for d in declared})
+        ranks = sorted(d[0] for d in declared)
+        if sizes != [size]:
+            out.append(
+                f"the samplers declare num_replicas {sizes} but the data-parallel group has "
+                f"{size} ranks (with tensor or context parallelism, build the sampler with "
+                "the data-parallel size, e.g. mesh=)"
+            )
+        elif ranks != list(range(size)):
+            out.append(
+                "the samplers declare ranks "
+                f"{[d[0] for d in declared]} on DP ranks {list(range(size))}: each must "
+                "take a different data-parallel rank"
+            )
+    kinds = {p["batched"] for p in payloads}
+    if len(kinds) > 1:
+        out.append("some DP ranks yield batches and others single indices")
+    counts = [len(p["sizes"]) for p in payloads]
+    if len(set(counts)) > 1:
+        out.append(
+            "DP ranks have different numbers of batches (a collective hangs at the end): "
+            + ", ".join(f"rank {p['dp_rank']}: {c}" for p, c in zip(payloads, counts, strict=True))
+        )
+    common = min(counts) if counts else 0
+    if common and size > 1:
+        table = np.stack([p["sizes"][:common] for p in payloads])
+        uneven = np.flatnonzero((table != table[0]).any(axis=0))
+        if uneven.size:
+            step = int(uneven[0])
+            out.append(
+                f"DP ranks' batch sizes differ at {uneven.size} steps, first at step {step}: "
+                f"{table[:, step].tolist()}"
+            )
+    allowed_values = {p["allowed"] for p in payloads}
+    if allowed_override is not None:
+        allowed = allowed_override
+    elif len(allowed_values) == 1:
+        allowed = next(iter(allowed_values)) or 0
+    else:
+        out.append(f"DP ranks declare different samples_padded {sorted(allowed_values, key=str)}")
+        return out
+    flat = np.concatenate([p["flat"] for p in payloads])
+    real = flat[flat != _NONE]
+    distinct = np.unique(real)
+    padding = int(flat.size - distinct.size)
+    full = all(p["full"] for p in payloads)
+    if padding > allowed or (full and padding != allowed):
+        out.append(
+            f"{padding} padding slots (repeated samples or None) over the DP ranks but the "
+            f"sampler declares {allowed}"
+            + (" for the whole epoch" if full else " at most")
+            + _overlap_detail(payloads)
+        )
+    return out
+
+
+def _overlap_detail(payloads: Sequence[Mapping[str, Any]]) -> str:
+    parts = []
+    uniques = [np.unique(p["flat"][p["flat"] != _NONE]) for p in payloads]
+    for p, u in zip(payloads, uniques, strict=True):
+        real = int((p["flat"] != _NONE).sum())
+        if real != u.size:
+            parts.append(f"DP rank {p['dp_rank']} repeats {real - u.size} of its own samples")
+    for a in range(len(payloads)):
+        for b in range(a + 1, len(payloads)):
+            common = np.intersect1d(uniques[a], uniques[b], assume_unique=True)
+            if common.size:
+                parts.append(
+                    f"DP ranks {payloads[a]['dp_rank']} and {payloads[b]['dp_rank']} share "
+                    f"{common.size} samples, e.g. {common[:_MAX_EXAMPLES].tolist()}"
+                )
+            if len(parts) >= 2 * _MAX_EXAMPLES:
+                return ": " + "; ".join(parts) + "; ..."
+    return (": " + "; ".join(parts)) if parts else ""
+
+
+def _check_replicas(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Violations among replicas (same DP rank): they must have read identical items."""
+    if any(e["failed"] for e in entries):
+        return []  # a rank that could not read its items is reported by its DP group
+    versions: dict[str, list[Mapping[str, Any]]] = {}
+    for e in entries:
+        versions.setdefault(e["digest"], []).append(e)
+    if len(versions) <= 1:
+        return []
+    detail = "; ".join(
+        f"replica ranks {[e['replica_rank'] for e in group]} (DP ranks "
+        f"{sorted({e['dp_rank'] for e in group})}) read {group[0]['count']} items starting "
+        f"{group[0]['head']}"
+        for group in versions.values()
+    )
+    return [
+        f"ranks that must read identical data (tensor/context-parallel replicas) read "
+        f"{len(versions)} different versions: {detail}"
+    ]
+
+
+# -- collectives --------------------------------------------------------------------------------
+
+Gather = Callable[[Any], list[Any]]
+
+
+def _group_gather(group: Any) -> Gather:
+    import torch.distributed as dist
+
+    def gather(obj: Any) -> list[Any]:
+        out: list[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(out, obj, group=group)
+        return out
+
+    return gather
+
+
+def _nested(obj: Any, gathers: Sequence[Gather]) -> list[Any]:
+    """Gather over several groups in turn (a grid's dims); return the flat list of leaves."""
+    leaves: list[Any] = [obj]
+    for gather in gathers:
+        leaves = [leaf for chunk in gather(leaves) for leaf in chunk]
+    return leaves
+
+
+def _groups(
+    mesh: Any, dp_dims: Sequence[str] | str | None, dp_group: Any, replica_group: Any
+) -> tuple[tuple[int, int, int, int], list[Gather], list[Gather]]:
+    """``((dp_rank, dp_size, replica_rank, replica_size), dp gathers, replica gathers)``."""
+    if mesh is not None:
+        if dp_group is not None or replica_group is not None:
+            raise ValueError(
+                "mesh and dp_group/replica_group are exclusive; got mesh and "
+                f"dp_group={dp_group!r}, replica_group={replica_group!r}"
+            )
+        topo = data_parallel_topology(mesh, dp_dims)
+        dp, replicas = data_parallel_dims(mesh, dp_dims)
+        where = (topo.dp_rank, topo.dp_size, topo.replica_rank, topo.replica_size)
+        return (
+            where,
+            [_group_gather(mesh.get_group(d)) for d in dp],
+            [_group_gather(mesh.get_group(d)) for d in replicas],
+        )
+    if dp_dims is not None:
+        raise ValueError(f"dp_dims needs a mesh; got dp_dims={dp_dims!r} and mesh=None")
+    import torch.distributed as dist
+
+    if dp_group is None and replica_group is not None:
+        raise ValueError(
+            "replica_group needs dp_group; got replica_group and dp_group=None (pass both, or "
+            "mesh=)"
+        )
+    if not (dist.is_available() and dist.is_initialized()):
+        if dp_group is not None:
+            raise ValueError(
+                "dp_group needs an initialised torch.distributed; got dp_group and no process group"
+            )
+        return (0, 1, 0, 1), [], []
+    rep = (0, 1)
+    rep_gathers: list[Gather] = []
+    if replica_group is not None:
+        rep = (dist.get_rank(replica_group), dist.get_world_size(replica_group))
+        rep_gathers = [_group_gather(replica_group)]
+    return (
+        (dist.get_rank(dp_group), dist.get_world_size(dp_group), *rep),
+        [_group_gather(dp_group)],
+        rep_gathers,
+    )
+
+
+def _verify(
+    payload: dict[str, Any],
+    where: tuple[int, int, int, int],
+    dp_gathers: Sequence[Gather],
+    replica_gathers: Sequence[Gather],
+    allowed_padding: int | None,
+    raise_on_error: bool = True,
+) -> DataParallelReport:
+    """The collective part of :func:`verify_data_parallel`, with the gathers injected."""
+    dp_rank, dp_size, replica_rank, replica_size = where
+    payload = {**payload, "dp_rank": dp_rank}
+    dp_payloads = sorted(_nested(payload, dp_gathers), key=lambda p: p["dp_rank"])
+    violations = _check_dp(dp_payloads, allowed_padding)
+    if len(dp_payloads) != dp_size:
+        violations.append(
+            f"gathered {len(dp_payloads)} DP ranks but this process's DP size is {dp_size}"
+        )
+    entry = {
+        "dp_rank": dp_rank,
+        "replica_rank": replica_rank,
+        "digest": _digest(payload),
+        "count": len(payload["sizes"]),
+        "head": _head(payload),
+        "failed": bool(payload["errors"]),
+    }
+    replicas = sorted(_nested(entry, replica_gathers), key=lambda e: e["replica_rank"])
+    violations += _check_replicas(replicas)
+    # Share every verdict along the DP dims, then the replica dims: the grid is connected that
+    # way, so every rank raises (or returns) together and none waits in a later collective.
+    shared = _nested(violations, [*dp_gathers, *replica_gathers])
+    merged = list(dict.fromkeys(v for vs in shared for v in vs))
+    if merged and raise_on_error:
+        raise DataParallelError(merged)
+    flat = np.concatenate([p["flat"] for p in dp_payloads])
+    distinct = int(np.unique(flat[flat != _NONE]).size)
+    allowed = allowed_padding if allowed_padding is not None else (payload["allowed"] or 0)
+    return DataParallelReport(
+        dp_rank=dp_rank,
+        dp_size=dp_size,
+        replica_rank=replica_rank,
+        replica_size=replica_size,
+        epoch=payload["epoch"],
+        num_batches=len(payload["sizes"]),
+        batched=payload["batched"],
+        slots=int(flat.size),
+        distinct_samples=distinct,
+        padding_slots=int(flat.size) - distinct,
+        allowed_padding=int(allowed),
+        full_epoch=all(p["full"] for p in dp_payloads),
+        violations=tuple(merged),
+    )
+
+
+def _head(payload: Mapping[str, Any]) -> list[int | None] | list[list[int | None]]:
+    flat = [None if x == _NONE else int(x) for x in payload["flat"][:16].tolist()]
+    if not payload["batched"]:
+        return flat[:4]
+    first = int(payload["sizes"][0]) if len(payload["sizes"]) else 0
+    return [flat[:first]]
+
+
+def verify_data_parallel(
+    source: Iterable[Any],
+    *,
+    mesh: Any = None,
+    dp_dims: Sequence[str] | str | None = None,
+    dp_group: Any = None,
+    replica_group: Any = None,
+    num_batches: int | None = None,
+    epoch: int | None = None,
+    allowed_padding: int | None = None,
+    raise_on_error: bool = True,
+) -> DataParallelReport:
+    """Check, collectively, that the data-parallel ranks read a correct partition.
+
+    Every process of the groups involved must call it (it runs ``all_gather_object``), with the
+    same ``num_batches`` and ``epoch``. See the module docstring for what is checked.
+
+    Args:
+        source: A dataorder sampler (per-index or batched), any sampler or iterable of indices or
+            of batches of indices (``None`` marks a padding slot), or a ``DataLoader`` whose
+            batches are index tensors. A sampler with ``state_dict()`` is read and then restored:
+            its cursor does not move. Other iterables are consumed.
+        mesh: A ``DeviceMesh``: DP ranks along ``dp_dims``, replicas along the other dims.
+        dp_dims: The mesh's data-parallel dims (default: dims named ``dp``, ``dp_replicate``,
+            ``dp_shard``, ``data_parallel``).
+        dp_group: Without a mesh, the data-parallel process group (default: the whole world).
+        replica_group: Without a mesh, the group of ranks that must read identical data.
+        num_batches: Read only the first ``num_batches`` items (batches, or indices for a
+            per-index sampler). Default: to the end of the epoch.
+        epoch: Read this epoch from its beginning (the sampler's ``set_epoch``). Default: what
+            the sampler's next ``iter()`` yields.
+        allowed_padding: Padding slots allowed over all DP ranks. Default: the sampler's
+            ``samples_padded`` (for a DataLoader, its sampler's), else 0.
+        raise_on_error: Raise :class:`DataParallelError` on a violation (default), or return
+            a report whose ``ok`` is False and whose ``violations`` say why.
+
+    Returns:
+        The :class:`DataParallelReport` of this process.
+
+    Raises:
+        DataParallelError: On every rank, if any rank finds a violation and
+            ``raise_on_error`` is True.
+        TypeError, ValueError: If an argument is invalid (before any collective).
+    """
+    num_batches = check_optional_int("num_batches", num_batches, min_value=1)
+    if epoch is not None:
+        epoch = check_int("epoch", epoch, min_value=0)
+        if not hasattr(_declaring(source), "set_epoch"):
+            raise ValueError(
+                f"epoch needs a source with set_epoch (a sampler, or a DataLoader over one); "
+                f"got epoch={epoch} and a {type(source).__name__}"
+            )
+    if allowed_padding is not None:
+        allowed_padding = check_int("allowed_padding", allowed_padding, min_value=0)
+    raise_on_error = check_bool("raise_on_error", raise_on_error)
+    if not isinstance(source, Iterable):
+        raise TypeError(
+            f"source must be a sampler or an iterable of indices or batches; got source={source!r}"
+        )
+    where, dp_gathers, replica_gathers = _groups(mesh, dp_dims, dp_group, replica_group)
+    payload = _collect(source, num_batches=num_batches, epoch=epoch)
+    return _verify(payload, where, dp_gathers, replica_gathers, allowed_padding, raise_on_error)

@@ -1,0 +1,186 @@
+"""Generate ``docs/api.md`` from the docstrings of dataorder's public modules and names.
+
+    python docs/gen_api.py           # rewrite docs/api.md
+    python docs/gen_api.py --check   # exit 1 if docs/api.md is not current (tests run this)
+
+Public means: every module of the package whose name does not start with ``_``, and in each,
+the names of its ``__all__``, in that order; plus a table of the top-level names of
+``import dataorder``. Docstrings are copied verbatim into ``text`` blocks, so what the page shows
+is exactly what ``help()`` shows. The output depends only on the source: no addresses, no dates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import pkgutil
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import dataorder
+
+OUT = Path(__file__).resolve().parent / "api.md"
+
+#: Modules in reading order; any other public module is appended alphabetically.
+ORDER = (
+    "permutation",
+    "keys",
+    "partition",
+    "state",
+    "cursor",
+    "topology",
+    "megatron",
+    "schedule",
+    "distributed",
+    "verify",
+    "buckets",
+    "crop",
+    "scan",
+    "bucket_stats",
+    "multires",
+    "bucket_sampler",
+    "testing",
+    "demo",
+    "plots",
+    "cli",
+)
+
+
+def public_modules() -> list[str]:
+    found = {
+        m.name
+        for m in pkgutil.iter_modules(dataorder.__path__)
+        if not m.name.startswith("_") and m.name != "data"
+    }
+    return [m for m in ORDER if m in found] + sorted(found - set(ORDER))
+
+
+def _annotation(value: Any) -> str:
+    if value is inspect.Parameter.empty:
+        return ""
+    return value if isinstance(value, str) else inspect.formatannotation(value)
+
+
+def signature(obj: Any) -> str:
+    """``(a: int, b: str = 'x') -> None`` with annotations as written in the source."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return "(...)"
+    parts = []
+    seen_kw_only = False
+    for p in sig.parameters.values():
+        if p.kind is p.KEYWORD_ONLY and not seen_kw_only:
+            parts.append("*")
+            seen_kw_only = True
+        if p.kind is p.VAR_POSITIONAL:
+            seen_kw_only = True
+        prefix = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "")
+        text = prefix + p.name
+        note = _annotation(p.annotation)
+        if note:
+            text += f": {note}"
+        if p.default is not p.empty:
+            text += f" = {p.default!r}" if note else f"={p.default!r}"
+        parts.append(text)
+    result = f"({', '.join(parts)})"
+    ret = _annotation(sig.return_annotation)
+    return f"{result} -> {ret}" if ret else result
+
+
+def _doc(obj: Any) -> str:
+    doc = inspect.getdoc(obj)
+    return f"```text\n{doc}\n```\n" if doc else "*(no docstring)*\n"
+
+
+def _members(cls: type) -> list[tuple[str, Any]]:
+    """Public methods and properties defined by ``cls`` itself (not inherited), source order."""
+    out = []
+    for name, value in vars(cls).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, property | staticmethod | classmethod) or inspect.isfunction(value):
+            out.append((name, value))
+    return out
+
+
+def _render_class(name: str, cls: type) -> list[str]:
+    lines = [f"### class `{name}{signature(cls)}`\n", _doc(cls)]
+    bases = [b for b in cls.__mro__[1:] if b.__module__.startswith("dataorder")]
+    if bases:
+        lines.append(
+            "Inherits from "
+            + ", ".join(f"`{b.__module__}.{b.__qualname__}`" for b in bases)
+            + ".\n"
+        )
+    for member, value in _members(cls):
+        if isinstance(value, property):
+            lines += [f"#### `{name}.{member}` (property)\n", _doc(value)]
+        else:
+            func = value.__func__ if isinstance(value, staticmethod | classmethod) else value
+            kind = " (classmethod)" if isinstance(value, classmethod) else ""
+            lines += [f"#### `{name}.{member}{signature(func)}`{kind}\n", _doc(func)]
+    return lines
+
+
+def _render_name(module: ModuleType, name: str) -> list[str]:
+    obj = getattr(module, name)
+    if inspect.isclass(obj):
+        if obj.__module__ != module.__name__:
+            return [f"### `{name}`\n", f"Re-exported from `{obj.__module__}`.\n"]
+        return _render_class(name, obj)
+    if inspect.isfunction(obj):
+        return [f"### `{name}{signature(obj)}`\n", _doc(obj)]
+    text = repr(obj)
+    if len(text) > 200 or " at 0x" in text:
+        text = f"<{type(obj).__name__}>"
+    return [f"### `{name}`\n", f"```text\n{name} = {text}\n```\n"]
+
+
+def render() -> str:
+    lines = [
+        "# API reference\n",
+        "Generated from the docstrings by `python docs/gen_api.py`; do not edit by hand "
+        "(`tests/test_examples.py` checks that this page is current). Each module lists the "
+        "names of its `__all__`.\n",
+        "## `import dataorder`\n",
+        "| name | defined in |",
+        "| --- | --- |",
+    ]
+    exports = getattr(dataorder, "_EXPORTS", {})
+    for name in dataorder.__all__:
+        where = exports.get(name)
+        link = f"[`{where}`](#{where.replace('.', '')})" if where else "`dataorder`"
+        lines.append(f"| `{name}` | {link} |")
+    lines.append("")
+    modules = public_modules()
+    lines.append("Modules: " + ", ".join(f"[`{m}`](#dataorder{m})" for m in modules) + ".\n")
+    for short in modules:
+        module = importlib.import_module(f"dataorder.{short}")
+        lines += [f"## dataorder.{short}\n", _doc(module)]
+        for name in getattr(module, "__all__", []):
+            lines += _render_name(module, name)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Generate docs/api.md from the docstrings.")
+    parser.add_argument("--check", action="store_true", help="exit 1 if api.md is not current")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        current = OUT.read_text(encoding="utf-8") if OUT.exists() else ""
+        if current != text:
+            print(f"{OUT} is out of date: run python docs/gen_api.py", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text, encoding="utf-8")
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,297 @@
+"""`dataorder demo`: the shipped data, the checks it makes (and that they can fail), the plot.
+
+The two real runs (8 gloo processes per phase) go through the command line in a subprocess, as a
+user runs them; one passes every check, one injects a classic bug and must fail with exit status 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dataorder import demo
+from dataorder.demo import CHECKS, DemoConfig, MeshShape, _check_sampler
+from dataorder.plots import ScheduleBatch, plot_schedule
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "src" / "dataorder" / "data"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run_cli(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m dataorder ARGS`` in its own session, killed whole if it overruns."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dataorder", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the CLI and every process it started
+        proc.communicate()
+        pytest.fail(f"dataorder {' '.join(args)} did not finish within {timeout} s")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+# -- the shipped data -----------------------------------------------------------------------------
+def test_shipped_data_regenerates_byte_for_byte(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, str(DATA / "generate.py"), str(tmp_path)], check=True, timeout=60
+    )
+    for name in ("tokens.npy", "image_sizes.csv"):
+        assert (tmp_path / name).read_bytes() == (DATA / name).read_bytes(), name
+
+
+def test_shipped_data_matches_its_documentation() -> None:
+    tokens = demo.load_tokens()
+    assert tokens.shape == (410, 33)
+    assert tokens.dtype == np.uint8
+    assert int(tokens.max()) < 64
+    widths, heights = demo.load_image_sizes()
+    assert widths.shape == heights.shape == (3000,)
+    ratio = widths / heights
+    assert ratio.min() >= 1 / 3 - 0.01
+    assert ratio.max() <= 3 + 0.01
+    assert np.maximum(widths, heights).min() >= 512
+    assert np.maximum(widths, heights).max() <= 4096
+    readme = (DATA / "README.md").read_text()
+    assert "SEED = 20260601" in readme
+    assert "SEED = 20260601" in (DATA / "generate.py").read_text()
+
+
+# -- configuration --------------------------------------------------------------------------------
+def test_mesh_shape_parses_and_rejects() -> None:
+    assert MeshShape.parse("4,2,1") == MeshShape(4, 2, 1)
+    assert MeshShape.parse("2x2x2").world == 8
+    for bad in ("2,2", "0,2,2", "a,b,c", "2,2,2,2"):
+        with pytest.raises(
+            ValueError, match=rf"^mesh must be three positive ints .*got mesh='{bad}'"
+        ):
+            MeshShape.parse(bad)
+    with pytest.raises(ValueError, match="dp must be a positive int; got dp=0"):
+        MeshShape(0, 1, 1)
+
+
+def test_config_global_batch_is_shared_by_both_meshes() -> None:
+    cfg = DemoConfig()
+    assert cfg.global_batch_size == 16
+    assert (cfg.accumulation(cfg.first_mesh), cfg.accumulation(cfg.mesh)) == (1, 2)
+    odd = DemoConfig(first_mesh=MeshShape(3, 1, 1), mesh=MeshShape(2, 1, 1), micro_batch_size=2)
+    assert odd.global_batch_size == 12
+    assert (odd.accumulation(odd.first_mesh), odd.accumulation(odd.mesh)) == (2, 3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"micro_batch_size": 0},
+            "micro_batch_size must be a positive int; got micro_batch_size=0",
+        ),
+        ({"seed": -1}, "seed must be a non-negative int; got seed=-1"),
+        ({"timeout": 0}, "timeout must be a positive number of seconds; got timeout=0"),
+        ({"samplers": ("nope",)}, "samplers must be distinct names among"),
+        ({"samplers": ()}, "samplers must be distinct names among"),
+        ({"inject_bug": "typo"}, "inject_bug must be None or one of global-world, no-resume"),
+    ],
+)
+def test_config_validates(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DemoConfig(**kwargs)
+
+
+def test_config_rejects_wrong_types() -> None:
+    with pytest.raises(TypeError, match="timeout must be a positive number of seconds"):
+        DemoConfig(timeout=True)
+    with pytest.raises(TypeError, match="mesh must be a MeshShape"):
+        DemoConfig(mesh=(2, 2, 2))  # type: ignore[arg-type]
+
+
+# -- the parent's checks on synthetic records -----------------------------------------------------
+def _record(rank: int, dp_rank: int, dp_size: int, replica: int, **sampler: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "verify": {"ok": True, "summary": "ok"},
+        "dropped": 0,
+        "padded": 0,
+        "dataset_size": 8,
+        "losses": [1.0, 0.5],
+        "loader_state": {"s": 1},
+    }
+    base.update(sampler)
+    base.setdefault("padding", [0] * len(base["batches"]))
+    base.setdefault("buckets", [None] * len(base["batches"]))
+    return {
+        "rank": rank,
+        "dp_rank": dp_rank,
+        "dp_size": dp_size,
+        "replica_rank": replica,
+        "samplers": {"s": base},
+    }
+
+
+def _good_phases() -> list[list[dict[str, Any]]]:
+    # phase 0: 2 DP ranks x 2 replicas read 0..3; phase 1: 1 DP rank x 4 replicas reads 4..7
+    p0 = [
+        _record(0, 0, 2, 0, batches=[[0], [2]]),
+        _record(1, 0, 2, 1, batches=[[0], [2]]),
+        _record(2, 1, 2, 0, batches=[[1], [3]]),
+        _record(3, 1, 2, 1, batches=[[1], [3]]),
+    ]
+    p1 = [_record(r, 0, 1, r, batches=[[4, 5], [6, 7]]) for r in range(4)]
+    return [p0, p1]
+
+
+def test_checks_pass_on_a_correct_job() -> None:
+    result, schedule = _check_sampler("s", _good_phases())
+    assert result.ok, result.details
+    assert (result.lost, result.repeated) == (0, 0)
+    assert result.steps == (2, 2)
+    assert "lock_step" not in result.checks  # not a bucket sampler
+    assert [b.position for b in schedule] == [0, 0, 2, 2, 4, 6]
+
+
+def test_checks_fail_on_each_kind_of_mistake() -> None:
+    phases = _good_phases()
+    phases[0][1]["samplers"]["s"]["batches"] = [[0], [3]]  # a TP peer read other data
+    result, _ = _check_sampler("s", phases)
+    assert result.checks["replicas_identical"] is False
+    assert "phase 0 DP rank 0" in result.details["replicas_identical"]
+
+    phases = _good_phases()
+    longer = phases[1][0]["samplers"]["s"]
+    longer.update(batches=[[4, 5], [6, 7], [0, 1]], padding=[0, 0, 0], buckets=[None] * 3)
+    result, _ = _check_sampler("s", phases)
+    assert result.checks["equal_batches"] is False
+    assert "phase 1: batch counts [2, 3]" in result.details["equal_batches"]
+
+    phases = _good_phases()
+    for r in phases[1]:
+        r["samplers"]["s"]["batches"] = [[0, 5], [6, 7]]  # sample 0 again, sample 4 never
+    result, _ = _check_sampler("s", phases)
+    assert result.checks["exactly_once"] is False
+    assert (result.lost, result.repeated) == (1, 1)
+
+    phases = _good_phases()
+    phases[0][2]["samplers"]["s"]["loader_state"] = {"s": 2}
+    result, _ = _check_sampler("s", phases)
+    assert result.checks["one_checkpoint"] is False
+
+    phases = _good_phases()
+    phases[1][3]["samplers"]["s"]["verify"] = {"ok": False, "summary": "overlap"}
+    result, _ = _check_sampler("s", phases)
+    assert result.checks["dp_disjoint"] is False
+    assert "phase 1: overlap" in result.details["dp_disjoint"]
+
+
+def test_lock_step_check_and_declared_padding() -> None:
+    phases = _good_phases()
+    for p, records in enumerate(phases):
+        for r in records:
+            r["samplers"]["s"]["buckets"] = [p, p]
+    phases[1][0]["samplers"]["s"]["padding"] = [0, 1]
+    phases[1][0]["samplers"]["s"]["batches"] = [[4, 5], [6, 6]]  # one declared repeat
+    for r in phases[1]:
+        r["samplers"]["s"]["batches"] = [[4, 5], [6, 6]]
+        r["samplers"]["s"]["padding"] = [0, 1]
+    phases[1][0]["samplers"]["s"]["dropped"] = 0
+    result, schedule = _check_sampler("s", phases)
+    # sample 7 is never read: one lost; the repeat of 6 was declared
+    assert (result.lost, result.repeated) == (1, 0)
+    assert result.checks["lock_step"] is True
+    assert {b.bucket for b in schedule} == {0, 1}
+    phases[0][3]["samplers"]["s"]["buckets"] = [0, 5]
+    result, _ = _check_sampler("s", phases)
+    assert result.checks["lock_step"] is False
+    assert "phase 0 step 1: buckets [0, 5]" in result.details["lock_step"]
+
+
+# -- the plot -------------------------------------------------------------------------------------
+def test_plot_schedule_writes_a_png(tmp_path: Path) -> None:
+    rows = [
+        ScheduleBatch("a", 0, r, 2, 4 * s, 4, (4 * s + r, 4 * s + r + 2), bucket=s % 3)
+        for s in range(3)
+        for r in range(2)
+    ]
+    rows.append(ScheduleBatch("a", 1, 0, 1, 12, 2, (12, None), padding=1, bucket=1))
+    rows.append(ScheduleBatch("b", 0, 0, 1, 0, 2, (0, 1)))
+    path = plot_schedule(rows, tmp_path / "s.png", title="t")
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    with pytest.raises(ValueError, match="batches must hold at least one batch"):
+        plot_schedule([], tmp_path / "empty.png")
+
+
+def test_plot_needs_matplotlib_and_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    with pytest.raises(ImportError, match=r"pip install 'dataorder\[plots\]'"):
+        plot_schedule([ScheduleBatch("a", 0, 0, 1, 0, 1, (0,))], "never.png")
+
+
+# -- the real job ---------------------------------------------------------------------------------
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_demo_runs_and_every_check_passes(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    proc = run_cli(["demo", "--out", str(out), "--plain"], timeout=200)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "all checks passed" in proc.stdout
+    assert "Traceback" not in proc.stderr
+    for name in CHECKS.values():
+        assert name in proc.stdout  # the table's columns
+    report = json.loads((out / "report.json").read_text())
+    assert report["ok"] is True
+    results = {r["name"]: r for r in report["results"]}
+    assert list(results) == list(demo.SAMPLERS)
+    for r in results.values():
+        assert all(r["checks"].values()), r["details"]
+        assert (r["lost"], r["repeated"]) == (0, 0)
+        assert min(r["steps"]) > 0
+        assert r["loss"][1] < r["loss"][0]  # it trains
+    assert results["buckets"]["checks"]["lock_step"] is True
+    # the tail rules of the shipped 410 tokens at a global batch of 16 (data/README.md)
+    assert (results["megatron-single"]["dropped"], results["megatron-single"]["padded"]) == (0, 6)
+    assert (results["megatron-cyclic"]["dropped"], results["megatron-cyclic"]["padded"]) == (10, 0)
+    assert (out / "schedule.png").read_bytes()[:8] == PNG_MAGIC
+    # every process of phase 1 loaded this one file; `dataorder inspect` explains it
+    ckpt = out / "checkpoint" / "megatron-cyclic.json"
+    inspected = run_cli(["inspect", str(ckpt), "--plain"], timeout=60)
+    assert inspected.returncode == 0, inspected.stderr
+    assert "megatron_random" in inspected.stdout
+    assert "_index_sampler_state" in inspected.stdout
+    assert "12 of 25 done" in inspected.stdout  # phase 0 stopped half-way: 12 global batches
+    buckets = out / "checkpoint" / "buckets.json"
+    inspected = run_cli(
+        ["inspect", str(buckets), "--sizes", str(DATA / "image_sizes.csv"), "--plain"], timeout=60
+    )
+    assert inspected.returncode == 0, inspected.stderr
+    assert "sequential_bucket" in inspected.stdout
+    assert "next batch on each rank" in inspected.stdout
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_demo_catches_the_global_world_mistake(tmp_path: Path) -> None:
+    # Seed 003's trap: samplers built with the global rank and world size under TP. (A restart
+    # that forgets the checkpoint, --inject-bug no-resume, fails "each once": the synthetic
+    # records above cover that check without another 16 processes.)
+    out = tmp_path / "bug"
+    failing = {"dp_disjoint", "replicas_identical", "exactly_once"}
+    args = ["demo", "--out", str(out), "--plain", "--no-plot", "--samplers", "megatron-cyclic"]
+    proc = run_cli([*args, "--inject-bug", "global-world"], timeout=150)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "SOME CHECKS FAILED" in proc.stdout
+    report = json.loads((out / "report.json").read_text())
+    (result,) = report["results"]
+    assert {k for k, ok in result["checks"].items() if not ok} == failing
+    for key in failing:
+        assert f"FAILED megatron-cyclic {CHECKS[key]}" in proc.stdout

@@ -150,17 +150,24 @@ class EpochLayout:
     ) -> Iterator[npt.NDArray[np.int64]]:
         """Yield ``rank``'s positions from ``start_batch`` on, as 2-D arrays of whole batches.
 
-        Each array has shape ``(k, batch size)`` with ``k <= chunk``; the final smaller block of a
-        ``"shrink"`` layout comes as its own array. Work is vectorised per chunk.
+        Each array has shape ``(k, batch size)``: ``k`` starts at 1 and doubles up to ``chunk``,
+        so the first batch after a start or a resume costs one batch's work, and later work is
+        vectorised over many batches. The final smaller block of a ``"shrink"`` layout comes as
+        its own array.
         """
         rank = check_int("rank", rank, min_value=0, max_value=self.world - 1)
-        offsets = rank_offsets(self.per_rank, self.world, rank, split)
+        start_batch = check_int("start_batch", start_batch, min_value=0)
+        chunk = check_int("chunk", chunk, min_value=1)
         b = start_batch
-        while b < self.full_blocks:
-            e = min(self.full_blocks, b + chunk)
-            starts = np.arange(b, e, dtype=np.int64) * self.block_size
-            yield starts[:, None] + offsets[None, :]
-            b = e
+        k = 1
+        if b < self.full_blocks:
+            offsets = rank_offsets(self.per_rank, self.world, rank, split)
+            while b < self.full_blocks:
+                e = min(self.full_blocks, b + k)
+                starts = np.arange(b, e, dtype=np.int64) * self.block_size
+                yield starts[:, None] + offsets[None, :]
+                b = e
+                k = min(chunk, 2 * k)
         if self.tail_per_rank and start_batch <= self.full_blocks:
             yield self.batch_positions(self.full_blocks, rank=rank, split=split)[None, :]
 

@@ -105,9 +105,12 @@ def main() -> None:
         loader.load_state_dict(saved["loader"])  # the sampler continues where it stopped
         model.load_state_dict(torch.load(args.ckpt.with_suffix(".pt"), weights_only=True))
 
+    epoch = 0  # one epoch here; a longer run calls sampler.set_epoch(epoch) for each
     read: list[dict[str, Any]] = []
     for batch in loader:
-        info = sampler.get_batch_info(step)  # batch `step` of the epoch (one epoch here)
+        # batch `step` of the epoch, named explicitly: the workers prefetch, so the sampler may
+        # already have run out and moved its cursor on to the next epoch
+        info = sampler.get_batch_info(step, epoch=epoch)
         width, height = info["resolution"]
         if tuple(batch["latent"].shape) != (info["batch_size"], 4, height // 64, width // 64):
             raise RuntimeError(f"batch {step} is not what get_batch_info says: {info}")

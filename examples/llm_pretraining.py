@@ -103,7 +103,7 @@ def main() -> None:
         model.zero_grad()
         for _ in range(info.num_micro_batches):
             batch = next(batches, None)
-            if batch is None:  # end of the epoch: iter() moves on to the next one by itself
+            if batch is None:  # end of the epoch: running out moved the sampler to the next one
                 batches = iter(loader)
                 batch = next(batches)
             index, rows = batch

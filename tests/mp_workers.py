@@ -136,9 +136,11 @@ def job_mesh(rank: int, world: int, workdir: Path, phase: int) -> dict[str, Any]
     }
     for name, sampler in _samplers(mesh, topo).items():
         report = verify_data_parallel(sampler, mesh=mesh)
+        cursor = [sampler.epoch, sampler.progress]  # verify did not move it: epoch 0's start
         out["samplers"][name] = {
-            "items": list(sampler),  # verify did not move the cursor: this is epoch 0
-            "epoch": sampler.epoch,
+            "items": list(sampler),  # the whole of epoch 0
+            "cursor": cursor,
+            "epoch_after": sampler.epoch,  # the pass ran out: the cursor moved on to epoch 1
             "padded": sampler.samples_padded,
             "dropped": sampler.samples_dropped,
             "report": _report(report),
@@ -294,7 +296,8 @@ def job_crash(rank: int, world: int, workdir: Path, phase: int) -> dict[str, Any
         "dp_rank": topo.dp_rank,
         "start": start,
         "last_step": step,
-        "epochs": [dist_sampler.epoch, megatron.epoch],
+        # the loop ran both loaders out, which moved both cursors to the start of epoch 1
+        "cursors": [[s.epoch, s.progress["consumed"]] for s in (dist_sampler, megatron)],
     }
 
 

@@ -187,11 +187,15 @@ def test_lock_step_coverage_and_len(
     got = [run_epoch(s) for s in samplers]
     assert [len(g) for g in got] == lens
     assert len(set(lens)) == 1
+    # every pass ran out: each cursor moved on to the start of the next epoch
+    assert {(s.epoch, s.progress["bucket"], s.progress["consumed"]) for s in samplers} == {
+        (epoch + 1, 0, 0)
+    }
     bucket_of = {i: ds[i]["bucket"] for i in range(len(ds))}
     runs: list[int] = []
     streams: dict[int, list[int]] = {}
     for step in range(lens[0]):
-        info = samplers[0].get_batch_info(step)
+        info = samplers[0].get_batch_info(step, epoch=epoch)
         batches = [got[r][step] for r in range(world)]
         assert {len(b) for b in batches} == {info["batch_size"]}  # one shape on every rank
         assert {bucket_of[i] for b in batches for i in b} == {info["bucket"]}  # one bucket
@@ -199,7 +203,8 @@ def test_lock_step_coverage_and_len(
         n = int(t.sizes[info["bucket"]])
         for r in range(world):
             slots = range(start + r, start + r + world * info["batch_size"], world)
-            assert samplers[r].get_batch_info(step)["padding"] == sum(p >= n for p in slots)
+            info_r = samplers[r].get_batch_info(step, epoch=epoch)
+            assert info_r["padding"] == sum(p >= n for p in slots)
         assert info["padding_global"] == max(0, start + world * info["batch_size"] - max(n, start))
         if not runs or runs[-1] != info["bucket"]:
             runs.append(info["bucket"])
@@ -392,11 +397,16 @@ def test_set_epoch_after_load_keeps_or_resets() -> None:
 def test_state_after_an_epoch_points_at_the_next() -> None:
     ds = make_dataset([6, 6])
     s = S(ds, base_batch_size=2, num_replicas=2, rank=0)
-    run_epoch(s)
-    assert (s.epoch, s.progress) == (0, {"bucket": 2, "consumed": 0})
-    it = iter(s)  # NeMo's stale window: here iter() itself moves to epoch 1
-    assert (s.state_dict()["epoch"], s.state_dict()["bucket"]) == (1, 0)
-    assert len(list(it)) == 2
+    run_epoch(s)  # the pass ran out: at that moment the cursor moved on to epoch 1
+    assert (s.epoch, s.progress) == (1, {"bucket": 0, "consumed": 0})
+    assert (s.state_dict()["epoch"], s.state_dict()["bucket"], len(s)) == (1, 0, 2)
+    # NeMo's stale window: a loop that stops at the last batch without running the pass out
+    t = S(ds, base_batch_size=2, num_replicas=2, rank=0)
+    run_epoch(t, limit=len(t))
+    assert (t.epoch, t.progress) == (0, {"bucket": 2, "consumed": 0})
+    it = iter(t)  # here iter() itself moves to epoch 1
+    assert (t.state_dict()["epoch"], t.state_dict()["bucket"]) == (1, 0)
+    assert list(it) == run_epoch(s)
 
 
 def test_state_is_small_and_names_every_field() -> None:
@@ -590,7 +600,11 @@ def test_get_batch_info_range_and_padding() -> None:
         ({"shuffle_buckets": None}, TypeError, "shuffle_buckets must be a bool"),
         ({"shuffle_within_bucket": "yes"}, TypeError, "shuffle_within_bucket must be a bool"),
         ({"dynamic_batch_size": 0}, TypeError, "dynamic_batch_size must be a bool"),
-        ({"seed": -1}, ValueError, "seed must be a non-negative int; got seed=-1"),
+        (
+            {"seed": -1},
+            ValueError,
+            r"seed must be an int in \[0, 18446744073709551615\]; got seed=-1",
+        ),
         (
             {"seed": 2**63, "compat": "nemo"},
             ValueError,
@@ -783,6 +797,12 @@ def test_stateful_dataloader_mid_epoch_restore(num_workers: int) -> None:
         restored.load_state_dict(state)
         if k < len(e0):
             assert _loader_batches(head) + _loader_batches(restored) == e0
-            assert _loader_batches(restored) == e1
-        else:  # saved after the last batch of epoch 0: the restored loader starts epoch 1
-            assert _loader_batches(restored) == e1
+        else:  # saved after the last batch of epoch 0, before StopIteration: nothing left of it
+            assert _loader_batches(restored) == []
+        assert _loader_batches(restored) == e1  # then the next epoch
+    # saved after the loader ran out of epoch 0: the sampler had moved on, epoch 1 comes directly
+    dl = loader()
+    _loader_batches(dl)
+    restored = loader()
+    restored.load_state_dict(dl.state_dict())
+    assert _loader_batches(restored) == e1

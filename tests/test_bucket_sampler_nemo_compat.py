@@ -171,8 +171,8 @@ def test_first_resume_equals_nemos(tmp_path: Path) -> None:
     cache = _random_cache(tmp_path, rng)
     nemo_ds, ours = nemo_dataset(cache), BaseMultiresolutionDataset(cache)
     kw: dict[str, Any] = {"base_batch_size": 1, "drop_last": False, "seed": 3}
-    # k < len: after a whole epoch NeMo resumes into an empty pass, this sampler into the next epoch
-    for k in range(len(S(ours, num_replicas=2, rank=1, compat="nemo", **kw))):
+    # k == len too: a state saved after the epoch's last batch resumes into an empty pass in both
+    for k in range(len(S(ours, num_replicas=2, rank=1, compat="nemo", **kw)) + 1):
         a = nemo_sampler(nemo_ds, num_replicas=2, rank=1, **kw)
         head = [list(b) for _, b in zip(range(k), a, strict=False)]
         b = nemo_sampler(nemo_ds, num_replicas=2, rank=1, **kw)

@@ -24,6 +24,7 @@ from dataorder.distributed import DistributedSampler
 from dataorder.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
 from dataorder.multires import BaseMultiresolutionDataset
 from dataorder.scan import build_manifest, read_manifest, write_manifest
+from dataorder.testing import run_epoch
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -381,11 +382,17 @@ def test_inspect_single_sampler_at_the_end_of_an_epoch(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     s = MegatronPretrainingSampler(10, 2, 0, 1)
-    list(s)
-    code, out, _ = run(capsys, "inspect", str(save(tmp_path / "e.json", s.state_dict())), "--json")
-    assert code == 0
-    report = json.loads(out)
-    assert report["next"] == [{"rank": 0, "epoch": 1, "items": [0, 1]}]  # on to epoch 1
+    run_epoch(s, limit=len(s))  # saved after the last batch, before the pass ran out
+    at_end = s.state_dict()
+    assert (at_end["epoch"], at_end["consumed"]) == (0, 10)
+    t = MegatronPretrainingSampler(10, 2, 0, 1)
+    list(t)  # saved after the pass ran out: the cursor is at the start of epoch 1
+    for state in (at_end, t.state_dict()):
+        code, out, _ = run(capsys, "inspect", str(save(tmp_path / "e.json", state)), "--json")
+        assert code == 0
+        report = json.loads(out)
+        # the resumed job reads epoch 1 next (after an empty pass of epoch 0 for at_end)
+        assert report["next"] == [{"rank": 0, "epoch": 1, "items": [0, 1]}]
 
 
 def test_inspect_bucket_state_needs_its_dataset(

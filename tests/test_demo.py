@@ -279,6 +279,23 @@ def test_demo_runs_and_every_check_passes(tmp_path: Path) -> None:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_demo_accounts_the_last_step_in_its_own_epoch(tmp_path: Path) -> None:
+    # On dp=2 after dp=3 a step is 3 micro-batches and the epoch ends in the middle of one: the
+    # pass runs out (moving the bucket sampler to epoch 1) before that step's batches are
+    # accounted for, and their declared padding must still be epoch 0's.
+    out = tmp_path / "odd"
+    meshes = ["--first-mesh", "3,1,1", "--mesh", "2,1,1"]
+    args = ["demo", "--out", str(out), "--plain", "--no-plot", "--samplers", "buckets", *meshes]
+    proc = run_cli(args, timeout=100)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (result,) = json.loads((out / "report.json").read_text())["results"]
+    assert result["micro_batches"][1] % 3, "the last step must be short for this test to bite"
+    assert all(result["checks"].values()), result["details"]
+    assert (result["lost"], result["repeated"]) == (0, 0)
+
+
+@pytest.mark.multiprocess
 @pytest.mark.timeout(180)
 def test_demo_catches_the_global_world_mistake(tmp_path: Path) -> None:
     # Seed 003's trap: samplers built with the global rank and world size under TP. (A restart

@@ -156,8 +156,9 @@ def test_accelerate_stateful_resume_is_exact() -> None:
         it = iter(prepared)
         head = [x for _ in range(k) for x in next(it).tolist()]
         state = prepared.state_dict()
-        ahead = min((k + 1) * b, len(full)) * world
-        assert s.progress["consumed"] == ahead, "the sampler is one batch ahead"
+        # reading a short last batch ahead runs the sampler out: it moves on to epoch 1
+        ahead = (0, (k + 1) * b * world) if (k + 1) * b <= len(full) else (1, 0)
+        assert (s.epoch, s.progress["consumed"]) == ahead, "the sampler is one batch ahead"
         _, resumed = make()
         resumed.load_state_dict(state)
         assert head + indices(resumed) == full, f"resume after {k} batches"
@@ -202,6 +203,21 @@ def test_accelerate_resume_across_epochs_with_set_epoch() -> None:
         resumed.set_epoch(epoch)
         got.append(indices(resumed))
     assert [head + got[0], got[1]] == reference[2:]
+
+    # the recipe's checkpoint after the inner loop: the loader ran out, so its state is the start
+    # of the next epoch, and that is the epoch to save with it
+    prepared = make()
+    for epoch in range(2):
+        prepared.set_epoch(epoch)
+        indices(prepared)
+    checkpoint = {"epoch": epoch + 1, "loader": prepared.state_dict()}
+    resumed = make()
+    resumed.load_state_dict(checkpoint["loader"])
+    got = []
+    for epoch in range(checkpoint["epoch"], 4):
+        resumed.set_epoch(epoch)
+        got.append(indices(resumed))
+    assert got == reference[2:]
 
 
 # -- PyTorch Lightning --------------------------------------------------------------------------

@@ -143,7 +143,7 @@ BASE = {
         (
             {"total_samples": 0},
             ValueError,
-            "total_samples must be a positive int; got total_samples=0",
+            "total_samples must be an int in [1, 4611686018427387904]; got total_samples=0",
         ),
         (
             {"micro_batch_size": 0},
@@ -327,10 +327,10 @@ def test_set_epoch_keeps_the_current_epoch_and_restarts_another() -> None:
     assert list(s) == full
 
 
-def test_iter_moves_to_the_next_epoch_by_itself() -> None:
+def test_a_pass_that_runs_out_moves_to_the_next_epoch() -> None:
     s = Random(40, 2, 0, 2, seed=3)
     e0, e1 = list(s), list(s)
-    assert s.epoch == 1
+    assert (s.epoch, s.progress) == (2, {"consumed": 0})
     t = Random(40, 2, 0, 2, seed=3)
     t.set_epoch(1)
     assert e0 != e1 == list(t)
@@ -653,9 +653,37 @@ def test_stateful_dataloader_mid_epoch_restore(num_workers: int) -> None:
         restored.load_state_dict(state)
         if k < len(e0):
             assert _indices(head) + _indices(list(restored)) == e0
-            assert _indices(list(restored)) == e1
-        else:  # saved after the last batch of epoch 0: the restored loader starts epoch 1
-            assert _indices(list(restored)) == e1
+        else:  # saved after the last batch of epoch 0, before StopIteration: nothing left of it
+            assert _indices(list(restored)) == []
+        assert _indices(list(restored)) == e1  # then the next epoch
+    # saved after the loader ran out of epoch 0: the sampler had moved on, epoch 1 comes directly
+    dl = loader()
+    list(dl)
+    restored = loader()
+    restored.load_state_dict(dl.state_dict())
+    assert _indices(list(restored)) == e1
+
+
+def test_plain_dataloader_with_workers_resumed_at_the_end_of_an_epoch() -> None:
+    """The resumed loop over DataLoader(batch_sampler=s, num_workers=2), from a state saved after
+    the last micro-batch of epoch 0: loop epoch 0 is empty, loop epoch 1 reads epoch 1."""
+
+    def make() -> Any:
+        return Random(45, 4, 1, 2, seed=3, drop_last=False)
+
+    a = make()
+    for _ in zip(range(len(a)), a, strict=False):  # the last micro-batch; never ran out
+        pass
+    s = make()
+    s.load_state_dict(a.state_dict())
+    loader = DataLoader(Tokens(), batch_sampler=s, num_workers=2)
+    got = []
+    for epoch in (0, 1):
+        s.set_epoch(epoch)
+        got.append(_indices(list(loader)))
+    expected = make()
+    expected.set_epoch(1)
+    assert got == [[], [[i if i is not None else -1 for i in b] for b in expected]]
 
 
 # -- module hygiene --------------------------------------------------------------------------------

@@ -156,7 +156,10 @@ def test_mesh_every_sampler(tmp_path: Path) -> None:
             assert rep["num_batches"] == len(e["items"]), name
             assert rep["padding_slots"] == rep["allowed_padding"] == first["padded"], name
             assert rep["distinct"] == W.N_MESH - first["dropped"], name
-            assert e["epoch"] == 0, f"{name}: verify moved the cursor"
+            epoch, progress = e["cursor"]
+            assert epoch == 0, f"{name}: verify moved the cursor"
+            assert not any(progress.values()), f"{name}: verify moved the cursor"
+            assert e["epoch_after"] == 1, f"{name}: the pass ran out but stayed in epoch 0"
             head = e["first_batches"]
             assert head["ok"], name
             assert head["num_batches"] == min(3, len(e["items"])), name
@@ -217,7 +220,8 @@ def test_crash_mid_epoch_and_restart_reads_every_sample_once(tmp_path: Path) -> 
     per_rank = results(tmp_path, "crash", phase=1)
     steps = W.N_CRASH // (W.CRASH_BATCH * 2)
     assert {(r["start"], r["last_step"]) for r in per_rank} == {(6, steps)}
-    assert {tuple(r["epochs"]) for r in per_rank} == {(0, 0)}
+    # both loaders ran epoch 0 out: both cursors are at the start of epoch 1
+    assert all(r["cursors"] == [[1, 0], [1, 0]] for r in per_rank)
 
     # the trained record of the epoch: committed steps up to the checkpoint, then phase 1
     logs: dict[int, list[dict[str, Any]]] = {}

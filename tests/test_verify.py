@@ -161,10 +161,41 @@ def test_first_batches_and_another_epoch() -> None:
 
 def test_end_of_epoch_cursor_reads_the_next_epoch_whole() -> None:
     s = DistributedSampler(range(8), 1, 0)
-    list(s)
+    list(s)  # the pass ran out: the cursor is at the start of epoch 1
     report = verify_data_parallel(s)
     assert (report.epoch, report.full_epoch, report.num_batches) == (1, True, 8)
-    assert s.epoch == 0
+    assert (s.epoch, s.progress) == (1, {"consumed": 0})
+
+
+def _placed_at_the_end(n: int, world: int, rank: int) -> DistributedSampler:
+    """A sampler loaded from a state taken after the epoch's last index, before StopIteration."""
+    a = DistributedSampler(range(n), world, rank, seed=4)
+    for _ in zip(range(len(a)), a, strict=False):  # the last index; never ran out
+        pass
+    s = DistributedSampler(range(n), world, rank, seed=4)
+    s.load_state_dict(a.state_dict())
+    return s
+
+
+def test_cursor_placed_at_the_end_reads_an_empty_pass_of_its_epoch() -> None:
+    s = _placed_at_the_end(8, 1, 0)
+    report = verify_data_parallel(s)
+    assert (report.epoch, report.full_epoch, report.num_batches) == (0, False, 0)
+    assert (s.epoch, s.progress, len(s)) == (0, {"consumed": 8}, 0), "put back exactly"
+    assert list(s) == []  # the empty pass moves the cursor on...
+    epoch1 = DistributedSampler(range(8), 1, 0, seed=4)
+    epoch1.set_epoch(1)
+    assert list(s) == list(epoch1)  # ...to epoch 1
+
+
+def test_grid_cursors_placed_at_the_end_are_not_a_whole_epoch() -> None:
+    # Two DP ranks with declared padding: an empty read must not be taken for a whole epoch
+    # (which would demand the padding), whatever epoch the cursor moves on to afterwards.
+    results = run_grid(lambda g, dp: _placed_at_the_end(11, 2, dp), (2, 2))
+    for r in results.values():
+        assert isinstance(r, DataParallelReport), r
+        assert (r.epoch, r.num_batches, r.full_epoch, r.padding_slots) == (0, 0, False, 0)
+        assert r.allowed_padding == 1
 
 
 def test_repeats_in_one_process_are_caught() -> None:

@@ -383,7 +383,9 @@ class SequentialBucketSampler(CursorSampler[list[int]], Sampler[list[int]]):
     ...     shuffle_buckets=False, shuffle_within_bucket=False, num_replicas=2, rank=1)
     >>> list(s), s.samples_padded
     ([[6, 5], [1, 3], [0]], 2)
-    >>> s.get_batch_info(2)  # doctest: +NORMALIZE_WHITESPACE
+    >>> s.epoch  # the pass ran out: the cursor is at the start of the next epoch
+    1
+    >>> s.get_batch_info(2, epoch=0)  # doctest: +NORMALIZE_WHITESPACE
     {'epoch': 0, 'bucket': 1, 'ordinal': 1, 'batch_in_bucket': 1,
      'bucket_key': ('square', (256, 256)), 'resolution': (256, 256), 'aspect_name': 'square',
      'batch_size': 1, 'bucket_batch_size': 2, 'global_batch_size': 2, 'padding': 1,
@@ -443,7 +445,8 @@ class SequentialBucketSampler(CursorSampler[list[int]], Sampler[list[int]]):
         self._shuffle_buckets = check_bool("shuffle_buckets", shuffle_buckets)
         self._shuffle_within = check_bool("shuffle_within_bucket", shuffle_within_bucket)
         self._dynamic = check_bool("dynamic_batch_size", dynamic_batch_size)
-        max_seed = _MAX_NEMO_SEED if self._compat == "nemo" else None
+        # capped in every mode: a larger seed would push the state past its 512-byte budget
+        max_seed = _MAX_NEMO_SEED if self._compat == "nemo" else 2**64 - 1
         self._seed = check_int("seed", seed, min_value=0, max_value=max_seed)
         self._topology = resolve_topology(num_replicas, rank, mesh=mesh, dp_dims=dp_dims)
         self._dataset = dataset
@@ -751,7 +754,9 @@ class SequentialBucketSampler(CursorSampler[list[int]], Sampler[list[int]]):
         """Describe batch ``batch_idx`` of the cursor's epoch (or ``epoch``) as it is yielded.
 
         ``batch_idx`` counts from the start of the epoch, whatever the cursor, and the answer
-        follows the epoch's real bucket order (shuffled or not). O(log B).
+        follows the epoch's real bucket order (shuffled or not). O(log B). Name the epoch when
+        the pass may have run out: that moves the cursor to the next epoch, and a DataLoader with
+        workers runs it out while training still holds the epoch's last batches.
 
         Returns:
             ``{"epoch", "bucket" (row of the dataset's bucket table), "ordinal" (place in the

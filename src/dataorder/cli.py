@@ -533,9 +533,14 @@ def _inspect_ranks(args: argparse.Namespace, world: int) -> list[int]:
 
 def _next_items(sampler: Any, count: int) -> tuple[list[Any], int]:
     """The next batch (or ``count`` indices of a per-index sampler) and the epoch it is in."""
-    it = iter(sampler)  # an exhausted epoch moves the cursor on to the next one
-    epoch = sampler.epoch
-    first = next(it, None)
+    # A state saved after an epoch's last batch resumes into an empty pass, which moves the
+    # cursor on: the next batch the job reads is then the first of the next epoch.
+    for _ in range(2):
+        it = iter(sampler)
+        first = next(it, None)
+        if first is not None:
+            break
+    epoch = sampler.epoch  # read at the first item: running out would move the cursor on
     if first is None:
         return [], epoch
     if isinstance(first, list):

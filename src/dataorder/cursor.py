@@ -6,13 +6,19 @@ rules, identical for every sampler:
 
 * ``iter(sampler)`` yields from the cursor to the end of the cursor's epoch and advances the cursor
   *before* each batch is handed out, so ``state_dict()`` always describes "after the batches
-  produced so far" (what torchdata's StatefulDataLoader snapshots). If the cursor is at the end of
-  its epoch when ``iter()`` is called, it first moves to the start of the next epoch: forgetting
-  ``set_epoch`` never replays an epoch.
+  produced so far" (what torchdata's StatefulDataLoader snapshots).
+* A pass that runs to the end of its epoch moves the cursor to the start of the next epoch, so
+  forgetting ``set_epoch`` never replays an epoch, and a state saved after the pass resumes there.
 * ``set_epoch(e)``: the current epoch keeps its position; another epoch starts at its beginning.
-* ``len(sampler)`` is the number of batches the next ``iter()`` yields.
 * ``load_state_dict(sd)`` sets the cursor; the next ``iter()`` starts there. Nothing is replayed.
   It is strict and pure (see :mod:`dataorder.state`).
+* A cursor *placed* by ``set_epoch`` or ``load_state_dict`` at the end of its epoch (a checkpoint
+  taken after an epoch's last batch, before the loader noticed the end) gives an empty pass for
+  that epoch, and the epoch after it comes next: the usual resumed loop
+  ``for e in range(saved_epoch, E): sampler.set_epoch(e); ...`` stays aligned. A cursor that
+  reached the end by iterating, in a loop that never exhausted its iterator, moves on at the
+  next ``iter()`` instead.
+* ``len(sampler)`` is the number of batches the next ``iter()`` yields.
 * Only one live iterator at a time: a second ``iter()`` continues from the shared cursor.
 """
 
@@ -48,6 +54,9 @@ class CursorSampler(abc.ABC, Generic[T_co]):
     def __init__(self) -> None:
         self._epoch = 0
         self._progress: dict[str, int] = dict.fromkeys(self.progress_keys, 0)
+        # Whether set_epoch/load_state_dict put the cursor where it is (see the module docstring).
+        # Never saved: it describes how this process got here, not where the job is.
+        self._placed = False
 
     # -- what subclasses provide ----------------------------------------------------------------
     @abc.abstractmethod
@@ -97,6 +106,25 @@ class CursorSampler(abc.ABC, Generic[T_co]):
     def _epoch_done(self) -> bool:
         return self._remaining(self._progress) == 0
 
+    def cursor_snapshot(self) -> tuple[int, dict[str, int], bool]:
+        """The whole cursor, for a reader that must put it back exactly (verify_data_parallel).
+
+        Unlike :meth:`state_dict` it includes whether the cursor was placed (see the module
+        docstring), so restoring it with :meth:`restore_cursor` changes nothing at all.
+        """
+        return self._epoch, dict(self._progress), self._placed
+
+    def restore_cursor(self, snapshot: tuple[int, dict[str, int], bool]) -> None:
+        """Put back a :meth:`cursor_snapshot` of this sampler (progress updated in place)."""
+        epoch, progress, placed = snapshot
+        self._epoch = epoch
+        self._reset_progress(progress)
+        self._placed = placed
+
+    def _next_epoch(self) -> None:
+        self._epoch += 1
+        self._reset_progress(dict.fromkeys(self.progress_keys, 0))
+
     def set_epoch(self, epoch: int) -> None:
         """Move the cursor to ``epoch``: the current epoch keeps its position, another starts at 0.
 
@@ -107,18 +135,28 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         if epoch != self._epoch:
             self._epoch = epoch
             self._reset_progress(dict.fromkeys(self.progress_keys, 0))
+        self._placed = True
 
     def __len__(self) -> int:
         """Number of batches the next ``iter()`` yields on this rank."""
         if self._epoch_done():
-            return self._epoch_length()
+            return 0 if self._placed else self._epoch_length()
         return self._remaining(self._progress)
 
     def __iter__(self) -> Iterator[T_co]:
-        if self._epoch_done():
-            self._epoch += 1
-            self._reset_progress(dict.fromkeys(self.progress_keys, 0))
-        return self._iterate(self._epoch)
+        if self._epoch_done() and not self._placed:
+            self._next_epoch()
+        return self._run_to_end(self._epoch)
+
+    def _run_to_end(self, epoch: int) -> Iterator[T_co]:
+        # Cleared when the pass starts, not at iter(): a DataLoader with workers calls iter()
+        # twice and runs only the second iterator.
+        self._placed = False
+        yield from self._iterate(epoch)
+        # The pass reached the end of its epoch (unless the cursor was moved meanwhile): the next
+        # epoch starts here, so a state saved from now on resumes at its beginning.
+        if self._epoch == epoch and self._epoch_done():
+            self._next_epoch()
 
     def state_dict(self) -> dict[str, Scalar]:
         """Return the cursor as a flat, JSON-serialisable dict (see :mod:`dataorder.state`)."""
@@ -157,3 +195,4 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         self._check_progress(epoch, progress)
         self._epoch = epoch
         self._reset_progress(progress)
+        self._placed = True

@@ -418,7 +418,8 @@ class _Job:
     loss_fn: Callable[[Any, dict[str, Any]], Any]
     dropped: Callable[[], int]
     padded: Callable[[], int]
-    batch_padding: Callable[[int, dict[str, Any]], int]
+    # slots of the batch that repeat a sample, given its epoch and its index in that epoch
+    batch_padding: Callable[[int, int, dict[str, Any]], int]
     # index in the epoch of the next batch, right after iter(loader) (loads a saved state)
     next_batch_index: Callable[[], int] = lambda: 0
 
@@ -469,7 +470,7 @@ def _build_job(name: str, spec: _PhaseSpec, mesh: Any) -> _Job:
             loss_fn,
             lambda: int(sampler.samples_dropped),
             lambda: int(sampler.samples_padded),
-            lambda _i, batch: int((batch["index"] < 0).sum()),
+            lambda _e, _i, batch: int((batch["index"] < 0).sum()),
         )
     if name == "distributed":
         from dataorder.distributed import DistributedSampler
@@ -487,7 +488,7 @@ def _build_job(name: str, spec: _PhaseSpec, mesh: Any) -> _Job:
             loss_fn,
             lambda: int(dist_sampler.samples_dropped),
             lambda: int(dist_sampler.samples_padded),
-            lambda _i, _batch: 0,  # wrap-around repeats are counted by samples_padded
+            lambda _e, _i, _batch: 0,  # wrap-around repeats are counted by samples_padded
         )
     if name == "buckets":
         from dataorder.bucket_sampler import SequentialBucketSampler
@@ -508,9 +509,9 @@ def _build_job(name: str, spec: _PhaseSpec, mesh: Any) -> _Job:
         loader = StatefulDataLoader(_LatentDataset(multires), batch_sampler=bucket_sampler)
         model, loss_fn = _latent_model(seed)
 
-        def padding_of(i: int, _batch: dict[str, Any]) -> int:
+        def padding_of(epoch: int, i: int, _batch: dict[str, Any]) -> int:
             # how many slots of this rank's batch repeat a sample, as the sampler declares it
-            return int(bucket_sampler.get_batch_info(i)["padding"])
+            return int(bucket_sampler.get_batch_info(i, epoch=epoch)["padding"])
 
         return _Job(
             loader,
@@ -595,6 +596,10 @@ def _train(name: str, spec: _PhaseSpec, mesh: Any, rank: int) -> dict[str, Any]:
     padding: list[int] = []
     losses: list[float] = []
     it: Iterator[dict[str, Any]] = iter(job.loader)
+    # The epoch this phase reads (it never crosses into the next one), taken before the first
+    # batch: the pass that runs out moves the sampler's cursor on to the next epoch, possibly
+    # before the last micro-batches of a step are accounted for.
+    epoch = int(job.sampler.epoch)
     first_index = job.next_batch_index()
     while stop is None or len(losses) < stop:
         micro = [b for b in (next(it, None) for _ in range(accumulation)) if b is not None]
@@ -607,7 +612,7 @@ def _train(name: str, spec: _PhaseSpec, mesh: Any, rank: int) -> dict[str, Any]:
             (loss / len(micro)).backward()
             if int((batch["index"] >= 0).sum()):
                 shown.append(loss.item())
-            padding.append(job.batch_padding(first_index + len(batches), batch))
+            padding.append(job.batch_padding(epoch, first_index + len(batches), batch))
             batches.append(batch["index"].tolist())  # what the model really trained on
             buckets.append(_batch_bucket(batch))
         _grad_all_reduce(job.model, dp_group, topo.dp_size)

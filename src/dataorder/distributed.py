@@ -146,9 +146,11 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
     padded to ``total_size`` by wrapping around to its first positions, with ``drop_last=True``
     its tail is cut. The cursor rules are :class:`~dataorder.cursor.CursorSampler`'s:
     ``set_epoch(e)`` keeps the position when ``e`` is the current epoch and starts ``e`` from
-    the beginning otherwise; an ``iter()`` at the end of an epoch moves on to the next one (a
-    forgotten ``set_epoch`` never replays an epoch); ``len()`` is what the next ``iter()``
-    yields (``num_samples`` at the start of an epoch).
+    the beginning otherwise; a pass that runs to the end of its epoch moves the cursor to the
+    start of the next one (a forgotten ``set_epoch`` never replays an epoch, and a state saved
+    after the pass resumes there), while a state saved after the last index but before the
+    iterator ran out resumes into an empty pass for its epoch, then the next one; ``len()`` is
+    what the next ``iter()`` yields (``num_samples`` at the start of an epoch).
 
     Args:
         dataset: The dataset (only ``len(dataset)`` is used).
@@ -221,7 +223,8 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
         CursorSampler.__init__(self)
         self._n = _dataset_size(dataset)
         self._shuffle = check_bool("shuffle", shuffle)
-        self._seed = check_int("seed", seed, min_value=0)
+        # capped: the seed is stored in the state, which must stay within 512 bytes
+        self._seed = check_int("seed", seed, min_value=0, max_value=2**64 - 1)
         self._drop_last = check_bool("drop_last", drop_last)
         self._compat: Literal["default", "torch"] = check_choice(  # type: ignore[assignment]
             "compat", compat, COMPAT_MODES

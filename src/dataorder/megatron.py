@@ -67,7 +67,7 @@ from dataorder._validate import check_bool, check_choice, check_int, fail
 from dataorder.cursor import CursorSampler
 from dataorder.keys import KEY_DERIVATION_VERSION, derive_key
 from dataorder.partition import EpochLayout, plan_epoch
-from dataorder.permutation import PERMUTATION_VERSION, Permutation
+from dataorder.permutation import MAX_DOMAIN, PERMUTATION_VERSION, Permutation
 from dataorder.state import Scalar
 
 __all__ = [
@@ -263,7 +263,8 @@ class BaseMegatronSampler(CursorSampler[MicroBatch]):
         consumed_samples: int = 0,
     ) -> None:
         super().__init__()
-        self._n = check_int("total_samples", total_samples, min_value=1)
+        # positions are int64 and permutations work on 63-bit words: 2**62 keeps both exact
+        self._n = check_int("total_samples", total_samples, min_value=1, max_value=MAX_DOMAIN)
         self._mbs = check_int("micro_batch_size", micro_batch_size, min_value=1)
         self._dp = check_int("data_parallel_size", data_parallel_size, min_value=1)
         self._rank = check_int(
@@ -557,7 +558,7 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
         compat="nemo", epoch 1: rank 0: [1, 3], [2, 0]   rank 1: [5, 7], [6, 4]
 
     >>> s = MegatronPretrainingRandomSampler(10, 2, data_parallel_rank=1, data_parallel_size=2)
-    >>> list(s), list(s)  # epoch 0, then epoch 1 (iter() moves on by itself)
+    >>> list(s), list(s)  # epoch 0, then epoch 1 (a pass that runs out moves the cursor on)
     ([[6, 2], [5, 8]], [[5, 7], [9, 8]])
 
     Checkpoint schema (after the first micro-batch of epoch 0; ``config.data_parallel_size``

@@ -39,7 +39,10 @@ import numpy.typing as npt
 
 from dataorder._validate import check_int
 
-__all__ = ["PERMUTATION_VERSION", "Permutation"]
+__all__ = ["MAX_DOMAIN", "PERMUTATION_VERSION", "Permutation"]
+
+#: Largest ``n``: positions are int64 in the vector path, so domains stay within 62 bits.
+MAX_DOMAIN = 2**62
 
 #: Version of the construction. Part of every fingerprint that depends on a permutation.
 PERMUTATION_VERSION = 1
@@ -93,7 +96,7 @@ class Permutation:
     )
 
     def __init__(self, n: int, key: int) -> None:
-        self._n = check_int("n", n, min_value=1)
+        self._n = check_int("n", n, min_value=1, max_value=MAX_DOMAIN)
         key = check_int("key", key, min_value=0, max_value=_MASK64)
         self._w = max(2, (self._n - 1).bit_length())
         a = (self._w + 1) // 2

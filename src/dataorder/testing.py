@@ -160,25 +160,47 @@ def _resume_points(total: int, budget: int) -> list[int]:
 def check_resume_at_every_step(case: SamplerCase, budget: int = 40) -> None:
     """Stop after ``k`` items, restore into a fresh sampler: the rest is identical (per rank).
 
-    Also across the epoch boundary: epoch 0 entirely, ``k`` items of epoch 1, then restore.
+    At ``k == len(epoch)`` (a checkpoint after the last batch, before the iterator noticed the
+    end) the restored sampler yields an empty pass, and the pass after it is epoch 1; the usual
+    resumed loop calling ``set_epoch(saved_epoch)`` gets the same. A state saved after a pass ran
+    to its end resumes at epoch 1. Also across the epoch boundary: epoch 0 entirely, ``k`` items
+    of epoch 1, then restore.
     """
     for r in range(case.world):
         ref = case.make(r, case.world)
         full0 = run_epoch(ref)
-        full1 = run_epoch(ref)  # auto-advances to epoch 1
+        full1 = run_epoch(ref)  # the exhausted pass moved the cursor to epoch 1
         for k in _resume_points(len(full0), budget):
             a = case.make(r, case.world)
             head = run_epoch(a, limit=k)
             b = case.make(r, case.world)
             b.load_state_dict(json.loads(json.dumps(a.state_dict())))
-            assert len(b) == len(full0) - k or (k == len(full0) and len(b) == len(full1)), (
-                f"{case.name}: rank {r} after resume at {k}: len()={len(b)}"
+            assert len(b) == len(full0) - k, (
+                f"{case.name}: rank {r} after resume at {k}: len()={len(b)}, "
+                f"expected {len(full0) - k}"
             )
             tail = run_epoch(b)
-            expected = full0[k:] if k < len(full0) else full1
-            assert head + tail == full0[:k] + expected, (
-                f"{case.name}: rank {r} resume at item {k} diverges"
-            )
+            assert head + tail == full0, f"{case.name}: rank {r} resume at item {k} diverges"
+            if k in (0, len(full0)):
+                assert run_epoch(b) == full1, (
+                    f"{case.name}: rank {r} the pass after a resume at {k} is not epoch 1"
+                )
+        # the resumed loop's set_epoch(saved epoch) on a state saved after the last batch
+        a = case.make(r, case.world)
+        run_epoch(a, limit=len(full0))
+        b = case.make(r, case.world)
+        b.load_state_dict(a.state_dict())
+        b.set_epoch(0)
+        assert len(b) == 0, f"{case.name}: rank {r} len()={len(b)} for a finished epoch"
+        assert run_epoch(b) == [], f"{case.name}: rank {r} a finished epoch yielded batches"
+        b.set_epoch(1)
+        assert run_epoch(b) == full1, f"{case.name}: rank {r} epoch 1 after an end-of-epoch resume"
+        # a state saved after the pass ran out resumes at epoch 1
+        a = case.make(r, case.world)
+        run_epoch(a)
+        b = case.make(r, case.world)
+        b.load_state_dict(a.state_dict())
+        assert run_epoch(b) == full1, f"{case.name}: rank {r} state after a full pass"
         for k in _resume_points(len(full1), budget // 4 + 2):
             a = case.make(r, case.world)
             run_epoch(a)
@@ -186,10 +208,10 @@ def check_resume_at_every_step(case: SamplerCase, budget: int = 40) -> None:
             run_epoch(a, limit=k)
             b = case.make(r, case.world)
             b.load_state_dict(a.state_dict())
-            tail = run_epoch(b)
-            expected = full1[k:] if k < len(full1) else run_epoch(case.make(r, case.world))[:0]
-            if k < len(full1):
-                assert tail == expected, f"{case.name}: rank {r} epoch-1 resume at {k} diverges"
+            assert len(b) == len(full1) - k, f"{case.name}: rank {r} epoch-1 len() at {k}"
+            assert run_epoch(b) == full1[k:], (
+                f"{case.name}: rank {r} epoch-1 resume at {k} diverges"
+            )
 
 
 def check_repeated_resume(case: SamplerCase, segments: Sequence[int] = (1, 2, 3, 1)) -> None:

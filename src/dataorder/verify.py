@@ -44,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, check_optional_int
+from dataorder.cursor import CursorSampler
 from dataorder.topology import data_parallel_dims, data_parallel_topology
 
 __all__ = ["DataParallelError", "DataParallelReport", "verify_data_parallel"]
@@ -192,8 +193,8 @@ def _collect(
         "sizes": np.zeros(0, dtype=np.int64),
         "errors": [],
     }
-    if sampler is not None and hasattr(sampler, "state_dict") and hasattr(sampler, "progress"):
-        saved_state = sampler.state_dict()
+    if isinstance(sampler, CursorSampler):
+        saved_state = sampler.cursor_snapshot()
     elif sampler is not None and isinstance(getattr(sampler, "epoch", None), int):
         saved_epoch = sampler.epoch
     try:
@@ -208,7 +209,11 @@ def _collect(
         sizes: list[int] = []
         batched: bool | None = None
         exhausted = True
+        epoch_read = None
         for i, item in enumerate(iterator):
+            if i == 0:
+                # the epoch being read: a pass that runs out moves the cursor to the next one
+                epoch_read = getattr(sampler, "epoch", None)
             if num_batches is not None and i >= num_batches:
                 exhausted = False
                 break
@@ -227,10 +232,12 @@ def _collect(
             raise ValueError(
                 f"indices must be non-negative ints or None; got {negative[:_MAX_EXAMPLES]}"
             )
-        # A DataLoader calls the sampler's iter() lazily; by now the epoch is the one read. The
-        # read started at an epoch's beginning if the cursor was there, or if iter() moved on to
-        # the next epoch; samplers without a cursor always start there.
-        epoch_now = getattr(sampler, "epoch", None)
+        # The epoch read is the one at the first item: a DataLoader calls the sampler's iter()
+        # lazily, and a pass that runs out moves the cursor on. An empty pass (a cursor placed
+        # at the end of its epoch) read the epoch it started in. The read started at an epoch's
+        # beginning if the cursor was there, or if iter() moved on to the next epoch; samplers
+        # without a cursor always start there.
+        epoch_now = epoch_read if epoch_read is not None else epoch_before
         from_start = sampler is not None and (
             progress is None or not any(progress.values()) or epoch_now != epoch_before
         )
@@ -245,7 +252,7 @@ def _collect(
         payload["errors"] = [f"reading the items failed: {type(err).__name__}: {err}"]
     finally:
         if saved_state is not None:
-            sampler.load_state_dict(saved_state)
+            sampler.restore_cursor(saved_state)
         elif saved_epoch is not None:
             sampler.set_epoch(saved_epoch)
     return payload
@@ -518,8 +525,9 @@ def verify_data_parallel(
     Args:
         source: A dataorder sampler (per-index or batched), any sampler or iterable of indices or
             of batches of indices (``None`` marks a padding slot), or a ``DataLoader`` whose
-            batches are index tensors. A sampler with ``state_dict()`` is read and then restored:
-            its cursor does not move. Other iterables are consumed.
+            batches are index tensors. A dataorder sampler (also behind a DataLoader) is read
+            and then put back exactly: its cursor does not move. Another sampler with an
+            ``epoch`` gets that epoch set back; other iterables are consumed.
         mesh: A ``DeviceMesh``: DP ranks along ``dp_dims``, replicas along the other dims.
         dp_dims: The mesh's data-parallel dims (default: dims named ``dp``, ``dp_replicate``,
             ``dp_shard``, ``data_parallel``).

@@ -1,0 +1,41 @@
+"""Absurd sizes and seeds are refused up front instead of overflowing later.
+
+Positions are int64 and permutations work on 62-bit domains; seeds are stored in states that
+must stay within 512 bytes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dataorder import (
+    BaseMultiresolutionDataset,
+    DistributedSampler,
+    MegatronPretrainingRandomSampler,
+    MegatronPretrainingSampler,
+    Permutation,
+    SequentialBucketSampler,
+)
+
+
+def test_domain_cap() -> None:
+    assert Permutation(2**62, key=1).index(2**62 - 1) < 2**62
+    with pytest.raises(ValueError, match=r"n must be an int in \[1, 4611686018427387904\]"):
+        Permutation(2**62 + 1, key=1)
+    for cls in (MegatronPretrainingSampler, MegatronPretrainingRandomSampler):
+        with pytest.raises(ValueError, match="got total_samples=18446744073709551616"):
+            cls(2**64, 2, 0, 2)
+
+
+def test_seed_caps_keep_states_small() -> None:
+    ds = BaseMultiresolutionDataset.from_bucket_ids([0, 0, 1], resolutions=[(64, 64), (64, 128)])
+    with pytest.raises(ValueError, match="got seed=18446744073709551616"):
+        SequentialBucketSampler(ds, base_batch_size=1, seed=2**64, num_replicas=1, rank=0)
+    with pytest.raises(ValueError, match="got seed=18446744073709551616"):
+        DistributedSampler(range(10), num_replicas=1, rank=0, seed=2**64)
+    with pytest.raises(ValueError, match="got seed=18446744073709551616"):
+        MegatronPretrainingRandomSampler(10, 1, 0, 1, seed=2**64)
+    big = SequentialBucketSampler(ds, base_batch_size=1, seed=2**64 - 1, num_replicas=1, rank=0)
+    assert len(json.dumps(big.state_dict(), separators=(",", ":"))) <= 512

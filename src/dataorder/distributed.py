@@ -223,14 +223,13 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
         CursorSampler.__init__(self)
         self._n = _dataset_size(dataset)
         self._shuffle = check_bool("shuffle", shuffle)
-        # capped: the seed is stored in the state, which must stay within 512 bytes
-        self._seed = check_int("seed", seed, min_value=0, max_value=2**64 - 1)
+        # Capped: the seed is stored in the state, which must stay within 512 bytes; the cap is
+        # also torch's limit for manual_seed, which compat='torch' uses.
+        self._seed = check_int("seed", seed, min_value=0, max_value=_MAX_TORCH_SEED)
         self._drop_last = check_bool("drop_last", drop_last)
         self._compat: Literal["default", "torch"] = check_choice(  # type: ignore[assignment]
             "compat", compat, COMPAT_MODES
         )
-        if self._compat == "torch" and self._seed > _MAX_TORCH_SEED:
-            fail("seed", "an int in [0, 2**64 - 1] with compat='torch'", seed)
         self._topology = resolve_topology(num_replicas, rank, mesh=mesh, dp_dims=dp_dims)
         self.dataset = dataset  # type: ignore[assignment]  # torch types it Dataset; only len() is used
         self._layout = distributed_layout(self._n, self._topology.dp_size, self._drop_last)

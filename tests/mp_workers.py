@@ -36,10 +36,13 @@ from torch.utils.data import DataLoader, Dataset
 MESH_SHAPE = (2, 2, 2)
 MESH_DIMS = ("dp", "tp", "cp")
 N_MESH = 101  # not a multiple of any block: every sampler pads or drops
-N_CRASH = 96  # 2 DP ranks x micro-batches of 4: 12 steps, no padding, so "exactly once"
+N_CRASH = 96  # 2 DP ranks x micro-batches of 4: 12 steps an epoch, no padding: "exactly once"
 CRASH_BATCH = 4
-CRASH_EVERY = 3  # checkpoint after steps 3, 6, 9, ...
-CRASH_KILL = {"rank": 5, "step": 8}  # mid-step 8 of phase 0, after the checkpoint of step 6
+CRASH_EPOCHS = 2
+CRASH_EVERY = 3  # checkpoint after steps 3, 6, 9, ... and after each epoch's loop
+# mid-step 14 of phase 0 (epoch 1): the last checkpoint is the one after epoch 0's loop, whose
+# loader state is at the end of epoch 0 (the loader ran out: torchdata marks it finished)
+CRASH_KILL = {"rank": 5, "step": 14}
 
 
 class IndexDataset(Dataset[Any]):
@@ -140,7 +143,7 @@ def job_mesh(rank: int, world: int, workdir: Path, phase: int) -> dict[str, Any]
         out["samplers"][name] = {
             "items": list(sampler),  # the whole of epoch 0
             "cursor": cursor,
-            "epoch_after": sampler.epoch,  # the pass ran out: the cursor moved on to epoch 1
+            "epoch_after": sampler.next_start()[0],  # the pass ran out: epoch 1 comes next
             "padded": sampler.samples_padded,
             "dropped": sampler.samples_dropped,
             "report": _report(report),
@@ -274,30 +277,41 @@ def job_crash(rank: int, world: int, workdir: Path, phase: int) -> dict[str, Any
         kept = [line for line in log.read_text().splitlines() if json.loads(line)["step"] <= start]
         _write_atomic(log, "".join(line + "\n" for line in kept))
     step = start
-    it_a, it_b = iter(stateful), iter(plain)
-    for batch_a, batch_b in zip(it_a, it_b, strict=True):
-        step += 1
-        if phase == 0 and rank == CRASH_KILL["rank"] and step == CRASH_KILL["step"]:
-            os.kill(os.getpid(), signal.SIGKILL)  # mid-step: data read, nothing committed
-        # the step's collective (a gradient all-reduce): it completes on every rank or on none
-        grad = torch.tensor([float(sum(batch_a.tolist())), float(sum(batch_b))])
-        dist.all_reduce(grad)
-        with open(log, "a") as f:  # commit: only now is the step trained
-            f.write(json.dumps({"step": step, "a": batch_a.tolist(), "b": batch_b}) + "\n")
-        if step % CRASH_EVERY == 0:
-            state = {"stateful_loader": stateful.state_dict(), "megatron": megatron.state_dict()}
-            _write_atomic(ckpt / f"step{step}.rank{rank}.json", json.dumps(state))
-            dist.barrier()  # every rank's file is on disk before the checkpoint is declared
-            if rank == 0:
-                _write_atomic(ckpt / "latest.json", json.dumps({"step": step}))
-            dist.barrier()
+    first_epoch = json.loads((ckpt / "latest.json").read_text())["epoch"] if phase else 0
+
+    def checkpoint(epoch: int) -> None:
+        state = {"stateful_loader": stateful.state_dict(), "megatron": megatron.state_dict()}
+        _write_atomic(ckpt / f"step{step}.rank{rank}.json", json.dumps(state))
+        dist.barrier()  # every rank's file is on disk before the checkpoint is declared
+        if rank == 0:  # the loop's own epoch, as most loops save it
+            _write_atomic(ckpt / "latest.json", json.dumps({"step": step, "epoch": epoch}))
+        dist.barrier()
+
+    for epoch in range(first_epoch, CRASH_EPOCHS):
+        dist_sampler.set_epoch(epoch)
+        megatron.set_epoch(epoch)
+        for batch_a, batch_b in zip(stateful, plain, strict=True):
+            step += 1
+            if phase == 0 and rank == CRASH_KILL["rank"] and step == CRASH_KILL["step"]:
+                os.kill(os.getpid(), signal.SIGKILL)  # mid-step: data read, nothing committed
+            # the step's collective (a gradient all-reduce): it completes on every rank or none
+            grad = torch.tensor([float(sum(batch_a.tolist())), float(sum(batch_b))])
+            dist.all_reduce(grad)
+            with open(log, "a") as f:  # commit: only now is the step trained
+                f.write(
+                    json.dumps({"step": step, "epoch": epoch, "a": batch_a.tolist(), "b": batch_b})
+                    + "\n"
+                )
+            if step % CRASH_EVERY == 0:
+                checkpoint(epoch)
+        checkpoint(epoch)  # after the epoch's loop: both loaders ran out
     return {
         "coord": list(mesh.get_coordinate()),
         "dp_rank": topo.dp_rank,
         "start": start,
         "last_step": step,
-        # the loop ran both loaders out, which moved both cursors to the start of epoch 1
-        "cursors": [[s.epoch, s.progress["consumed"]] for s in (dist_sampler, megatron)],
+        # the loop ran both loaders out of the last epoch: the next pass is the epoch after it
+        "cursors": [list(s.next_start()) for s in (dist_sampler, megatron)],
     }
 
 

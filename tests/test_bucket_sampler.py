@@ -187,10 +187,11 @@ def test_lock_step_coverage_and_len(
     got = [run_epoch(s) for s in samplers]
     assert [len(g) for g in got] == lens
     assert len(set(lens)) == 1
-    # every pass ran out: each cursor moved on to the start of the next epoch
+    # every pass ran out: each cursor is at the end of the epoch, and the next pass is the next
     assert {(s.epoch, s.progress["bucket"], s.progress["consumed"]) for s in samplers} == {
-        (epoch + 1, 0, 0)
+        (epoch, t.num_buckets, 0)
     }
+    assert {(s.next_start(), s.remaining) for s in samplers} == {((epoch + 1, 0), lens[0])}
     bucket_of = {i: ds[i]["bucket"] for i in range(len(ds))}
     runs: list[int] = []
     streams: dict[int, list[int]] = {}
@@ -315,7 +316,8 @@ def test_successive_resumes_are_exact() -> None:
         s = S(ds, num_replicas=1, rank=0, **kw)
         if state is not None:
             s.load_state_dict(state)
-        assert len(s) == 8 - len(got)  # len() is what the next iter() yields (NeMo's B7)
+        assert len(s) == 8  # len() is a whole epoch, as torch and NeMo define it
+        assert s.remaining == 8 - len(got)  # what the next iter() yields
         got += run_epoch(s, limit=2)
         state = s.state_dict()
     assert got == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, 11], [12, 13], [14, 15]]
@@ -394,19 +396,22 @@ def test_set_epoch_after_load_keeps_or_resets() -> None:
     assert run_epoch(c) == run_epoch(d)
 
 
-def test_state_after_an_epoch_points_at_the_next() -> None:
+def test_state_after_an_epoch_describes_its_end() -> None:
     ds = make_dataset([6, 6])
     s = S(ds, base_batch_size=2, num_replicas=2, rank=0)
-    run_epoch(s)  # the pass ran out: at that moment the cursor moved on to epoch 1
-    assert (s.epoch, s.progress) == (1, {"bucket": 0, "consumed": 0})
-    assert (s.state_dict()["epoch"], s.state_dict()["bucket"], len(s)) == (1, 0, 2)
+    epoch1 = run_epoch(S(ds, base_batch_size=2, num_replicas=2, rank=0, seed=42), limit=None)
+    run_epoch(s)  # the pass ran out: the state still describes epoch 0, at its end
+    assert (s.epoch, s.progress) == (0, {"bucket": 2, "consumed": 0})
+    assert (s.state_dict()["epoch"], s.state_dict()["bucket"], len(s), s.remaining) == (0, 2, 2, 2)
+    assert s.next_start() == (1, 0)  # this process ran the epoch out: the next pass is epoch 1
     # NeMo's stale window: a loop that stops at the last batch without running the pass out
     t = S(ds, base_batch_size=2, num_replicas=2, rank=0)
     run_epoch(t, limit=len(t))
     assert (t.epoch, t.progress) == (0, {"bucket": 2, "consumed": 0})
-    it = iter(t)  # here iter() itself moves to epoch 1
-    assert (t.state_dict()["epoch"], t.state_dict()["bucket"]) == (1, 0)
-    assert list(it) == run_epoch(s)
+    it = iter(t)  # a generator: nothing moves before its first batch
+    assert (t.state_dict()["epoch"], t.state_dict()["bucket"]) == (0, 2)
+    assert list(it) == run_epoch(s) != epoch1
+    assert t.epoch == 1
 
 
 def test_state_is_small_and_names_every_field() -> None:
@@ -461,16 +466,25 @@ def test_positions_the_layout_cannot_continue_are_refused() -> None:
     s8 = S(ds, base_batch_size=2, num_replicas=8, rank=0, shuffle_buckets=False)
     with pytest.raises(
         ValueError,
-        match=r"cannot resume at consumed=8 in bucket ordinal 0 of epoch 0 \(bucket 0, 64 "
-        r"samples\): it is not a multiple of the global batch per-rank batch x num_replicas = "
-        r"2 x 8 = 16",
+        match=r"cannot resume epoch 0 on this layout \(\{'num_replicas': 8\}\): consumed=8 in "
+        r"bucket ordinal 0 \(bucket 0, 64 samples\) is not a multiple of its global batch "
+        r"per-rank batch x num_replicas = 2 x 8 = 16",
     ):
         s8.load_state_dict(state)
     assert s8.progress == {"bucket": 0, "consumed": 0}  # unchanged when it raises
-    with pytest.raises(ValueError, match=r"state\['bucket'\] must be an ordinal in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"bucket must be an ordinal in \[0, 1\]"):
         s8.load_state_dict({**state, "bucket": 2})
-    with pytest.raises(ValueError, match=r"state\['bucket'\] must be an ordinal in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"bucket must be an ordinal in \[0, 1\]"):
         s8.load_state_dict({**state, "bucket": 1, "consumed": 16})
+    # a count the saving layout (4 ranks, global batch 8) never reaches
+    with pytest.raises(
+        ValueError,
+        match=r"state\['bucket'\]=0, state\['consumed'\]=12 is not a "
+        r"position the saving layout \{'num_replicas': 4\} reaches",
+    ):
+        s8.load_state_dict({**state, "consumed": 12})
+    with pytest.raises(ValueError, match=r"state\['consumed'\]=10{30}"):
+        s8.load_state_dict({**state, "consumed": 10**30})
 
 
 @pytest.mark.parametrize("drop_last", [True, False])
@@ -800,9 +814,14 @@ def test_stateful_dataloader_mid_epoch_restore(num_workers: int) -> None:
         else:  # saved after the last batch of epoch 0, before StopIteration: nothing left of it
             assert _loader_batches(restored) == []
         assert _loader_batches(restored) == e1  # then the next epoch
-    # saved after the loader ran out of epoch 0: the sampler had moved on, epoch 1 comes directly
+    # saved after the loader ran out of epoch 0: the state still describes epoch 0; the usual
+    # loop (set_epoch each epoch) reads nothing more of it, then epoch 1
     dl = loader()
     _loader_batches(dl)
     restored = loader()
     restored.load_state_dict(dl.state_dict())
+    sampler = restored.batch_sampler
+    sampler.set_epoch(0)
+    assert _loader_batches(restored) == []
+    sampler.set_epoch(1)
     assert _loader_batches(restored) == e1

@@ -1,25 +1,52 @@
-"""The contract suite itself: a minimal correct sampler passes, and known-bad samplers fail.
+"""The contract suite itself: a minimal correct sampler passes, and each check can fail.
 
-A contract that cannot fail proves nothing, so each classic bug (per-rank drop, resume that only
-works once, len() that ignores the tail, overlapping ranks) is built here and must be caught.
+A contract that cannot fail proves nothing. Every check of :mod:`dataorder.testing` is matched
+here with a sampler that breaks exactly what it checks (most are bugs seen in real samplers:
+a per-rank drop, NeMo's resume that works once, ``len()`` as what remains, a state after the
+epoch's last batch that names the next epoch, a peek that consumes data), and that sampler must
+be caught by that check.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
+from dataorder.blockplan import BlockPlan
 from dataorder.cursor import CursorSampler
 from dataorder.keys import derive_key
 from dataorder.partition import plan_epoch
 from dataorder.permutation import Permutation
 from dataorder.state import Scalar
-from dataorder.testing import SamplerCase, check_contract, check_repeated_resume
+from dataorder.testing import (
+    ContractViolation,
+    SamplerCase,
+    check_batch_at,
+    check_contract,
+    check_determinism_across_processes,
+    check_elastic_resume,
+    check_epoch_partition,
+    check_forgotten_set_epoch,
+    check_loop_recipes,
+    check_peek,
+    check_placement_ends_a_pass,
+    check_repeated_resume,
+    check_resume_at_every_step,
+    check_state_round_trip,
+)
+
+Batch = list[int | None]
 
 
-class MiniSampler(CursorSampler[list[int | None]]):
-    """Shuffled micro-batches, contiguous split, last block padded with None."""
+class MiniSampler(CursorSampler[Batch]):
+    """Shuffled micro-batches, contiguous split, the last block padded with None."""
 
     state_kind = "mini"
 
@@ -27,6 +54,10 @@ class MiniSampler(CursorSampler[list[int | None]]):
         super().__init__()
         self.n, self.per_rank, self.rank, self.world, self.seed = n, per_rank, rank, world, seed
         self.layout = plan_epoch(n, per_rank=per_rank, world=world, tail="pad")
+
+    @property
+    def dp_rank(self) -> int:
+        return self.rank
 
     def order_config(self) -> dict[str, Scalar]:
         return {"n": self.n, "seed": self.seed}
@@ -42,27 +73,22 @@ class MiniSampler(CursorSampler[list[int | None]]):
     def samples_padded(self) -> int:
         return self.layout.padded
 
-    def _epoch_length(self) -> int:
-        return self.layout.num_batches
+    def _key(self, epoch: int) -> int:
+        return derive_key(self.seed, epoch=epoch, stream="mini", purpose="order")
 
-    def _remaining(self, progress: Mapping[str, int]) -> int:
-        return self.layout.num_batches - self.layout.batch_for_consumed(progress["consumed"])
+    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BlockPlan[Batch]:
+        lay = plan_epoch(self.n, per_rank=layout["per_rank"], world=layout["world"], tail="pad")
+        perm = Permutation(self.n, self._key(epoch))
 
-    def _check_progress(self, epoch: int, progress: Mapping[str, int]) -> None:
-        self.layout.batch_for_consumed(progress["consumed"])
-
-    def _iterate(self, epoch: int) -> Iterator[list[int | None]]:
-        perm = Permutation(self.n, derive_key(self.seed, epoch=epoch, stream="mini", purpose="o"))
-        start = self.layout.batch_for_consumed(self._progress["consumed"])
-        for chunk in self.layout.iter_rank_positions(
-            rank=self.rank, split="contiguous", start_batch=start, chunk=4
-        ):
-            for row in chunk:
+        def rows(positions: npt.NDArray[np.int64]) -> list[Batch]:
+            out: list[Batch] = []
+            for row in positions:
                 real = row[row < self.n]
-                values: list[int | None] = perm(real).tolist()
-                values += [None] * (len(row) - len(real))
-                self._progress["consumed"] += self.layout.block_size
-                yield values
+                values: Batch = [int(x) for x in perm(real)]
+                out.append(values + [None] * (len(row) - len(real)))
+            return out
+
+        return BlockPlan(lay, "contiguous", lambda rank: rows)
 
 
 def _case(cls: type[MiniSampler], n: int = 23, per_rank: int = 2, world: int = 3) -> SamplerCase:
@@ -76,30 +102,19 @@ def _case(cls: type[MiniSampler], n: int = 23, per_rank: int = 2, world: int = 3
 
 
 def test_minimal_sampler_passes_the_contract() -> None:
-    check_contract(_case(MiniSampler), processes=True)
+    ran = check_contract(_case(MiniSampler), processes=True, recipes=("stateful-0", "peek"))
+    assert ran == ["stateful-0", "peek"]
 
 
+# -- one broken sampler per check -------------------------------------------------------------
 class PerRankDrop(MiniSampler):
-    def _iterate(self, epoch: int) -> Iterator[list[int | None]]:
-        for batch in super()._iterate(epoch):
-            if None in batch:  # drops its padded tail per rank: ranks disagree on step counts
+    """Drops its padded tail per rank: ranks disagree on the number of steps (DDP hangs)."""
+
+    def __iter__(self) -> Iterator[Batch]:
+        for batch in super().__iter__():
+            if None in batch:
                 return
             yield batch
-
-
-class ResumeOnlyOnce(MiniSampler):
-    def load_state_dict(self, state_dict: Mapping[str, object]) -> None:
-        super().load_state_dict(state_dict)
-        self._skip, self._progress["consumed"] = self._progress["consumed"], 0
-
-    def _iterate(self, epoch: int) -> Iterator[list[int | None]]:
-        skip = getattr(self, "_skip", 0) // self.layout.block_size
-        self._skip = 0
-        for i, batch in enumerate(super()._iterate(epoch)):
-            if i >= skip:
-                # like NeMo: the saved count restarts at the resume point
-                self._progress["consumed"] = (i - skip + 1) * self.layout.block_size
-                yield batch
 
 
 class LenIgnoresTail(MiniSampler):
@@ -108,42 +123,187 @@ class LenIgnoresTail(MiniSampler):
 
 
 class Overlapping(MiniSampler):
-    def _iterate(self, epoch: int) -> Iterator[list[int | None]]:
-        for batch in super()._iterate(epoch):
+    def __iter__(self) -> Iterator[Batch]:
+        for batch in super().__iter__():
             yield [0 if x is not None and x % 7 == 0 else x for x in batch]
 
 
+class UndeclaredPadding(MiniSampler):
+    @property
+    def samples_padded(self) -> int:
+        return 0
+
+
+class BigState(MiniSampler):
+    def order_config(self) -> dict[str, Scalar]:
+        return {**super().order_config(), "note": "x" * 600}
+
+
+class MutatingLoad(MiniSampler):
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        state_dict["epoch"] = -1  # type: ignore[index]
+
+
+class ResumeOnlyOnce(MiniSampler):
+    """NeMo's B1: the position saved after a resume restarts at the resume point."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._skipped = self._position["consumed"]
+
+    def state_dict(self) -> dict[str, Scalar]:
+        state = super().state_dict()
+        skipped = getattr(self, "_skipped", 0)
+        if state["consumed"] != self.layout.total_positions:
+            state["consumed"] = int(state["consumed"]) - skipped
+        return state
+
+
+class LenIsRemaining(MiniSampler):
+    """The old rule: len() is what the next iter() yields (Lightning then cuts epochs short)."""
+
+    def __len__(self) -> int:
+        return self.remaining
+
+
+class EndStateNamesTheNextEpoch(MiniSampler):
+    """The old rule: reaching the end moves the state to (epoch + 1, 0) at once."""
+
+    def state_dict(self) -> dict[str, Scalar]:
+        state = super().state_dict()
+        if state["consumed"] == self.layout.total_positions:
+            state.update(epoch=int(state["epoch"]) + 1, consumed=0)
+        return state
+
+
+class PeekConsumes(MiniSampler):
+    """A new pass continues where the last one stopped (a peek loses its batches)."""
+
+    def __iter__(self) -> Iterator[Batch]:
+        self._origin = dict(self._position)
+        return super().__iter__()
+
+
+class RepeatsEpoch(MiniSampler):
+    """torch's rule: without set_epoch every pass is the same epoch."""
+
+    def _moves_on(self) -> bool:
+        return False
+
+
+class LivePassIgnoresPlacement(MiniSampler):
+    def _place(self, epoch: int, origin: Mapping[str, int]) -> None:
+        live = self._live
+        super()._place(epoch, origin)
+        self._live = live
+
+
+class BatchAtOffByOne(MiniSampler):
+    def batch_at(self, step: int, *, rank: int | None = None, epoch: int | None = None) -> Batch:
+        return super().batch_at(max(0, step - 1), rank=rank, epoch=epoch)
+
+
+class ElasticSkips(MiniSampler):
+    """A state loaded on another layout jumps one block ahead."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        if state_dict["layout.world"] != self.world:
+            skip = {"consumed": self._position["consumed"] + self.layout.block_size}
+            self._place(self._epoch, skip)
+
+
+class HashSeeded(MiniSampler):
+    """Keys from Python's salted str hash: another interpreter gives another order."""
+
+    def _key(self, epoch: int) -> int:
+        return hash(f"{self.seed}-{epoch}") % 2**64
+
+
+class LoadedEpochMovesOn(MiniSampler):
+    """Moves on after any pass that reached the end, even in a loaded epoch of a loop that owns
+    the epoch: exact when driven directly, but a loader with workers runs one pass of its own
+    while it restores a finished iterator, and the loop then reads the next epoch early."""
+
+    def _moves_on(self) -> bool:
+        return self._started and self._at_end()
+
+
 @pytest.mark.parametrize(
-    ("cls", "match"),
+    ("cls", "check", "match"),
     [
-        (PerRankDrop, "len\\(\\)=.* but yielded|unequal batch counts"),
-        (ResumeOnlyOnce, "diverges|state differs after a load"),
-        (LenIgnoresTail, "len\\(\\)=.* but yielded"),
-        (Overlapping, "distinct samples read"),
+        (PerRankDrop, check_epoch_partition, "len\\(\\)=.* but yielded|unequal batch counts"),
+        (LenIgnoresTail, check_epoch_partition, "len\\(\\)=.* but yielded"),
+        (Overlapping, check_epoch_partition, "distinct samples read"),
+        (UndeclaredPadding, check_epoch_partition, "but samples_padded=0"),
+        (BigState, check_state_round_trip, "state is .* bytes"),
+        (MutatingLoad, check_state_round_trip, "mutated its argument"),
+        (ResumeOnlyOnce, check_repeated_resume, "repeated resume diverges"),
+        (LenIsRemaining, check_resume_at_every_step, "expected a whole epoch"),
+        (EndStateNamesTheNextEpoch, check_resume_at_every_step, "says epoch 1|remaining=4"),
+        (PeekConsumes, check_peek, "a peek"),
+        (RepeatsEpoch, check_forgotten_set_epoch, "without set_epoch is not epoch 1"),
+        (LivePassIgnoresPlacement, check_placement_ends_a_pass, "went on after set_epoch"),
+        (BatchAtOffByOne, check_batch_at, "differs from iteration"),
     ],
 )
-def test_broken_samplers_fail_the_contract(cls: type[MiniSampler], match: str) -> None:
-    with pytest.raises(AssertionError, match=match):
-        check_contract(_case(cls))
+def test_each_check_catches_its_bug(
+    cls: type[MiniSampler], check: Callable[[SamplerCase], None], match: str
+) -> None:
+    with pytest.raises(ContractViolation, match=match):
+        check(_case(cls))
+    check(_case(MiniSampler))  # and the correct sampler passes the same check
 
 
-def test_repeated_resume_check_catches_nemo_b1() -> None:
-    # NeMo's B1: the position saved after a resume is relative to that resume, so a second
-    # resume replays batches. Exact after one resume, wrong after two.
-    with pytest.raises(AssertionError, match="repeated resume diverges"):
-        check_repeated_resume(_case(ResumeOnlyOnce))
+def test_elastic_check_catches_a_skip() -> None:
+    with pytest.raises(ContractViolation, match="skipped across the 3->1 restart"):
+        check_elastic_resume(_case(ElasticSkips), 1)
+    check_elastic_resume(_case(MiniSampler), 1)
 
 
-def test_state_loaded_while_an_iterator_is_live_stays_the_one_cursor() -> None:
-    # verify_data_parallel reads a sampler and restores its state while the training loop's
-    # iterator is alive; that iterator must keep advancing the restored cursor.
-    s = MiniSampler(40, 2, rank=0, world=2, seed=1)
-    ref = list(MiniSampler(40, 2, rank=0, world=2, seed=1))
-    live = iter(s)
-    got = [next(live), next(live)]
-    saved = s.state_dict()
-    list(s)  # someone else reads the rest of the epoch through the shared cursor...
-    s.load_state_dict(saved)  # ...and puts it back
-    got.append(next(live))
-    assert got == ref[:3]
-    assert s.state_dict()["consumed"] == 3 * 4
+def test_process_check_catches_salted_hashes() -> None:
+    with pytest.raises(ContractViolation, match="order differs across processes"):
+        check_determinism_across_processes(_case(HashSeeded))
+
+
+def test_recipes_catch_what_direct_checks_miss() -> None:
+    case = _case(LoadedEpochMovesOn)
+    check_resume_at_every_step(case)  # exact when driven directly...
+    with pytest.raises(ContractViolation, match="recipe 'stateful-2'"):
+        check_loop_recipes(case, ["stateful-2"])  # ...not under a loader with workers
+    with pytest.raises(ContractViolation, match="Lightning"):
+        check_loop_recipes(_case(LenIsRemaining), ["lightning"])
+    with pytest.raises(ContractViolation, match="a peek before the loop"):
+        check_loop_recipes(_case(PeekConsumes), ["peek"])
+    with pytest.raises(ValueError, match="recipes must be names from"):
+        check_loop_recipes(_case(MiniSampler), ["torchrun"])
+
+
+def test_the_contract_holds_under_python_O() -> None:
+    """Explicit errors, never a bare assert: ``python -O`` still catches a broken sampler."""
+    code = (
+        "import sys; sys.path.insert(0, 'tests');"
+        "from test_contract_core import _case, Overlapping;"
+        "from dataorder.testing import check_epoch_partition, ContractViolation\n"
+        "try:\n    check_epoch_partition(_case(Overlapping))\n"
+        "except ContractViolation:\n    print('caught')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.stdout.strip() == "caught", proc.stderr[-2000:]
+
+
+def test_a_copy_is_a_saved_state() -> None:
+    """pickle / deepcopy / torch.save of a sampler mid-epoch continue from its position."""
+    import copy
+    import pickle
+
+    s = MiniSampler(23, 2, 1, 3, seed=5)
+    full = list(MiniSampler(23, 2, 1, 3, seed=5))
+    it = iter(s)
+    head = [next(it), next(it)]
+    for clone in (pickle.loads(pickle.dumps(s)), copy.deepcopy(s)):
+        assert head + list(clone) == full
+    assert json.loads(json.dumps(s.state_dict()))["consumed"] == 2 * 6

@@ -48,6 +48,12 @@ CASES: list[
 ]
 
 
+# The loop-recipe matrix (dataorder.testing.recipes) resumes at every batch of a 3-epoch run
+# under each training-loop recipe: it runs on the cases with short epochs, at least one per
+# mode; the direct checks run on every case.
+RECIPE_CASES = {"torch-shuffle-pad", "sequential-drop", "shuffle-pad"}
+
+
 @pytest.mark.parametrize(
     ("name", "make", "n", "world", "elastic", "processes"), CASES, ids=[c[0] for c in CASES]
 )
@@ -67,7 +73,12 @@ def test_contract(
         elastic_worlds=elastic,
         batched=False,
     )
-    check_contract(case, resume_points=30, processes=processes)
+    check_contract(
+        case,
+        resume_points=30,
+        processes=processes,
+        recipes=None if name in RECIPE_CASES else (),
+    )
 
 
 @given(
@@ -129,16 +140,16 @@ def test_elastic_resume_property(
     ]
     consumed = steps * world
     if consumed % new_world and consumed < min(n, new[0].total_size):
-        with pytest.raises(ValueError, match="cannot resume epoch 0 at consumed="):
+        with pytest.raises(ValueError, match=r"cannot resume epoch 0 on this layout .*: consumed="):
             new[0].load_state_dict(state)
         return
     for s in new:
         s.load_state_dict(state)
-    assert len({len(s) for s in new}) == 1
+    assert len({s.remaining for s in new}) == 1
     # the rest of the saved epoch (an empty pass if the state was saved at its end); running it
-    # out moves every cursor on to the start of the next epoch
+    # out leaves every cursor at the epoch's end, with the next epoch next
     rest = [x for s in new for x in s]
-    assert {(s.epoch, s.progress["consumed"]) for s in new} == {(state["epoch"] + 1, 0)}
+    assert {(s.epoch, s.next_start()) for s in new} == {(state["epoch"], (state["epoch"] + 1, 0))}
     counts = np.bincount(np.array(seen + rest, dtype=np.int64), minlength=n)
     repeats = int((counts[counts > 1] - 1).sum())
     assert repeats <= old[0].samples_padded + new[0].samples_padded

@@ -310,40 +310,73 @@ def test_factory_errors(kwargs: dict[str, Any], exc: type[Exception], message: s
 
 
 # -- epochs, cursor, consumed_samples --------------------------------------------------------------
-def test_set_epoch_keeps_the_current_epoch_and_restarts_another() -> None:
+def test_set_epoch_restarts_the_epoch_at_its_origin() -> None:
     s = Random(40, 2, 0, 2, seed=3)
     full = list(s)
-    s.set_epoch(0)
-    assert len(s) == 10  # epoch 0 finished: the next iter() is epoch 1
+    # the pass ran out: the state is epoch 0 at its end; len() is still a whole epoch
+    assert (s.epoch, s.progress, len(s), s.remaining) == (0, {"consumed": 40}, 10, 10)
+    s.set_epoch(0)  # the loop says "epoch 0" again: it restarts, as torch's samplers do
+    assert list(s) == full
     s = Random(40, 2, 0, 2, seed=3)
     it = iter(s)
     head = [next(it) for _ in range(4)]
-    s.set_epoch(0)  # same epoch: keeps the position
-    assert len(s) == 6
-    assert head + list(s) == full
+    state = s.state_dict()
+    s.set_epoch(0)  # a peek, then the loop: nothing was consumed, the live pass is over
+    assert (len(s), s.remaining, list(it)) == (10, 10, [])
+    assert list(s) == full
+    t = Random(40, 2, 0, 2, seed=3)
+    t.load_state_dict(state)  # a resumed epoch restarts at the resumed position
+    t.set_epoch(0)
+    assert (len(t), t.remaining) == (10, 6)
+    assert head + list(t) == full
     s.set_epoch(2)
     assert (s.epoch, s.progress, len(s)) == (2, {"consumed": 0}, 10)
     s.set_epoch(0)
     assert list(s) == full
 
 
-def test_a_pass_that_runs_out_moves_to_the_next_epoch() -> None:
+def test_passes_without_set_epoch_read_the_next_epochs() -> None:
     s = Random(40, 2, 0, 2, seed=3)
     e0, e1 = list(s), list(s)
-    assert (s.epoch, s.progress) == (2, {"consumed": 0})
+    assert (s.epoch, s.progress) == (1, {"consumed": 40})
     t = Random(40, 2, 0, 2, seed=3)
     t.set_epoch(1)
     assert e0 != e1 == list(t)
 
 
+def test_consumed_samples_across_layouts_is_exact_or_refused() -> None:
+    """N=10, mbs 1, gbs 4, drop_last=False: an epoch is 12 positions on 4 ranks but 10 on 2."""
+    kw: dict[str, Any] = {"drop_last": False, "global_batch_size": 4}
+    four = [Single(10, 1, r, 4, **kw) for r in range(4)]
+    for _ in range(2):
+        epoch_of(four)
+    assert four[0].state_dict()["epoch"] == 1  # two whole epochs read, at the end of epoch 1
+    counted = 2 * 12  # Megatron's run-wide count after two epochs on 4 ranks
+    with pytest.raises(ValueError, match=r"consumed_samples must be inside the first epoch"):
+        Single(10, 1, 0, 2, consumed_samples=counted, **kw)
+    two = [Single(10, 1, r, 2, **kw) for r in range(2)]
+    for s in two:  # the state names the epoch: exact on the new layout
+        s.load_state_dict(four[0].state_dict())
+    assert global_stream(epoch_of(two)) == []
+    assert global_stream(epoch_of(two)) == list(range(10))
+    # inside the first epoch every layout agrees, and a count is exact anywhere
+    assert global_stream(
+        epoch_of([Single(10, 1, r, 2, consumed_samples=4, **kw) for r in range(2)])
+    ) == list(range(4, 10))
+    # with whole global batches per epoch the count is exact on any layout, in any epoch
+    kw = {"drop_last": False, "global_batch_size": 4, "pad_samples_to_global_batch_size": True}
+    s = Single(10, 1, 0, 2, consumed_samples=2 * 12 + 4, **kw)
+    assert (s.epoch, s.progress) == (2, {"consumed": 4})
+
+
 @pytest.mark.parametrize("cls", [Single, Random])
 def test_consumed_samples_is_megatrons_run_wide_count(cls: type[BaseMegatronSampler]) -> None:
-    n, mbs, dp = 50, 2, 3  # 8 blocks of 6 = 48 positions per epoch
-    ref = cls(n, mbs, 2, dp)
+    n, mbs, dp = 50, 2, 3  # 8 blocks of 6 = 48 positions per epoch, on every layout
+    ref = cls(n, mbs, 2, dp, global_batch_size=6)
     run = [mb for _ in range(3) for mb in ref]
-    assert ref.consumed_samples == 3 * 48
+    assert ref.consumed_samples == 2 * 48 + 48  # two passes ran out; the third is at its end
     for consumed in (0, 6, 42, 48, 54, 100 - 100 % 6, 3 * 48):
-        s = cls(n, mbs, 2, dp, consumed_samples=consumed)
+        s = cls(n, mbs, 2, dp, consumed_samples=consumed, global_batch_size=6)
         assert s.consumed_samples == consumed
         assert (s.epoch, s.progress) == (consumed // 48, {"consumed": consumed % 48})
         k = consumed // 6
@@ -351,10 +384,15 @@ def test_consumed_samples_is_megatrons_run_wide_count(cls: type[BaseMegatronSamp
         assert rest == run[k:]
 
 
+def _at_epoch(s: BaseMegatronSampler, epoch: int) -> BaseMegatronSampler:
+    s.set_epoch(epoch)
+    return s
+
+
 def test_seed_and_epoch_change_the_order() -> None:
     orders = {
         (seed, epoch): tuple(
-            x for mb in Random(64, 4, 0, 1, seed=seed, consumed_samples=64 * epoch) for x in mb
+            x for mb in _at_epoch(Random(64, 4, 0, 1, seed=seed), epoch) for x in mb
         )
         for seed in (0, 1, 2)
         for epoch in (0, 1, 2)
@@ -463,7 +501,7 @@ def test_resume_inside_the_padding_of_the_last_global_batch(kwargs: dict[str, An
         head = [next(it) for _ in range(k)]
         b = cls(10, 1, 0, 2, **kwargs)
         b.load_state_dict(a.state_dict())
-        assert len(b) == len(full) - k
+        assert (len(b), b.remaining) == (len(full), len(full) - k)
         assert head + list(b) == full
     assert plan_epoch(10, per_rank=1, world=2, tail="pad", unit=8).batch_for_consumed(10) == 5
 
@@ -531,7 +569,7 @@ def test_elastic_resume_continues_the_same_global_stream(
     new = ranks(cls, n, 1, new_dp, **kwargs)
     for s in new:
         s.load_state_dict(state)
-    assert {len(s) for s in new} == {(len(reference) - 3 * 48) // new_dp}
+    assert {s.remaining for s in new} == {(len(reference) - 3 * 48) // new_dp}
     after = global_stream(epoch_of(new))
     assert before + after == reference
     # and the next epoch runs whole on the new layout
@@ -561,8 +599,8 @@ def test_elastic_resume_refuses_a_count_off_the_new_block() -> None:
     with pytest.raises(ValueError) as info:
         Random(1000, 1, 0, 6, seed=5).load_state_dict(state)
     assert str(info.value).startswith(
-        "cannot resume at consumed=8 of epoch 0: it is not a multiple of micro_batch_size x "
-        "data_parallel_size = 1 x 6 = 6."
+        "cannot resume epoch 0 on this layout ({'micro_batch_size': 1, 'data_parallel_size': 6}): "
+        "consumed=8 is not a multiple of the global block per_rank x world = 1 x 6 = 6"
     )
     Random(1000, 1, 0, 4, seed=5).load_state_dict(state)
 
@@ -619,49 +657,6 @@ def test_plain_dataloader_masks_padding() -> None:
     assert ((ids >= 0) == (mask > 0)).all()
     # 45 samples padded to 48: positions 45-47 are in rank 1's slice of the last block
     assert int((mask == 0).sum()) == 3 == s.samples_padded
-
-
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_stateful_dataloader_mid_epoch_restore(num_workers: int) -> None:
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
-    def loader() -> Any:
-        s = Random(
-            45,
-            4,
-            1,
-            2,
-            seed=3,
-            drop_last=False,
-            global_batch_size=16,
-            pad_samples_to_global_batch_size=True,
-        )
-        return StatefulDataLoader(Tokens(), batch_sampler=s, num_workers=num_workers)
-
-    uninterrupted = loader()
-    e0 = _indices(list(uninterrupted))
-    e1 = _indices(list(uninterrupted))
-    assert len(e0) == 6
-    assert e0 != e1
-    for k in (1, 4, 6):
-        dl = loader()
-        it = iter(dl)
-        head = [next(it) for _ in range(k)]
-        state = dl.state_dict()
-        del it
-        restored = loader()
-        restored.load_state_dict(state)
-        if k < len(e0):
-            assert _indices(head) + _indices(list(restored)) == e0
-        else:  # saved after the last batch of epoch 0, before StopIteration: nothing left of it
-            assert _indices(list(restored)) == []
-        assert _indices(list(restored)) == e1  # then the next epoch
-    # saved after the loader ran out of epoch 0: the sampler had moved on, epoch 1 comes directly
-    dl = loader()
-    list(dl)
-    restored = loader()
-    restored.load_state_dict(dl.state_dict())
-    assert _indices(list(restored)) == e1
 
 
 def test_plain_dataloader_with_workers_resumed_at_the_end_of_an_epoch() -> None:

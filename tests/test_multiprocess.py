@@ -159,7 +159,7 @@ def test_mesh_every_sampler(tmp_path: Path) -> None:
             epoch, progress = e["cursor"]
             assert epoch == 0, f"{name}: verify moved the cursor"
             assert not any(progress.values()), f"{name}: verify moved the cursor"
-            assert e["epoch_after"] == 1, f"{name}: the pass ran out but stayed in epoch 0"
+            assert e["epoch_after"] == 1, f"{name}: the pass ran out but epoch 0 comes next"
             head = e["first_batches"]
             assert head["ok"], name
             assert head["num_batches"] == min(3, len(e["items"])), name
@@ -212,18 +212,18 @@ def test_crash_mid_epoch_and_restart_reads_every_sample_once(tmp_path: Path) -> 
     killed = W.CRASH_KILL["rank"]
     assert codes[killed] == -9, logs_tail(tmp_path, "crash", 0)
     assert all(c != 0 for c in codes), "the job died with its rank, as in real life"
-    latest = json.loads((tmp_path / "ckpt" / "latest.json").read_text())["step"]
-    assert latest == 6, "the last complete checkpoint before the kill at step 8"
+    latest = json.loads((tmp_path / "ckpt" / "latest.json").read_text())
+    assert latest == {"step": 12, "epoch": 0}, "the checkpoint after epoch 0's loop"
 
     codes = launch("crash", tmp_path, phase=1, deadline=60)
     assert codes == [0] * WORLD, logs_tail(tmp_path, "crash", 1)
     per_rank = results(tmp_path, "crash", phase=1)
-    steps = W.N_CRASH // (W.CRASH_BATCH * 2)
-    assert {(r["start"], r["last_step"]) for r in per_rank} == {(6, steps)}
-    # both loaders ran epoch 0 out: both cursors are at the start of epoch 1
-    assert all(r["cursors"] == [[1, 0], [1, 0]] for r in per_rank)
+    steps = W.CRASH_EPOCHS * W.N_CRASH // (W.CRASH_BATCH * 2)
+    assert {(r["start"], r["last_step"]) for r in per_rank} == {(12, steps)}
+    # both loaders ran the last epoch out: the next pass of both is the epoch after it
+    assert all(r["cursors"] == [[W.CRASH_EPOCHS, 0]] * 2 for r in per_rank)
 
-    # the trained record of the epoch: committed steps up to the checkpoint, then phase 1
+    # the trained record: committed steps up to the checkpoint, then phase 1
     logs: dict[int, list[dict[str, Any]]] = {}
     for rank, r in enumerate(per_rank):
         lines = [
@@ -235,6 +235,13 @@ def test_crash_mid_epoch_and_restart_reads_every_sample_once(tmp_path: Path) -> 
             assert lines == logs[dp], f"tp/cp peers of DP rank {dp} trained on different data"
         logs[dp] = lines
     for key in ("a", "b"):  # a: DistributedSampler via StatefulDataLoader; b: Megatron
-        read = Counter(x for lines in logs.values() for line in lines for x in line[key])
-        assert sorted(read) == list(range(W.N_CRASH)), f"loader {key}: coverage"
-        assert set(read.values()) == {1}, f"loader {key}: a sample read twice"
+        for epoch in range(W.CRASH_EPOCHS):
+            read = Counter(
+                x
+                for lines in logs.values()
+                for line in lines
+                if line["epoch"] == epoch
+                for x in line[key]
+            )
+            assert sorted(read) == list(range(W.N_CRASH)), f"loader {key} epoch {epoch}: coverage"
+            assert set(read.values()) == {1}, f"loader {key} epoch {epoch}: a sample read twice"

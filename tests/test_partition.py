@@ -13,7 +13,7 @@ from dataorder.partition import plan_epoch
 def _rank_batches(lay, rank: int, split: str, start: int = 0) -> list[list[int]]:  # type: ignore[no-untyped-def]
     return [
         row.tolist()
-        for arr in lay.iter_rank_positions(rank=rank, split=split, start_batch=start, chunk=3)
+        for arr in lay.rank_positions(rank=rank, split=split, start=start, stop=lay.num_batches)
         for row in arr
     ]
 

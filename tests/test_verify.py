@@ -141,15 +141,17 @@ def test_cursor_is_left_where_it_was() -> None:
     it = iter(s)
     head = [next(it) for _ in range(4)]
     before = s.state_dict()
-    report = verify_data_parallel(s)
-    assert not report.full_epoch, "from the cursor: the rest of the epoch"
-    assert report.num_batches == 26
+    report = verify_data_parallel(s)  # what the next iter() reads: a new pass, the whole epoch
+    assert (report.full_epoch, report.num_batches) == (True, 30)
     assert s.state_dict() == before
-    whole = verify_data_parallel(s, epoch=0)
-    assert whole.full_epoch
-    assert whole.num_batches == 30
-    assert s.state_dict() == before
-    assert head + list(s) == list(DistributedSampler(range(30), 1, 0, seed=1))
+    assert head + list(it) == list(DistributedSampler(range(30), 1, 0, seed=1))  # still live
+    resumed = DistributedSampler(range(30), 1, 0, seed=1)
+    resumed.load_state_dict(before)
+    report = verify_data_parallel(resumed)
+    assert (report.full_epoch, report.num_batches) == (False, 26), "the rest of the epoch"
+    whole = verify_data_parallel(resumed, epoch=0)
+    assert (whole.full_epoch, whole.num_batches) == (True, 30)
+    assert resumed.state_dict() == before
 
 
 def test_first_batches_and_another_epoch() -> None:
@@ -161,10 +163,10 @@ def test_first_batches_and_another_epoch() -> None:
 
 def test_end_of_epoch_cursor_reads_the_next_epoch_whole() -> None:
     s = DistributedSampler(range(8), 1, 0)
-    list(s)  # the pass ran out: the cursor is at the start of epoch 1
+    list(s)  # the pass ran out: the next pass is epoch 1
     report = verify_data_parallel(s)
     assert (report.epoch, report.full_epoch, report.num_batches) == (1, True, 8)
-    assert (s.epoch, s.progress) == (1, {"consumed": 0})
+    assert (s.epoch, s.progress) == (0, {"consumed": 8})
 
 
 def _placed_at_the_end(n: int, world: int, rank: int) -> DistributedSampler:
@@ -181,8 +183,8 @@ def test_cursor_placed_at_the_end_reads_an_empty_pass_of_its_epoch() -> None:
     s = _placed_at_the_end(8, 1, 0)
     report = verify_data_parallel(s)
     assert (report.epoch, report.full_epoch, report.num_batches) == (0, False, 0)
-    assert (s.epoch, s.progress, len(s)) == (0, {"consumed": 8}, 0), "put back exactly"
-    assert list(s) == []  # the empty pass moves the cursor on...
+    assert (s.epoch, s.progress, len(s), s.remaining) == (0, {"consumed": 8}, 8, 0)
+    assert list(s) == []  # the empty pass completes the epoch (the loop never set one)...
     epoch1 = DistributedSampler(range(8), 1, 0, seed=4)
     epoch1.set_epoch(1)
     assert list(s) == list(epoch1)  # ...to epoch 1

@@ -48,11 +48,10 @@ padding and drop rule depend on it.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -61,7 +60,7 @@ import torch
 from torch.utils.data import Sampler
 
 from dataorder._validate import check_bool, check_choice, check_int, fail
-from dataorder.cursor import CursorSampler
+from dataorder.cursor import CursorBatchSampler
 from dataorder.keys import KEY_DERIVATION_VERSION, derive_key
 from dataorder.multires import BucketTable
 from dataorder.partition import EpochLayout
@@ -92,9 +91,6 @@ _MAX_NEMO_SEED = 2**63 - 1  # torch.manual_seed(seed + epoch) must stay in range
 # walk's rounds) and then costs ~0.1 us per position, so a chunk amortises it over many steps and
 # still keeps the first batch of an epoch (or of a resume) near a millisecond.
 _CHUNK_POSITIONS = 8192
-# Chunks of at most this many positions go through Permutation.index one by one (~8 us each),
-# which is cheaper than the vectorised call's fixed cost.
-_SCALAR_POSITIONS = 48
 
 
 # -- planning: pure functions over ints and arrays ------------------------------------------------
@@ -305,15 +301,6 @@ def _identity(local: IntArray) -> IntArray:
     return local
 
 
-def _keyed_within(perm: Permutation) -> _Within:
-    def within(local: IntArray) -> IntArray:
-        if local.size <= _SCALAR_POSITIONS:
-            return np.fromiter((perm.index(x) for x in local.tolist()), np.int64, local.size)
-        return perm(local)
-
-    return within
-
-
 def _table_within(perm: IntArray) -> _Within:
     def within(local: IntArray) -> IntArray:
         return perm[local]
@@ -339,8 +326,85 @@ def _digest(values: IntArray) -> str:
     return hashlib.blake2b(np.ascontiguousarray(values, "<i8").tobytes(), digest_size=8).hexdigest()
 
 
+@dataclass(frozen=True, eq=False)
+class _BucketEpoch:
+    """The :class:`~dataorder.cursor.EpochPlan` of a bucket sampler: its
+    :class:`BucketEpochPlan` plus the within-bucket orders, built once per bucket and plan.
+
+    Progress is ``{"bucket": ordinal, "consumed": positions of that bucket taken by all ranks}``;
+    after a bucket's last batch it is ``{"bucket": ordinal + 1, "consumed": 0}``.
+    """
+
+    plan: BucketEpochPlan
+    within: Callable[[int, BucketEpochPlan], _Within]
+    table: BucketTable
+    _orders: dict[int, _Within] = field(default_factory=dict, repr=False)
+
+    @property
+    def num_steps(self) -> int:
+        return self.plan.total_batches
+
+    @property
+    def dp_size(self) -> int:
+        return self.plan.world
+
+    def step_of(self, progress: Mapping[str, int], *, strict: bool = False) -> int:
+        plan = self.plan
+        k, consumed = progress["bucket"], progress["consumed"]
+        if k > plan.num_buckets or (k == plan.num_buckets and consumed):
+            raise ValueError(
+                f"bucket must be an ordinal in [0, {plan.num_buckets}] of the "
+                f"{plan.num_buckets} buckets (and consumed=0 at the end); got bucket={k}, "
+                f"consumed={consumed}"
+            )
+        if k == plan.num_buckets:
+            return plan.total_batches
+        layout = plan.layout(k)
+        try:
+            return int(plan.batch_offsets[k]) + layout.step_of(consumed, strict=strict)
+        except ValueError:
+            raise ValueError(
+                f"consumed={consumed} in bucket ordinal {k} (bucket {int(plan.order[k])}, "
+                f"{layout.n} samples) is not a multiple of its global batch per-rank batch x "
+                f"num_replicas = {layout.per_rank} x {layout.world} = {layout.block_size}"
+                + (f" up to {layout.total_positions} positions" if strict else "")
+                + ("" if strict else "; resume with a num_replicas whose global batch divides it")
+            ) from None
+
+    def progress_at(self, step: int) -> dict[str, int]:
+        plan = self.plan
+        if step >= plan.total_batches:
+            return {"bucket": plan.num_buckets, "consumed": 0}
+        k, b = plan.locate(step)
+        return {"bucket": k, "consumed": b * plan.layout(k).block_size}
+
+    def _order(self, k: int) -> _Within:
+        order = self._orders.get(k)
+        if order is None:
+            order = self._orders[k] = self.within(k, self.plan)
+        return order
+
+    def batches(self, rank: int, start: int, stop: int) -> list[list[int]]:
+        plan, indices, offsets = self.plan, self.table.indices, self.table.offsets
+        out: list[list[int]] = []
+        step = start
+        while step < stop:
+            k, b = plan.locate(step)
+            layout = plan.layout(k)
+            end = min(stop - step, layout.num_batches - b) + b
+            n = layout.n
+            base = int(offsets[plan.order[k]])
+            within = self._order(k)
+            for positions in layout.rank_positions(rank=rank, split="strided", start=b, stop=end):
+                # padding positions p >= n repeat the bucket's own place p mod n
+                places = within((positions % n).ravel()).reshape(positions.shape)
+                out += indices[base + places].tolist()
+            step += end - b
+        return out
+
+
 # -- the sampler ----------------------------------------------------------------------------------
-class SequentialBucketSampler(CursorSampler[list[int]], Sampler[list[int]]):
+class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]]):
     """Batches of one bucket at a time, the same bucket and batch size on every rank at each step.
 
     Args:
@@ -383,8 +447,8 @@ class SequentialBucketSampler(CursorSampler[list[int]], Sampler[list[int]]):
     ...     shuffle_buckets=False, shuffle_within_bucket=False, num_replicas=2, rank=1)
     >>> list(s), s.samples_padded
     ([[6, 5], [1, 3], [0]], 2)
-    >>> s.epoch  # the pass ran out: the cursor is at the start of the next epoch
-    1
+    >>> s.epoch, s.progress, len(s)  # the pass ran out: epoch 0, at its end; len() is an epoch
+    (0, {'bucket': 2, 'consumed': 0}, 3)
     >>> s.get_batch_info(2, epoch=0)  # doctest: +NORMALIZE_WHITESPACE
     {'epoch': 0, 'bucket': 1, 'ordinal': 1, 'batch_in_bucket': 1,
      'bucket_key': ('square', (256, 256)), 'resolution': (256, 256), 'aspect_name': 'square',
@@ -392,7 +456,7 @@ class SequentialBucketSampler(CursorSampler[list[int]], Sampler[list[int]]):
      'padding_global': 1}
 
     Checkpoint schema (after the first batch of epoch 0; bools are 0/1; ``config.dataset`` hashes
-    the bucket sizes and resolutions, ``config.batch_sizes`` the per-bucket batch sizes;
+    the buckets and the samples each holds, ``config.batch_sizes`` the per-bucket batch sizes;
     ``bucket`` is the ordinal in the epoch's bucket order and ``consumed`` the positions of that
     bucket all ranks have taken; ``layout.num_replicas`` is informational in the default mode):
 
@@ -401,10 +465,10 @@ class SequentialBucketSampler(CursorSampler[list[int]], Sampler[list[int]]):
     >>> _ = next(iter(s))
     >>> s.state_dict()  # doctest: +NORMALIZE_WHITESPACE
     {'format': 'dataorder.state', 'version': 1, 'kind': 'sequential_bucket',
-     'fingerprint': '2c91b1309529701b', 'epoch': 0, 'bucket': 1, 'consumed': 0,
+     'fingerprint': 'd49e04d19aab0340', 'epoch': 0, 'bucket': 1, 'consumed': 0,
      'config.compat': 'default', 'config.seed': 42, 'config.base_batch_size': 2,
      'config.drop_last': 0, 'config.shuffle_buckets': 0, 'config.shuffle_within_bucket': 0,
-     'config.dynamic_batch_size': 0, 'config.dataset': '6b17184a0e37bb94',
+     'config.dynamic_batch_size': 0, 'config.dataset': 'a0736331508c8615',
      'config.batch_sizes': '79c6c4115855f363',
      'config.order_version': 101, 'layout.num_replicas': 2}
 
@@ -437,7 +501,7 @@ class SequentialBucketSampler(CursorSampler[list[int]], Sampler[list[int]]):
         mesh: Any = None,
         dp_dims: Sequence[str] | None = None,
     ) -> None:
-        CursorSampler.__init__(self)
+        CursorBatchSampler.__init__(self)
         self._compat: Compat = check_choice("compat", compat, COMPAT_MODES)  # type: ignore[assignment]
         self._base_batch_size = check_int("base_batch_size", base_batch_size, min_value=1)
         self._base_resolution = _check_resolution(base_resolution)
@@ -459,7 +523,6 @@ class SequentialBucketSampler(CursorSampler[list[int]], Sampler[list[int]]):
             batch_size_fn=self._batch_size_fn() if self._dynamic else None,
         )
         self._batch_digest = _digest(self._batch_sizes)
-        self._plan_cache: tuple[int, BucketEpochPlan] | None = None
         # Batch counts, drops and pads do not depend on the order, so one plan tells them all.
         plan = self._plan(0)
         self._epoch_batches = plan.total_batches
@@ -570,29 +633,26 @@ class SequentialBucketSampler(CursorSampler[list[int]], Sampler[list[int]]):
         )
 
     # -- planning ---------------------------------------------------------------------------------
-    def _plan(self, epoch: int) -> BucketEpochPlan:
-        cached = self._plan_cache
-        if cached is not None and cached[0] == epoch:
-            return cached[1]
+    def _plan(self, epoch: int, world: int | None = None) -> BucketEpochPlan:
+        world = self.num_replicas if world is None else world
         order_fn = nemo_bucket_order if self.compat == "nemo" else bucket_order
         order = order_fn(
             self._table.num_buckets, seed=self.seed, epoch=epoch, shuffle=self.shuffle_buckets
         )
-        plan = plan_bucket_epoch(
+        return plan_bucket_epoch(
             order,
             self._table.sizes,
             self._batch_sizes,
-            world=self.num_replicas,
+            world=world,
             drop_last=self.drop_last,
             compat=self.compat,
         )
-        self._plan_cache = (epoch, plan)
-        return plan
 
     def plan(self, epoch: int | None = None) -> BucketEpochPlan:
         """The :class:`BucketEpochPlan` of ``epoch`` (default: the cursor's epoch)."""
-        e = self._epoch if epoch is None else check_int("epoch", epoch, min_value=0)
-        return self._plan(e)
+        plan = self.epoch_plan(epoch)
+        assert isinstance(plan, _BucketEpoch)  # what _make_plan builds
+        return plan.plan
 
     @property
     def bucket_table(self) -> BucketTable:
@@ -641,113 +701,52 @@ class SequentialBucketSampler(CursorSampler[list[int]], Sampler[list[int]]):
         """``num_replicas`` (recorded, never the rank)."""
         return {"num_replicas": self.num_replicas}
 
-    def _epoch_length(self) -> int:
-        return self._epoch_batches
+    @property
+    def dp_rank(self) -> int:
+        """Data-parallel rank (the same as :attr:`rank`)."""
+        return self._topology.dp_rank
 
-    def _start(self, plan: BucketEpochPlan, progress: Mapping[str, int]) -> tuple[int, int]:
-        """``(ordinal, batch in bucket)`` where ``progress`` resumes (no checks)."""
-        k = progress["bucket"]
-        if k >= plan.num_buckets:
-            return plan.num_buckets, 0
-        return k, plan.layout(k).batch_for_consumed(progress["consumed"])
+    def _chunk_steps(self) -> int:
+        return max(1, _CHUNK_POSITIONS // int(self._batch_sizes.max()))
 
-    def _remaining(self, progress: Mapping[str, int]) -> int:
-        plan = self._plan(self._epoch)
-        k, b = self._start(plan, progress)
-        return plan.total_batches - int(plan.batch_offsets[k]) - b
+    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> _BucketEpoch:
+        world = check_int("num_replicas", layout["num_replicas"], min_value=1)
+        return _BucketEpoch(self._plan(epoch, world), self._within_orders(epoch), self._table)
 
-    def _check_progress(self, epoch: int, progress: Mapping[str, int]) -> None:
-        plan = self._plan(epoch)
-        k, consumed = progress["bucket"], progress["consumed"]
-        if k > plan.num_buckets or (k == plan.num_buckets and consumed):
-            raise ValueError(
-                f"state['bucket'] must be an ordinal in [0, {plan.num_buckets}] of this "
-                f"dataset's {plan.num_buckets} buckets (and consumed=0 at the end); got "
-                f"bucket={k}, consumed={consumed}"
-            )
-        if k == plan.num_buckets:
-            return
-        layout = plan.layout(k)
-        try:
-            layout.batch_for_consumed(consumed)
-        except ValueError:
-            raise ValueError(
-                f"cannot resume at consumed={consumed} in bucket ordinal {k} of epoch {epoch} "
-                f"(bucket {int(plan.order[k])}, {layout.n} samples): it is not a multiple of "
-                f"the global batch per-rank batch x num_replicas = {layout.per_rank} x "
-                f"{layout.world} = {layout.block_size}. Resume with a num_replicas whose global "
-                "batch divides it"
-            ) from None
-
-    def _iterate(self, epoch: int) -> Iterator[list[int]]:
-        # The start is bound now, the orders lazily: torchdata calls iter() once before it loads
-        # a state and once after, and only the second iterator is ever advanced.
-        plan = self._plan(epoch)
-        k, b = self._start(plan, self._progress)
-        return self._generate(epoch, plan, k, b, self._progress)
-
-    def _generate(
-        self, epoch: int, plan: BucketEpochPlan, k0: int, b0: int, progress: dict[str, int]
-    ) -> Iterator[list[int]]:
-        withins = self._within_orders(epoch, plan, k0)
-        indices, offsets = self._table.indices, self._table.offsets
-        for k in range(k0, plan.num_buckets):
-            make_within = next(withins)  # drawn for every bucket: NeMo's generator stream
-            layout = plan.layout(k)
-            done = b0 if k == k0 else 0
-            if done >= layout.num_batches:
-                # nothing left here (a bucket drop_last removes whole): no order is built for it
-                progress["bucket"], progress["consumed"] = k + 1, 0
-                continue
-            within = make_within()
-            n = layout.n
-            base = int(offsets[plan.order[k]])
-            chunk = max(1, _CHUNK_POSITIONS // layout.per_rank)
-            for positions in layout.iter_rank_positions(
-                rank=self.rank, split="strided", start_batch=done, chunk=chunk
-            ):
-                # padding positions p >= n repeat the bucket's own place p mod n
-                places = within((positions % n).ravel()).reshape(positions.shape)
-                rows: list[list[int]] = indices[base + places].tolist()
-                for batch in rows:
-                    done += 1
-                    if done < layout.num_batches:
-                        progress["bucket"], progress["consumed"] = k, done * layout.block_size
-                    else:
-                        progress["bucket"], progress["consumed"] = k + 1, 0
-                    yield batch
-            progress["bucket"], progress["consumed"] = k + 1, 0
-
-    def _within_orders(
-        self, epoch: int, plan: BucketEpochPlan, k0: int
-    ) -> Iterator[Callable[[], _Within]]:
-        """For each ordinal from ``k0`` on, in visiting order, a builder of its within-bucket
-        order (called only for buckets that yield a batch)."""
+    def _within_orders(self, epoch: int) -> Callable[[int, BucketEpochPlan], _Within]:
+        """``within(ordinal, plan)``: the within-bucket order of the bucket at that ordinal."""
         if not self.shuffle_within_bucket:
-            while True:
-                yield lambda: _identity
+            return lambda k, plan: _identity
         if self.compat == "default":
-            for k in range(k0, plan.num_buckets):
-                yield functools.partial(
-                    self._keyed_order, epoch, int(plan.order[k]), int(plan.sizes[k])
-                )
-            return
-        # NeMo draws every permutation from one generator: the bucket order first, then one per
-        # bucket in visiting order, dropped buckets included. Resuming at ordinal k0 draws (and
-        # discards) those before it.
-        generator = _nemo_generator(self.seed, epoch)
-        if self.shuffle_buckets:
-            torch.randperm(plan.num_buckets, generator=generator)
-        for k in range(plan.num_buckets):
-            perm = torch.randperm(int(plan.sizes[k]), generator=generator)
-            if k >= k0:
-                yield functools.partial(_table_within, perm.numpy())
 
-    def _keyed_order(self, epoch: int, bucket: int, size: int) -> _Within:
-        key = derive_key(
-            self.seed, epoch=epoch, stream=_STREAM, purpose="within-bucket", extra=(bucket,)
-        )
-        return _keyed_within(Permutation(int(size), key))
+            def keyed(k: int, plan: BucketEpochPlan) -> _Within:
+                key = derive_key(
+                    self.seed,
+                    epoch=epoch,
+                    stream=_STREAM,
+                    purpose="within-bucket",
+                    extra=(int(plan.order[k]),),
+                )
+                return Permutation(int(plan.sizes[k]), key)
+
+            return keyed
+        # NeMo draws every permutation from one generator: the bucket order first, then one per
+        # bucket in visiting order, dropped buckets included. Reaching ordinal k draws (and keeps)
+        # those before it: compat="nemo" materialises its orders, as NeMo does.
+        drawn: list[_Within] = []
+        generators: list[torch.Generator] = []
+
+        def nemo(k: int, plan: BucketEpochPlan) -> _Within:
+            if not generators:
+                generators.append(_nemo_generator(self.seed, epoch))
+                if self.shuffle_buckets:
+                    torch.randperm(plan.num_buckets, generator=generators[0])
+            while len(drawn) <= k:
+                size = int(plan.sizes[len(drawn)])
+                drawn.append(_table_within(torch.randperm(size, generator=generators[0]).numpy()))
+            return drawn[k]
+
+        return nemo
 
     # -- inspection -------------------------------------------------------------------------------
     def get_batch_info(self, batch_idx: int, *, epoch: int | None = None) -> dict[str, Any]:
@@ -774,7 +773,7 @@ class SequentialBucketSampler(CursorSampler[list[int]], Sampler[list[int]]):
                 here, in every mode).
         """
         e = self._epoch if epoch is None else check_int("epoch", epoch, min_value=0)
-        plan = self._plan(e)
+        plan = self.plan(e)
         batch_idx = check_int("batch_idx", batch_idx, min_value=0, max_value=plan.total_batches - 1)
         k, b = plan.locate(batch_idx)
         layout = plan.layout(k)
@@ -809,8 +808,8 @@ class SequentialBucketSampler(CursorSampler[list[int]], Sampler[list[int]]):
             f"shuffle_within_bucket={self.shuffle_within_bucket}, "
             f"dynamic_batch_size={self.dynamic_batch_size}, seed={self.seed}, "
             f"rank={self.rank}, num_replicas={self.num_replicas}, compat={self.compat!r}; "
-            f"epoch={self._epoch}, bucket={self._progress['bucket']}, "
-            f"consumed={self._progress['consumed']})"
+            f"epoch={self._epoch}, bucket={self._position['bucket']}, "
+            f"consumed={self._position['consumed']})"
         )
 
 

@@ -479,7 +479,7 @@ def _rebuild(
 def _position(kind: str, sampler: Any, state: Mapping[str, Any]) -> list[tuple[str, object]]:
     """Lines that say where the saved cursor is, in the sampler's own terms."""
     epoch, consumed = state["epoch"], state.get("consumed", 0)
-    remaining = len(sampler)
+    remaining = sampler.remaining
     if kind.startswith("megatron"):
         lay = sampler.layout
         done = consumed // lay.block_size

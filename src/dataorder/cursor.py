@@ -1,47 +1,117 @@
-"""The cursor every dataorder sampler carries, and the epoch and state rules they share.
+"""The cursor every dataorder sampler carries, and the one epoch and iteration contract they share.
 
-A sampler is configuration plus a cursor ``(epoch, progress)``, where progress is a few global
-counters (e.g. ``consumed`` positions, or ``bucket`` and ``consumed`` for a bucket sampler). The
-rules, identical for every sampler:
+A sampler is configuration plus a cursor. The configuration fixes a pure function, the order:
+:meth:`CursorSampler.epoch_plan` gives an :class:`EpochPlan` that answers, for any epoch, rank
+and step, which batch that step holds, without iterating. The cursor says where this process is
+in that order. Iteration, ``len()``, ``batch_at``, state saving and loading are written once,
+here, over those two pieces.
 
-* ``iter(sampler)`` yields from the cursor to the end of the cursor's epoch and advances the cursor
-  *before* each batch is handed out, so ``state_dict()`` always describes "after the batches
-  produced so far" (what torchdata's StatefulDataLoader snapshots).
-* A pass that runs to the end of its epoch moves the cursor to the start of the next epoch, so
-  forgetting ``set_epoch`` never replays an epoch, and a state saved after the pass resumes there.
-* ``set_epoch(e)``: the current epoch keeps its position; another epoch starts at its beginning.
-* ``load_state_dict(sd)`` sets the cursor; the next ``iter()`` starts there. Nothing is replayed.
-  It is strict and pure (see :mod:`dataorder.state`).
-* A cursor *placed* by ``set_epoch`` or ``load_state_dict`` at the end of its epoch (a checkpoint
-  taken after an epoch's last batch, before the loader noticed the end) gives an empty pass for
-  that epoch, and the epoch after it comes next: the usual resumed loop
-  ``for e in range(saved_epoch, E): sampler.set_epoch(e); ...`` stays aligned. A cursor that
-  reached the end by iterating, in a loop that never exhausted its iterator, moves on at the
-  next ``iter()`` instead.
-* ``len(sampler)`` is the number of batches the next ``iter()`` yields.
-* Only one live iterator at a time: a second ``iter()`` continues from the shared cursor.
+NOTE [ The loop contract ]
+    The cursor is ``(epoch, origin, position)``: ``origin`` is where passes over the epoch start
+    in this process (0, or the position a state put it at), ``position`` is how far the latest
+    pass has handed out batches. Only ``epoch`` and ``position`` are saved. A loop *owns the
+    epoch* once it calls ``set_epoch`` (torch's convention, which Lightning, Accelerate and HF
+    Trainer follow).
+
+    ==============================  ==========================================================
+    event                           effect
+    ==============================  ==========================================================
+    ``len(sampler)``                batches of a whole epoch on this rank, wherever the cursor
+                                    is (torch's convention, which Lightning and NeMo rely on)
+    ``sampler.remaining``           batches the next ``iter()`` yields
+    a pass starts (first ``next``)  it runs from ``origin``
+    each batch                      ``position`` advances *before* the batch is handed out, so
+                                    ``state_dict()`` means "after the batches produced so far"
+    the pass reaches the end        nothing moves: a state saved now still describes epoch
+                                    ``e``, at its end
+    the next pass after that        starts epoch ``e + 1`` (a forgotten ``set_epoch`` never
+                                    repeats an epoch), unless a state was loaded into a loop
+                                    that owns the epoch: then epoch ``e`` stays, its passes
+                                    empty, until ``set_epoch`` moves it
+    an abandoned pass (a peek)      costs nothing: the next pass starts at ``origin`` again
+    ``set_epoch(e)``                ``e`` is the current epoch: ``position`` goes back to
+                                    ``origin``; another epoch: it starts at 0. The cursor is
+                                    *placed*, and a live pass stops
+    ``load_state_dict(s)``          ``epoch`` and ``origin = position`` come from ``s``; the
+                                    cursor is placed, and a live pass stops
+    a copy (pickle, deepcopy)       is a saved state: it continues from the position
+    live vs loaded                  a loaded position becomes the origin; a live pass's does
+                                    not (a live sampler replays from its origin where a
+                                    loaded one resumes): the only rule that separates them
+    ==============================  ==========================================================
+
+    So the usual loop ``for e in range(saved_epoch, E): sampler.set_epoch(e); for b in loader:
+    ...``, saving ``{"epoch": e, "loader": loader.state_dict()}`` anywhere, including after the
+    loop and after a loader read ahead to the end, is exact at every checkpoint: the resumed
+    loop reads what is left of epoch ``e`` (possibly nothing), then epoch ``e + 1``.
+
+    One case it cannot see: a loop that never calls ``set_epoch``, restored from a state taken
+    after the loader ran out, with worker processes. torchdata's loader then runs one pass of
+    its own while restoring (it primes its workers) before it starts the loop's pass, and that
+    pass reads the next epoch. Call ``set_epoch`` (or checkpoint inside the loop).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar, Generic, TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from dataorder._validate import check_int
 from dataorder.state import Scalar, build_state, parse_state
 
-__all__ = ["CursorSampler"]
+__all__ = ["CursorBatchSampler", "CursorSampler", "EpochPlan"]
 
 T_co = TypeVar("T_co", covariant=True)
 
+#: How many epoch plans a sampler keeps (the current epoch's, plus one a reader asked for).
+_PLAN_CACHE = 4
+
+
+class EpochPlan(Protocol[T_co]):
+    """One epoch of a sampler's order, for one data-parallel layout: a pure function of steps.
+
+    ``num_steps`` batches per rank; step ``k`` is the same global block on every rank, and each
+    rank's batch of it is :meth:`batches`. Progress is global (it does not name a rank), so a
+    state written on one layout is checked and continued on another through :meth:`step_of`.
+    """
+
+    @property
+    def num_steps(self) -> int:
+        """Batches every rank yields in the epoch."""
+        ...
+
+    @property
+    def dp_size(self) -> int:
+        """The number of data-parallel ranks this plan is cut for."""
+        ...
+
+    def step_of(self, progress: Mapping[str, int], *, strict: bool = False) -> int:
+        """The step at which ``progress`` stands.
+
+        ``strict=False``: where this layout continues from a global progress (possibly written
+        by another layout). ``strict=True``: only progress this layout itself reaches.
+
+        Raises:
+            ValueError: If this layout cannot continue from (or, strictly, never reaches) it.
+        """
+        ...
+
+    def progress_at(self, step: int) -> dict[str, int]:
+        """Global progress after ``step`` steps."""
+        ...
+
+    def batches(self, rank: int, start: int, stop: int) -> Sequence[T_co]:
+        """``rank``'s batches of steps ``start .. stop - 1``."""
+        ...
+
 
 class CursorSampler(abc.ABC, Generic[T_co]):
-    """Base of every dataorder sampler: the cursor, the epoch rules and the state protocol.
+    """Base of every dataorder sampler: the cursor, the loop contract and the state protocol.
 
     Subclasses define :attr:`state_kind`, :attr:`progress_keys`, :meth:`order_config`,
-    :meth:`layout_info`, :meth:`_epoch_length`, :meth:`_remaining`, :meth:`_check_progress` and
-    :meth:`_iterate`.
+    :meth:`layout_info`, :attr:`dp_rank` and :meth:`_make_plan`; everything else, iteration
+    included, is here (see NOTE [ The loop contract ] in the module docstring).
     """
 
     #: Name recorded as ``kind`` in the state.
@@ -53,10 +123,18 @@ class CursorSampler(abc.ABC, Generic[T_co]):
 
     def __init__(self) -> None:
         self._epoch = 0
-        self._progress: dict[str, int] = dict.fromkeys(self.progress_keys, 0)
-        # Whether set_epoch/load_state_dict put the cursor where it is (see the module docstring).
-        # Never saved: it describes how this process got here, not where the job is.
-        self._placed = False
+        self._origin: dict[str, int] = dict.fromkeys(self.progress_keys, 0)
+        # Steps the latest pass has handed out, or None if no pass started since the cursor was
+        # placed (then the position is the origin). The progress dict is derived when asked.
+        self._step: int | None = None
+        # How this process got here; never saved (NOTE [ The loop contract ]). Whether a pass
+        # has started since the cursor was last placed, whether the last placement was a loaded
+        # state, and whether the loop ever called set_epoch (then it owns the epoch).
+        self._started = False
+        self._loaded = False
+        self._loop_owns_epoch = False
+        self._live: object | None = None  # the running pass; placing the cursor stops it
+        self._plans: dict[tuple[int, tuple[tuple[str, int], ...]], EpochPlan[T_co]] = {}
 
     # -- what subclasses provide ----------------------------------------------------------------
     @abc.abstractmethod
@@ -65,28 +143,69 @@ class CursorSampler(abc.ABC, Generic[T_co]):
 
     @abc.abstractmethod
     def layout_info(self) -> dict[str, int]:
-        """Layout fields recorded in the state for inspection (and checked if not elastic).
+        """The data-parallel layout, recorded in the state (never the rank).
 
-        Never the rank: one state describes the whole job and loads on every rank.
+        One state describes the whole job and loads on every rank. A layout with other values
+        is what :meth:`epoch_plan` builds for ``layout=``; a non-elastic sampler refuses a state
+        whose layout differs.
         """
 
+    @property
     @abc.abstractmethod
-    def _epoch_length(self) -> int:
-        """Batches this rank yields in a whole epoch."""
+    def dp_rank(self) -> int:
+        """This process's data-parallel rank."""
 
     @abc.abstractmethod
-    def _remaining(self, progress: Mapping[str, int]) -> int:
-        """Batches this rank yields from ``progress`` to the end of the epoch."""
+    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> EpochPlan[T_co]:
+        """Build the plan of ``epoch`` on ``layout`` (a dict like :meth:`layout_info`'s)."""
 
-    @abc.abstractmethod
-    def _check_progress(self, epoch: int, progress: Mapping[str, int]) -> None:
-        """Raise ValueError if this layout cannot continue from ``progress``."""
+    def _chunk_steps(self) -> int:
+        """Most steps evaluated together while iterating. A pass's first chunk is one step, then
+        chunks double up to this, so a start or a resume costs one batch's work."""
+        return 1024
 
-    @abc.abstractmethod
-    def _iterate(self, epoch: int) -> Iterator[T_co]:
-        """Yield from ``self._progress`` to the end of ``epoch``, updating it before each yield."""
+    # -- the order ------------------------------------------------------------------------------
+    def epoch_plan(
+        self, epoch: int | None = None, *, layout: Mapping[str, int] | None = None
+    ) -> EpochPlan[T_co]:
+        """The :class:`EpochPlan` of ``epoch`` (default: the cursor's) on ``layout`` (default:
+        this sampler's). Plans are cached; building one never moves the cursor."""
+        e = self._epoch if epoch is None else check_int("epoch", epoch, min_value=0)
+        lay = self.layout_info() if layout is None else dict(layout)
+        key = (e, tuple(sorted(lay.items())))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._make_plan(e, lay)
+            if len(self._plans) >= _PLAN_CACHE:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[key] = plan
+        return plan
 
-    # -- shared behaviour -----------------------------------------------------------------------
+    @property
+    def steps_per_epoch(self) -> int:
+        """Batches this rank yields in a whole epoch (what ``len()`` returns)."""
+        return self.epoch_plan().num_steps
+
+    def batch_at(self, step: int, *, rank: int | None = None, epoch: int | None = None) -> T_co:
+        """The batch that step ``step`` of ``epoch`` holds on ``rank``: random access to the order.
+
+        Exactly what iteration yields at that step; the cursor does not move. ``rank`` defaults
+        to this sampler's, ``epoch`` to the cursor's.
+
+        Raises:
+            ValueError: If ``step`` is not in ``[0, steps_per_epoch)`` or ``rank`` not in
+                ``[0, data-parallel size)``.
+        """
+        plan = self.epoch_plan(epoch)
+        step = check_int("step", step, min_value=0, max_value=plan.num_steps - 1)
+        r = (
+            self.dp_rank
+            if rank is None
+            else check_int("rank", rank, min_value=0, max_value=plan.dp_size - 1)
+        )
+        return plan.batches(r, step, step + 1)[0]
+
+    # -- the cursor -----------------------------------------------------------------------------
     @property
     def epoch(self) -> int:
         """The cursor's epoch."""
@@ -94,69 +213,103 @@ class CursorSampler(abc.ABC, Generic[T_co]):
 
     @property
     def progress(self) -> dict[str, int]:
-        """A copy of the cursor's global progress counters in the current epoch."""
-        return dict(self._progress)
+        """A copy of the cursor's global progress in its epoch (what ``state_dict`` saves)."""
+        return self._position
 
-    def _reset_progress(self, progress: Mapping[str, int]) -> None:
-        # In place: a live iterator writes its progress into this same dict, so a state loaded
-        # (or restored, as verify_data_parallel does) while it is alive stays the one cursor.
-        self._progress.clear()
-        self._progress.update(progress)
+    @property
+    def _position(self) -> dict[str, int]:
+        if self._step is None:
+            return dict(self._origin)
+        return self.epoch_plan().progress_at(self._step)
 
-    def _epoch_done(self) -> bool:
-        return self._remaining(self._progress) == 0
+    def _at_end(self) -> bool:
+        plan = self.epoch_plan()
+        step = plan.step_of(self._origin) if self._step is None else self._step
+        return step >= plan.num_steps
 
-    def cursor_snapshot(self) -> tuple[int, dict[str, int], bool]:
-        """The whole cursor, for a reader that must put it back exactly (verify_data_parallel).
-
-        Unlike :meth:`state_dict` it includes whether the cursor was placed (see the module
-        docstring), so restoring it with :meth:`restore_cursor` changes nothing at all.
-        """
-        return self._epoch, dict(self._progress), self._placed
-
-    def restore_cursor(self, snapshot: tuple[int, dict[str, int], bool]) -> None:
-        """Put back a :meth:`cursor_snapshot` of this sampler (progress updated in place)."""
-        epoch, progress, placed = snapshot
+    def _place(self, epoch: int, origin: Mapping[str, int], *, loaded: bool = False) -> None:
         self._epoch = epoch
-        self._reset_progress(progress)
-        self._placed = placed
+        self._origin = dict(origin)
+        self._step = None
+        self._started = False
+        self._loaded = loaded
+        self._live = None
 
-    def _next_epoch(self) -> None:
-        self._epoch += 1
-        self._reset_progress(dict.fromkeys(self.progress_keys, 0))
+    def _moves_on(self) -> bool:
+        """Whether the next pass starts the next epoch (NOTE [ The loop contract ])."""
+        if self._loaded and self._loop_owns_epoch:
+            return False
+        return self._started and self._at_end()
 
     def set_epoch(self, epoch: int) -> None:
-        """Move the cursor to ``epoch``: the current epoch keeps its position, another starts at 0.
+        """Place the cursor at ``epoch``: its origin if it is the current epoch, else its start.
 
         Raises:
             TypeError, ValueError: If ``epoch`` is not a non-negative int.
         """
         epoch = check_int("epoch", epoch, min_value=0)
-        if epoch != self._epoch:
-            self._epoch = epoch
-            self._reset_progress(dict.fromkeys(self.progress_keys, 0))
-        self._placed = True
+        self._loop_owns_epoch = True
+        if epoch == self._epoch:
+            self._place(epoch, self._origin)
+        else:
+            self._place(epoch, dict.fromkeys(self.progress_keys, 0))
 
     def __len__(self) -> int:
-        """Number of batches the next ``iter()`` yields on this rank."""
-        if self._epoch_done():
-            return 0 if self._placed else self._epoch_length()
-        return self._remaining(self._progress)
+        """Batches of a whole epoch on this rank (torch's convention); see :attr:`remaining`."""
+        return self.steps_per_epoch
+
+    def next_start(self) -> tuple[int, int]:
+        """``(epoch, step)`` where the next ``iter()`` starts; the cursor does not move."""
+        if self._moves_on():
+            return self._epoch + 1, 0
+        return self._epoch, self.epoch_plan().step_of(self._origin)
+
+    @property
+    def remaining(self) -> int:
+        """How many batches the next ``iter()`` yields on this rank."""
+        epoch, step = self.next_start()
+        return self.epoch_plan(epoch).num_steps - step
 
     def __iter__(self) -> Iterator[T_co]:
-        if self._epoch_done() and not self._placed:
-            self._next_epoch()
-        return self._run_to_end(self._epoch)
+        return self._pass()
 
-    def _run_to_end(self, epoch: int) -> Iterator[T_co]:
-        # Cleared when the pass starts, not at iter(): a DataLoader with workers calls iter()
-        # twice and runs only the second iterator.
-        self._placed = False
-        yield from self._iterate(epoch)
-        # The pass reached the end of its epoch (unless the cursor was moved meanwhile): the next
-        # epoch starts here, so a state saved from now on resumes at its beginning.
-        if self._epoch == epoch and self._epoch_done():
-            self._next_epoch()
+    def _pass(self) -> Iterator[T_co]:
+        # A generator: nothing here runs before the first next(). torchdata's loaders call
+        # iter() once before loading a state and once after, and only advance the second.
+        token = object()
+        if self._moves_on():
+            self._place(self._epoch + 1, dict.fromkeys(self.progress_keys, 0))
+        self._started = True
+        self._live = token
+        epoch, rank = self._epoch, self.dp_rank
+        plan = self.epoch_plan(epoch)
+        step = plan.step_of(self._origin)
+        self._step = step
+        chunk = 1
+        while step < plan.num_steps:
+            stop = min(plan.num_steps, step + chunk)
+            for batch in plan.batches(rank, step, stop):
+                if self._live is not token:
+                    return  # the cursor was placed elsewhere: this pass is over
+                step += 1
+                self._step = step
+                yield batch
+            chunk = min(2 * chunk, self._chunk_steps())
+
+    # -- state ----------------------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy (pickle, deepcopy, torch.save) is a saved sampler: like a loaded state, its
+        # position becomes its origin. Cached plans hold closures; they are rebuilt on demand.
+        state = self.__dict__.copy()
+        state.update(
+            _origin=self._position,
+            _step=None,
+            _started=False,
+            _loaded=True,
+            _live=None,
+            _plans={},
+        )
+        return state
 
     def state_dict(self) -> dict[str, Scalar]:
         """Return the cursor as a flat, JSON-serialisable dict (see :mod:`dataorder.state`)."""
@@ -164,18 +317,22 @@ class CursorSampler(abc.ABC, Generic[T_co]):
             self.state_kind,
             epoch=self._epoch,
             config=self.order_config(),
-            progress=self._progress,
+            progress=self._position,
             layout=self.layout_info(),
         )
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Set the cursor from ``state_dict``; the next ``iter()`` starts there.
+        """Place the cursor where ``state_dict`` says; the next ``iter()`` continues from there.
+
+        The position must be one the saving layout reaches (a tampered or corrupted count is
+        refused, naming the field) and one this layout can continue from.
 
         Raises:
             TypeError: If ``state_dict`` is not a mapping.
             ValueError: If it is not a dataorder state of this kind, comes from another
-                configuration (the message names the field), or describes a position this layout
-                cannot continue from. The sampler is unchanged when it raises.
+                configuration (the message names the field), or describes a position the saving
+                layout never reaches or this layout cannot continue from. The sampler is
+                unchanged when it raises.
         """
         layout = self.layout_info()
         epoch, progress, saved_layout = parse_state(
@@ -192,7 +349,45 @@ class CursorSampler(abc.ABC, Generic[T_co]):
                         f"this sampler cannot resume on another layout: {key} is "
                         f"{saved_layout[key]} in the state but {ours} here"
                     )
-        self._check_progress(epoch, progress)
-        self._epoch = epoch
-        self._reset_progress(progress)
-        self._placed = True
+        self._check_reachable(epoch, progress, saved_layout)
+        plan = self.epoch_plan(epoch)
+        try:
+            plan.step_of(progress)
+        except ValueError as err:
+            raise ValueError(
+                f"cannot resume epoch {epoch} on this layout ({layout}): {err}"
+            ) from None
+        self._place(epoch, progress, loaded=True)
+
+    def _check_reachable(
+        self, epoch: int, progress: Mapping[str, int], saved_layout: Mapping[str, int]
+    ) -> None:
+        """Refuse progress the layout that wrote the state never reaches."""
+        try:
+            saved = self.epoch_plan(epoch, layout=saved_layout)
+        except (TypeError, ValueError) as err:
+            raise ValueError(
+                f"state['layout.*'] must describe a valid layout; got {dict(saved_layout)} ({err})"
+            ) from None
+        try:
+            saved.step_of(progress, strict=True)
+        except ValueError as err:
+            fields = ", ".join(f"state[{k!r}]={v}" for k, v in progress.items())
+            raise ValueError(
+                f"{fields} is not a position the saving layout {dict(saved_layout)} reaches in "
+                f"epoch {epoch}: {err}"
+            ) from None
+
+
+class CursorBatchSampler(CursorSampler[T_co]):
+    """A :class:`CursorSampler` whose items are whole batches (``batch_sampler=`` in a loader).
+
+    Its :attr:`sampler` is itself. torch's ``BatchSampler`` wraps an index sampler there, and
+    the frameworks that own the epoch call ``set_epoch`` on ``loader.batch_sampler.sampler``
+    (Lightning calls it on nothing else), so this is how they reach a dataorder batch sampler.
+    """
+
+    @property
+    def sampler(self) -> CursorBatchSampler[T_co]:
+        """This sampler: where Lightning and Accelerate call ``set_epoch``."""
+        return self

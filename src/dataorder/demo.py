@@ -420,7 +420,7 @@ class _Job:
     padded: Callable[[], int]
     # slots of the batch that repeat a sample, given its epoch and its index in that epoch
     batch_padding: Callable[[int, int, dict[str, Any]], int]
-    # index in the epoch of the next batch, right after iter(loader) (loads a saved state)
+    # index in the epoch of the next batch (where the next iter() starts)
     next_batch_index: Callable[[], int] = lambda: 0
 
 
@@ -521,7 +521,7 @@ def _build_job(name: str, spec: _PhaseSpec, mesh: Any) -> _Job:
             lambda: int(bucket_sampler.samples_dropped),
             lambda: int(bucket_sampler.samples_padded),
             padding_of,
-            lambda: bucket_sampler.plan().total_batches - len(bucket_sampler),
+            lambda: bucket_sampler.next_start()[1],
         )
     raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}; got sampler={name!r}")
 

@@ -30,7 +30,7 @@ index, not a Python list), and keeps everything else: state, resume, mesh, paddi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -39,6 +39,7 @@ import torch
 from torch.utils.data.distributed import DistributedSampler as _TorchDistributedSampler
 
 from dataorder._validate import check_bool, check_choice, check_int, fail
+from dataorder.blockplan import BlockPlan
 from dataorder.cursor import CursorSampler
 from dataorder.keys import KEY_DERIVATION_VERSION, derive_key
 from dataorder.partition import EpochLayout, plan_epoch
@@ -334,7 +335,7 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
             f"{type(self).__name__}(dataset_size={self._n}, num_replicas={self.num_replicas}, "
             f"rank={self.rank}, shuffle={self._shuffle}, seed={self._seed}, "
             f"drop_last={self._drop_last}, compat={self._compat!r}; epoch={self._epoch}, "
-            f"consumed={self._progress['consumed']})"
+            f"consumed={self._position['consumed']})"
         )
 
     # -- CursorSampler --------------------------------------------------------------------------
@@ -354,44 +355,38 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
         """``num_replicas`` (recorded, never the rank)."""
         return {"num_replicas": self.num_replicas}
 
-    def _epoch_length(self) -> int:
-        return self._layout.num_batches
+    @property
+    def dp_rank(self) -> int:
+        """This process's data-parallel rank (the same as :attr:`rank`)."""
+        return self._topology.dp_rank
 
-    def _remaining(self, progress: Mapping[str, int]) -> int:
-        return self._layout.num_batches - self._layout.batch_for_consumed(progress["consumed"])
+    def _chunk_steps(self) -> int:
+        return _CHUNK
 
-    def _check_progress(self, epoch: int, progress: Mapping[str, int]) -> None:
-        consumed = progress["consumed"]
-        try:
-            self._layout.batch_for_consumed(consumed)
-        except ValueError:
-            raise ValueError(
-                f"cannot resume epoch {epoch} at consumed={consumed} on num_replicas="
-                f"{self.num_replicas}: every rank must restart at the same step, so consumed "
-                f"must be a multiple of num_replicas. Resume with a num_replicas that divides "
-                f"{consumed}, or from a checkpoint taken where it does"
-            ) from None
-
-    def _iterate(self, epoch: int) -> Iterator[int]:
-        # Bind the start now and build the order lazily: torchdata calls iter() once before it
-        # loads a state and once after, and only the second iterator is ever advanced (with
-        # compat="torch" building the order is a randperm of the dataset).
-        start = self._layout.batch_for_consumed(self._progress["consumed"])
-        return self._generate(epoch, start, self._progress)
-
-    def _generate(self, epoch: int, start: int, progress: dict[str, int]) -> Iterator[int]:
-        layout = self._layout
-        if start >= layout.num_batches:
-            return
-        order = epoch_order(
-            self._n, seed=self._seed, epoch=epoch, shuffle=self._shuffle, compat=self._compat
+    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BlockPlan[int]:
+        world = check_int("num_replicas", layout["num_replicas"], min_value=1)
+        lay = (
+            self._layout
+            if world == self.num_replicas
+            else distributed_layout(self._n, world, self._drop_last)
         )
-        world = self.num_replicas
-        done = start
-        for positions in layout.iter_rank_positions(
-            rank=self.rank, split="strided", start_batch=start, chunk=_CHUNK
-        ):
-            for sample in order(positions.ravel()).tolist():
-                done += 1
-                progress["consumed"] = done * world
-                yield sample
+        orders: list[Order] = []  # built at the first batch asked for, then shared by all ranks
+
+        def make_rows(rank: int) -> Callable[[npt.NDArray[np.int64]], list[int]]:
+            def rows(positions: npt.NDArray[np.int64]) -> list[int]:
+                if not orders:
+                    orders.append(
+                        epoch_order(
+                            self._n,
+                            seed=self._seed,
+                            epoch=epoch,
+                            shuffle=self._shuffle,
+                            compat=self._compat,
+                        )
+                    )
+                out: list[int] = orders[0](positions.ravel()).tolist()
+                return out
+
+            return rows
+
+        return BlockPlan(lay, "strided", make_rows)

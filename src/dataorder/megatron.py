@@ -42,12 +42,31 @@ samples it leaves out, summed over ranks.
 Resume. A sampler is configuration plus a cursor ``(epoch, consumed)``, where ``consumed`` counts
 the global positions (padding included) that all ranks together have taken in the epoch. The
 state is a few hundred bytes of JSON whatever the dataset size, identical on every rank, and
-loading it sets where the next ``iter()`` starts: nothing is replayed. ``consumed_samples=`` in
-the constructor is Megatron's run-wide count (``epoch * positions per epoch + consumed``). Because
-the global stream does not depend on the number of ranks, a state saved with one
-``micro_batch_size x data_parallel_size`` loads into another one whose block divides the consumed
-count (elastic resume), except in the modes whose order depends on the layout (``data_sharding``,
-``compat="nemo"``), which refuse it.
+loading it sets where the next ``iter()`` starts: nothing is replayed. Because the global stream
+does not depend on the number of ranks, a state saved with one ``micro_batch_size x
+data_parallel_size`` loads into another one whose block divides the consumed count (elastic
+resume), except in the modes whose order depends on the layout (``data_sharding``,
+``compat="nemo"``), which refuse it. The epoch and iteration rules (``len()``, ``set_epoch``, a
+peek, the end of an epoch) are :mod:`dataorder.cursor`'s NOTE [ The loop contract ].
+
+NOTE [ consumed_samples ]
+    ``consumed_samples=`` in the constructor is Megatron's run-wide count, ``epoch x P +
+    consumed``, where ``P`` is the number of positions in an epoch. With a
+    ``global_batch_size`` every layout a run may move to has a block that divides it, and:
+
+    * if the epoch ends on whole global batches (``drop_last=True``, or
+      ``pad_samples_to_global_batch_size=True``, or a ``global_batch_size`` that divides
+      ``total_samples``), ``P`` is the same on all of them, and the count means the same position
+      on any ``micro_batch_size x data_parallel_size``: a restart is exact on any layout;
+    * otherwise (``drop_last=False`` padding only the last block) ``P`` depends on the layout
+      that counted, which a bare count does not say: a count past the first epoch is refused,
+      and inside it (where every layout agrees) it is exact.
+
+    Without a ``global_batch_size`` (Megatron's own samplers never get one; a batch-size ramp
+    lives in the training loop) the count is read on this sampler's layout, as Megatron does:
+    exact when the run keeps its ``micro_batch_size x data_parallel_size``. In every case a
+    ``state_dict()`` has none of these limits: it records the epoch and resumes exactly on any
+    layout that can continue it.
 
 The samplers are micro-batch granular and know nothing of gradient accumulation: a global batch
 of ``G`` is ``G / M`` consecutive micro-batches on every rank, so a global batch size that changes
@@ -57,14 +76,15 @@ during training (:mod:`dataorder.schedule`) needs no change here.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_choice, check_int, fail
-from dataorder.cursor import CursorSampler
+from dataorder.blockplan import BlockPlan
+from dataorder.cursor import CursorBatchSampler
 from dataorder.keys import KEY_DERIVATION_VERSION, derive_key
 from dataorder.partition import EpochLayout, plan_epoch
 from dataorder.permutation import MAX_DOMAIN, PERMUTATION_VERSION, Permutation
@@ -216,7 +236,7 @@ def _micro_batches(samples: npt.NDArray[np.int64]) -> list[MicroBatch]:
 
 
 # -- samplers -------------------------------------------------------------------------------------
-class BaseMegatronSampler(CursorSampler[MicroBatch]):
+class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
     """Validation, layout, cursor and iteration shared by the Megatron samplers.
 
     Subclasses say which sample each global position holds (``_sample_map``) and what configures
@@ -238,9 +258,8 @@ class BaseMegatronSampler(CursorSampler[MicroBatch]):
         consumed_samples: Megatron's run-wide count of consumed positions (padding included):
             the sampler starts at epoch ``consumed_samples // P`` and position
             ``consumed_samples % P``, where ``P`` is the number of positions per epoch. The
-            position must be a multiple of ``micro_batch_size x data_parallel_size``. Without a
-            ``global_batch_size``, ``P`` depends on that block, and so does this mapping: to
-            resume on another layout, load a ``state_dict()`` instead.
+            position must be a multiple of ``micro_batch_size x data_parallel_size``. Which
+            layouts it is exact on is NOTE [ consumed_samples ] in the module docstring.
 
     Raises:
         TypeError: If an argument has the wrong type (a bool where an int is meant, too).
@@ -317,19 +336,42 @@ class BaseMegatronSampler(CursorSampler[MicroBatch]):
                 f"{what} when drop_last=True, or there is nothing to train",
                 total_samples,
             )
-        self._chunk = max(1, _CHUNK_POSITIONS // self._mbs)
         consumed_samples = check_int("consumed_samples", consumed_samples, min_value=0)
-        epoch, consumed = divmod(consumed_samples, self._layout.total_positions)
-        if not self._resumable_at(consumed):
+        if consumed_samples:
+            self._place(*self._from_consumed_samples(consumed_samples), loaded=True)
+
+    def _from_consumed_samples(self, consumed_samples: int) -> tuple[int, dict[str, int]]:
+        """``(epoch, progress)`` of Megatron's run-wide count (see NOTE [ consumed_samples ])."""
+        layout = self._layout
+        epoch, consumed = divmod(consumed_samples, layout.total_positions)
+        if epoch and self._epoch_length_varies_with_layout():
+            fail(
+                "consumed_samples",
+                f"inside the first epoch ({layout.total_positions} positions on this layout) "
+                "when the number of positions in an epoch depends on micro_batch_size x "
+                "data_parallel_size (see NOTE [ consumed_samples ]: pass the state_dict() of "
+                "the run instead, which resumes exactly on any layout, or set "
+                "global_batch_size with drop_last=True or pad_samples_to_global_batch_size=True)",
+                consumed_samples,
+            )
+        try:
+            layout.step_of(consumed, strict=True)
+        except ValueError:
             fail(
                 "consumed_samples",
                 "on a block boundary: whole epochs of "
-                f"{self._layout.total_positions} positions plus a multiple of "
-                f"micro_batch_size x data_parallel_size = {block}",
+                f"{layout.total_positions} positions plus a multiple of "
+                f"micro_batch_size x data_parallel_size = {layout.block_size}",
                 consumed_samples,
             )
-        self._epoch = epoch
-        self._progress = {"consumed": consumed}
+        return epoch, {"consumed": consumed}
+
+    def _epoch_length_varies_with_layout(self) -> bool:
+        """Whether the layouts a run with this global batch size may use have epochs of different
+        lengths (see NOTE [ consumed_samples ])."""
+        if self._gbs is None:
+            return False
+        return not (self._drop_last or self._pad or self._n % self._gbs == 0)
 
     # -- configuration, read-only ---------------------------------------------------------------
     @property
@@ -390,7 +432,7 @@ class BaseMegatronSampler(CursorSampler[MicroBatch]):
     @property
     def consumed_samples(self) -> int:
         """Megatron's run-wide count: ``epoch x positions per epoch + consumed in the epoch``."""
-        return self._epoch * self._layout.total_positions + self._progress["consumed"]
+        return self._epoch * self._layout.total_positions + self._position["consumed"]
 
     def __repr__(self) -> str:
         return (
@@ -398,59 +440,53 @@ class BaseMegatronSampler(CursorSampler[MicroBatch]):
             f"data_parallel_rank={self._rank}, data_parallel_size={self._dp}, "
             f"drop_last={self._drop_last}, global_batch_size={self._gbs}, "
             f"pad_samples_to_global_batch_size={self._pad}; epoch={self._epoch}, "
-            f"consumed={self._progress['consumed']})"
+            f"consumed={self._position['consumed']})"
         )
 
     # -- what subclasses provide ----------------------------------------------------------------
     @abc.abstractmethod
-    def _sample_map(self, epoch: int) -> _SampleMap:
-        """Map this rank's positions (2-D int64) of ``epoch`` to samples, ``_PAD`` for padding."""
+    def _sample_map(self, epoch: int, rank: int) -> _SampleMap:
+        """Map ``rank``'s positions (2-D int64) of ``epoch`` to samples, ``_PAD`` for padding."""
 
     # -- CursorSampler ---------------------------------------------------------------------------
+    @property
+    def dp_rank(self) -> int:
+        """This sampler's data-parallel rank."""
+        return self._rank
+
     def layout_info(self) -> dict[str, int]:
         """``micro_batch_size`` and ``data_parallel_size`` (recorded, never the rank)."""
         return {"micro_batch_size": self._mbs, "data_parallel_size": self._dp}
 
-    def _epoch_length(self) -> int:
-        return self._layout.num_batches
+    def _chunk_steps(self) -> int:
+        return max(1, _CHUNK_POSITIONS // self._mbs)
 
-    def _remaining(self, progress: Mapping[str, int]) -> int:
-        return self._layout.num_batches - self._layout.batch_for_consumed(progress["consumed"])
-
-    def _resumable_at(self, consumed: int) -> bool:
-        try:
-            self._layout.batch_for_consumed(consumed)
-        except ValueError:
-            return False
-        return True
-
-    def _check_progress(self, epoch: int, progress: Mapping[str, int]) -> None:
-        if not self._resumable_at(progress["consumed"]):
-            raise ValueError(
-                f"cannot resume at consumed={progress['consumed']} of epoch {epoch}: it is not a "
-                f"multiple of micro_batch_size x data_parallel_size = {self._mbs} x {self._dp} = "
-                f"{self._layout.block_size}. Resume at a global-batch boundary, or with a "
-                "micro_batch_size x data_parallel_size that divides the consumed count"
+    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BlockPlan[MicroBatch]:
+        mbs = check_int("micro_batch_size", layout["micro_batch_size"], min_value=1)
+        dp = check_int("data_parallel_size", layout["data_parallel_size"], min_value=1)
+        if (mbs, dp) == (self._mbs, self._dp):
+            lay = self._layout
+        else:
+            if self._gbs is not None and self._gbs % (mbs * dp):
+                fail(
+                    "micro_batch_size x data_parallel_size",
+                    f"a divisor of global_batch_size={self._gbs}",
+                    f"{mbs} x {dp}",
+                )
+            lay = plan_megatron_epoch(
+                self._n,
+                mbs,
+                dp,
+                drop_last=self._drop_last,
+                global_batch_size=self._gbs,
+                pad_samples_to_global_batch_size=self._pad,
             )
 
-    def _iterate(self, epoch: int) -> Iterator[MicroBatch]:
-        # The start is bound now, the order lazily: torchdata calls iter() once before it loads a
-        # state and once after, and only the second iterator is ever advanced.
-        start = self._layout.batch_for_consumed(self._progress["consumed"])
-        return self._generate(epoch, start, self._progress)
+        def make_rows(rank: int) -> Callable[[npt.NDArray[np.int64]], list[MicroBatch]]:
+            sample = self._sample_map(epoch, rank)
+            return lambda positions: _micro_batches(sample(positions))
 
-    def _generate(self, epoch: int, start: int, progress: dict[str, int]) -> Iterator[MicroBatch]:
-        layout = self._layout
-        block = layout.block_size
-        sample = self._sample_map(epoch)
-        done = start
-        for positions in layout.iter_rank_positions(
-            rank=self._rank, split="contiguous", start_batch=start, chunk=self._chunk
-        ):
-            for micro_batch in _micro_batches(sample(positions)):
-                done += 1
-                progress["consumed"] = done * block
-                yield micro_batch
+        return BlockPlan(lay, "contiguous", make_rows)
 
 
 class MegatronPretrainingSampler(BaseMegatronSampler):
@@ -508,7 +544,7 @@ class MegatronPretrainingSampler(BaseMegatronSampler):
             "pad": int(self._pad),
         }
 
-    def _sample_map(self, epoch: int) -> _SampleMap:
+    def _sample_map(self, epoch: int, rank: int) -> _SampleMap:
         return _global_map(self._n, None)
 
 
@@ -675,12 +711,12 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
             "key_version": 0 if self._order == "nemo" else KEY_DERIVATION_VERSION,
         }
 
-    def _sample_map(self, epoch: int) -> _SampleMap:
+    def _sample_map(self, epoch: int, rank: int) -> _SampleMap:
         if self._order == "global":
             key = derive_key(self._seed, epoch=epoch, stream=_STREAM, purpose="sample-order")
             return _global_map(self._n, Permutation(self._n, key))
         if self._order == "sharded":
-            start, stop = shard_bounds(self._n, self._dp, self._rank)
+            start, stop = shard_bounds(self._n, self._dp, rank)
             order = None
             if stop > start:
                 key = derive_key(
@@ -688,10 +724,10 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
                     epoch=epoch,
                     stream=_STREAM,
                     purpose="shard-order",
-                    extra=(self._dp, self._rank),
+                    extra=(self._dp, rank),
                 )
                 order = Permutation(stop - start, key)
-            return _sharded_map(start, stop - start, order, self._mbs, self._dp, self._rank)
+            return _sharded_map(start, stop - start, order, self._mbs, self._dp, rank)
         if self._seed + epoch > _MAX_SEED:
             raise ValueError(
                 "compat='nemo' seeds torch with seed + epoch, which must be below 2**64; got "
@@ -699,7 +735,7 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
             )
         shard = self._n // (self._mbs * self._dp) * self._mbs
         perm = _nemo_randperm(shard, self._seed + epoch)
-        return _nemo_map(self._rank * shard, perm, self._mbs, self._dp, self._rank)
+        return _nemo_map(rank * shard, perm, self._mbs, self._dp, rank)
 
 
 def create_megatron_sampler(

@@ -35,7 +35,6 @@ Worked example (``n=10``, ``per_rank=2``, ``world=2``, ``tail="pad"``)::
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -118,20 +117,48 @@ class EpochLayout:
         return self.batch_start(batch) + rank_offsets(per, self.world, rank, split)
 
     def batch_for_consumed(self, consumed: int) -> int:
-        """Index of the block that starts at global position ``consumed``.
+        """Index of the block that starts at global position ``consumed`` (lenient).
 
         ``consumed`` counts positions (padding included) already taken by all ranks. It must fall
         on a block boundary of *this* layout; a count at or past the end of the blocks means the
         segment is finished and gives :attr:`num_batches`. So does a count inside a block but past
         the real data (another layout's padding ended the segment). A block boundary past the
         real data but before the end (the padding blocks of a ``unit``) gives that block, so a
-        resume completes the padded unit exactly as an uninterrupted run does.
+        resume completes the padded unit exactly as an uninterrupted run does. This is what a
+        layout may *continue* from; :meth:`step_of` with ``strict=True`` says what it can *reach*.
 
         Raises:
             ValueError: If ``consumed`` is negative or inside a block of this layout before the
                 end of the real data.
         """
+        return self.step_of(consumed)
+
+    def step_of(self, consumed: int, *, strict: bool = False) -> int:
+        """The block index (step) after which ``consumed`` positions have been taken.
+
+        Args:
+            consumed: Positions (padding included) all ranks have taken.
+            strict: If True, ``consumed`` must be a count this layout itself reaches: ``k`` full
+                blocks (``k <= full_blocks``) or :attr:`total_positions`. If False (the default),
+                it may also come from another layout of the same segment (see
+                :meth:`batch_for_consumed`).
+
+        Raises:
+            ValueError: If ``consumed`` is negative, not on a block boundary of this layout
+                before the end of the real data, or (``strict``) not reachable at all.
+        """
         consumed = check_int("consumed", consumed, min_value=0)
+        if strict:
+            if consumed == self.total_positions:
+                return self.num_batches
+            k, rest = divmod(consumed, self.block_size)
+            if rest == 0 and k <= self.full_blocks:
+                return k
+            raise ValueError(
+                f"consumed={consumed} is not a position this layout reaches: it takes blocks of "
+                f"per_rank x world = {self.per_rank} x {self.world} = {self.block_size} up to "
+                f"{self.total_positions} positions"
+            )
         if consumed >= self.total_positions:
             return self.num_batches
         if consumed % self.block_size == 0:
@@ -145,31 +172,33 @@ class EpochLayout:
             "a data-parallel size whose block divides it)"
         )
 
-    def iter_rank_positions(
-        self, *, rank: int, split: Split, start_batch: int = 0, chunk: int = 1024
-    ) -> Iterator[npt.NDArray[np.int64]]:
-        """Yield ``rank``'s positions from ``start_batch`` on, as 2-D arrays of whole batches.
+    def consumed_at(self, step: int) -> int:
+        """Positions all ranks have taken after ``step`` blocks (``0 <= step <= num_batches``)."""
+        step = check_int("step", step, min_value=0, max_value=self.num_batches)
+        return self.total_positions if step >= self.full_blocks else step * self.block_size
 
-        Each array has shape ``(k, batch size)``: ``k`` starts at 1 and doubles up to ``chunk``,
-        so the first batch after a start or a resume costs one batch's work, and later work is
-        vectorised over many batches. The final smaller block of a ``"shrink"`` layout comes as
-        its own array.
+    def rank_positions(
+        self, *, rank: int, split: Split, start: int, stop: int
+    ) -> list[npt.NDArray[np.int64]]:
+        """``rank``'s positions of blocks ``start .. stop - 1``, as whole batches.
+
+        Returns:
+            At most two arrays: the full blocks in the range as one ``(k, per_rank)`` array, then
+            the final smaller block of a ``"shrink"`` layout as a ``(1, tail_per_rank)`` array.
+            Padding positions are ``>= n``.
         """
         rank = check_int("rank", rank, min_value=0, max_value=self.world - 1)
-        start_batch = check_int("start_batch", start_batch, min_value=0)
-        chunk = check_int("chunk", chunk, min_value=1)
-        b = start_batch
-        k = 1
-        if b < self.full_blocks:
+        start = check_int("start", start, min_value=0, max_value=self.num_batches)
+        stop = check_int("stop", stop, min_value=start, max_value=self.num_batches)
+        out: list[npt.NDArray[np.int64]] = []
+        full_stop = min(stop, self.full_blocks)
+        if start < full_stop:
+            starts = np.arange(start, full_stop, dtype=np.int64) * self.block_size
             offsets = rank_offsets(self.per_rank, self.world, rank, split)
-            while b < self.full_blocks:
-                e = min(self.full_blocks, b + k)
-                starts = np.arange(b, e, dtype=np.int64) * self.block_size
-                yield starts[:, None] + offsets[None, :]
-                b = e
-                k = min(chunk, 2 * k)
-        if self.tail_per_rank and start_batch <= self.full_blocks:
-            yield self.batch_positions(self.full_blocks, rank=rank, split=split)[None, :]
+            out.append(starts[:, None] + offsets[None, :])
+        if self.tail_per_rank and start <= self.full_blocks < stop:
+            out.append(self.batch_positions(self.full_blocks, rank=rank, split=split)[None, :])
+        return out
 
 
 def plan_epoch(

@@ -176,13 +176,54 @@ def _as_slots(item: Any) -> list[int | None]:
     )
 
 
+def _ordered(source: object) -> tuple[Any, int, bool] | None:
+    """``(sampler, batch_size, drop_last)`` if ``source`` reads a dataorder sampler's order.
+
+    ``source`` is the sampler itself (batch size 1: its items as they are), a DataLoader whose
+    batch sampler is one (its items are the loader's batches), or a DataLoader that batches a
+    per-index one (``batch_size`` items per batch, the loader's ``drop_last``).
+    """
+    if isinstance(source, CursorSampler):
+        return source, 1, False
+    batch_sampler = getattr(source, "batch_sampler", None)
+    if isinstance(batch_sampler, CursorSampler):
+        return batch_sampler, 1, False
+    inner = getattr(batch_sampler, "sampler", None)
+    size = getattr(batch_sampler, "batch_size", None)
+    if isinstance(inner, CursorSampler) and isinstance(size, int) and size >= 1:
+        return inner, size, bool(getattr(batch_sampler, "drop_last", False))
+    return None
+
+
+def _read_order(
+    sampler: Any, batch_size: int, drop_last: bool, *, num_batches: int | None, epoch: int | None
+) -> tuple[list[Any], int, bool]:
+    """Items of the pass ``epoch`` (default: the next ``iter()``'s), asked of ``batch_at``.
+
+    Returns ``(items, epoch, full)``: ``full`` is True for a whole epoch read from its start.
+    """
+    if epoch is None:
+        epoch, start = sampler.next_start()
+    else:
+        start = 0
+    steps = sampler.epoch_plan(epoch).num_steps
+    stop = steps
+    if num_batches is not None:
+        stop = min(steps, start + num_batches * batch_size)
+    items = [sampler.batch_at(k, epoch=epoch) for k in range(start, stop)]
+    if batch_size > 1:
+        cut = len(items) - len(items) % batch_size if drop_last else len(items)
+        items = [items[i : i + batch_size] for i in range(0, cut, batch_size)]
+        if num_batches is not None:
+            items = items[:num_batches]
+    return items, epoch, start == 0 and stop == steps
+
+
 def _collect(
     source: Iterable[Any], *, num_batches: int | None, epoch: int | None
 ) -> dict[str, Any]:
-    """Read this rank's items without moving a dataorder sampler's cursor."""
+    """Read this rank's items; a dataorder sampler's order is read without moving its cursor."""
     sampler = _declaring(source)
-    saved_state = None
-    saved_epoch = None
     payload: dict[str, Any] = {
         "declared": _declared_topology(sampler) if sampler is not None else None,
         "allowed": getattr(sampler, "samples_padded", None),
@@ -193,30 +234,30 @@ def _collect(
         "sizes": np.zeros(0, dtype=np.int64),
         "errors": [],
     }
-    if isinstance(sampler, CursorSampler):
-        saved_state = sampler.cursor_snapshot()
-    elif sampler is not None and isinstance(getattr(sampler, "epoch", None), int):
+    saved_epoch = None
+    ordered = _ordered(source)
+    if ordered is None and sampler is not None and isinstance(getattr(sampler, "epoch", None), int):
         saved_epoch = sampler.epoch
+    epoch_read: int | None
     try:
-        if epoch is not None:
-            # another epoch first, so the target epoch starts from its beginning (CursorSampler)
-            sampler.set_epoch(epoch + 1)
-            sampler.set_epoch(epoch)
-        epoch_before = getattr(sampler, "epoch", None)
-        progress = getattr(sampler, "progress", None)
-        iterator = iter(source)
+        if ordered is not None:
+            items, epoch_read, full = _read_order(*ordered, num_batches=num_batches, epoch=epoch)
+        else:
+            if epoch is not None and sampler is not None:
+                sampler.set_epoch(epoch)
+            epoch_read = epoch if epoch is not None else getattr(sampler, "epoch", None)
+            items = []
+            full = True
+            for i, item in enumerate(source):
+                if num_batches is not None and i >= num_batches:
+                    full = False
+                    break
+                items.append(item)
+            full = full and sampler is not None
         slots: list[int | None] = []
         sizes: list[int] = []
         batched: bool | None = None
-        exhausted = True
-        epoch_read = None
-        for i, item in enumerate(iterator):
-            if i == 0:
-                # the epoch being read: a pass that runs out moves the cursor to the next one
-                epoch_read = getattr(sampler, "epoch", None)
-            if num_batches is not None and i >= num_batches:
-                exhausted = False
-                break
+        for item in items:
             if hasattr(item, "tolist"):  # numpy arrays and scalars, torch tensors
                 item = item.tolist()
             is_batch = not (item is None or isinstance(item, int | np.integer))
@@ -232,18 +273,9 @@ def _collect(
             raise ValueError(
                 f"indices must be non-negative ints or None; got {negative[:_MAX_EXAMPLES]}"
             )
-        # The epoch read is the one at the first item: a DataLoader calls the sampler's iter()
-        # lazily, and a pass that runs out moves the cursor on. An empty pass (a cursor placed
-        # at the end of its epoch) read the epoch it started in. The read started at an epoch's
-        # beginning if the cursor was there, or if iter() moved on to the next epoch; samplers
-        # without a cursor always start there.
-        epoch_now = epoch_read if epoch_read is not None else epoch_before
-        from_start = sampler is not None and (
-            progress is None or not any(progress.values()) or epoch_now != epoch_before
-        )
         payload.update(
-            epoch=epoch_now if isinstance(epoch_now, int) else None,
-            full=bool(from_start and exhausted),
+            epoch=epoch_read if isinstance(epoch_read, int) else None,
+            full=bool(full),
             batched=bool(batched),
             flat=np.array([_NONE if x is None else x for x in slots], dtype=np.int64),
             sizes=np.array(sizes, dtype=np.int64),
@@ -251,9 +283,7 @@ def _collect(
     except Exception as err:  # reported through the collective verdict, never raised alone
         payload["errors"] = [f"reading the items failed: {type(err).__name__}: {err}"]
     finally:
-        if saved_state is not None:
-            sampler.restore_cursor(saved_state)
-        elif saved_epoch is not None:
+        if saved_epoch is not None:
             sampler.set_epoch(saved_epoch)
     return payload
 

@@ -1,15 +1,18 @@
 """The sampler contract: checks every dataorder sampler passes, usable on your own samplers too.
 
 A :class:`SamplerCase` says how to build one configuration of a sampler on any rank of any
-data-parallel size; :func:`check_contract` runs every check on it and raises ``AssertionError``
-with a precise message on the first violation. The project's test suite runs it over a table of
-cases (``tests/test_contract.py``); nothing here depends on pytest.
+data-parallel size; :func:`check_contract` runs every check on it and raises
+:class:`ContractViolation` with a precise message on the first violation. Checks raise
+explicitly (never a bare ``assert``), so they hold under ``python -O``. Nothing here depends on
+pytest. The loop recipes (DataLoader, StatefulDataLoader, Accelerate, Lightning, a peek) are in
+:mod:`dataorder.testing.recipes`; :func:`check_contract` runs them too.
 
 What a sampler must offer: ``__iter__`` (yielding batches as lists of ints, or single ints for a
-per-index sampler; a padding slot may be ``None``), ``__len__``, ``set_epoch``, ``state_dict``,
-``load_state_dict`` and two counters for the current layout, summed over ranks per epoch:
-``samples_dropped`` (real samples no rank reads) and ``samples_padded`` (slots that hold padding:
-``None`` or a repeated sample).
+per-index sampler; a padding slot may be ``None``), ``__len__`` (a whole epoch on this rank),
+``set_epoch``, ``state_dict``, ``load_state_dict`` and two counters for the current layout,
+summed over ranks per epoch: ``samples_dropped`` (real samples no rank reads) and
+``samples_padded`` (slots that hold padding: ``None`` or a repeated sample). dataorder's samplers
+also offer ``remaining`` and ``batch_at``, which the checks use when present.
 
 Example:
     >>> from dataorder import MegatronPretrainingRandomSampler
@@ -22,7 +25,7 @@ Example:
     ...         50, micro_batch_size=2, data_parallel_rank=rank, data_parallel_size=world, seed=3),
     ...     elastic_worlds=(1,),
     ... )
-    >>> check_contract(case, resume_points=3)
+    >>> check_contract(case, resume_points=3, recipes=())
 """
 
 from __future__ import annotations
@@ -40,11 +43,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "MAX_STATE_BYTES",
+    "ContractViolation",
     "SamplerCase",
+    "check_batch_at",
     "check_contract",
     "check_determinism_across_processes",
     "check_elastic_resume",
     "check_epoch_partition",
+    "check_forgotten_set_epoch",
+    "check_peek",
+    "check_placement_ends_a_pass",
     "check_repeated_resume",
     "check_resume_at_every_step",
     "check_state_round_trip",
@@ -54,6 +63,16 @@ __all__ = [
 
 #: Largest state, in bytes of compact JSON, that any sampler may write.
 MAX_STATE_BYTES = 512
+
+
+class ContractViolation(AssertionError):
+    """A sampler broke the contract; the message says which check, rank and step."""
+
+
+def _require(condition: bool, message: str) -> None:
+    """Raise :class:`ContractViolation` with ``message`` unless ``condition`` holds."""
+    if not condition:
+        raise ContractViolation(message)
 
 
 @dataclass(frozen=True)
@@ -67,6 +86,8 @@ class SamplerCase:
         world: The data-parallel size the main checks use.
         elastic_worlds: Other data-parallel sizes a state saved at ``world`` may be loaded into.
         batched: True if items are batches (lists), False for a per-index sampler.
+        loader_batch_size: For a per-index sampler, the batch size the loop recipes use.
+        extra: Free-form notes for the caller.
     """
 
     name: str
@@ -75,6 +96,7 @@ class SamplerCase:
     world: int
     elastic_worlds: tuple[int, ...] = ()
     batched: bool = True
+    loader_batch_size: int = 2
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -97,6 +119,16 @@ def _all_ranks(case: SamplerCase, world: int) -> list[Any]:
     return [case.make(r, world) for r in range(world)]
 
 
+def _epochs(case: SamplerCase, rank: int, count: int) -> list[list[Any]]:
+    """Epochs ``0 .. count - 1`` of ``rank``, each read after ``set_epoch``."""
+    out = []
+    for e in range(count):
+        s = case.make(rank, case.world)
+        s.set_epoch(e)
+        out.append(run_epoch(s))
+    return out
+
+
 def check_epoch_partition(case: SamplerCase, epoch: int = 0) -> None:
     """Equal batch counts, ``len()`` exact, no empty batch, disjoint ranks and full coverage."""
     samplers = _all_ranks(case, case.world)
@@ -105,32 +137,40 @@ def check_epoch_partition(case: SamplerCase, epoch: int = 0) -> None:
         s.set_epoch(epoch)
         expected_len = len(s)
         got = run_epoch(s)
-        assert len(got) == expected_len, (
-            f"{case.name}: rank {r} len()={expected_len} but yielded {len(got)}"
+        _require(
+            len(got) == expected_len,
+            f"{case.name}: rank {r} len()={expected_len} but yielded {len(got)}",
         )
         if case.batched:
-            assert all(len(b) > 0 for b in got), f"{case.name}: rank {r} yielded an empty batch"
+            _require(
+                all(len(b) > 0 for b in got),
+                f"{case.name}: rank {r} yielded an empty batch",
+            )
         per_rank.append(got)
     counts = [len(x) for x in per_rank]
-    assert len(set(counts)) == 1, f"{case.name}: unequal batch counts across ranks {counts}"
+    _require(len(set(counts)) == 1, f"{case.name}: unequal batch counts across ranks {counts}")
     if case.batched:
         for step in range(counts[0]):
             sizes = {len(per_rank[r][step]) for r in range(case.world)}
-            assert len(sizes) == 1, f"{case.name}: step {step} batch sizes differ {sizes}"
+            _require(len(sizes) == 1, f"{case.name}: step {step} batch sizes differ {sizes}")
     slots = [x for got in per_rank for x in flatten(got, case.batched)]
     reals = [x for x in slots if x is not None]
     nones = len(slots) - len(reals)
-    bad = [x for x in reals if not (0 <= x < case.dataset_size)]
-    assert not bad, f"{case.name}: indices outside the dataset: {bad[:5]}"
+    bad = [x for x in reals if not (isinstance(x, int) and 0 <= x < case.dataset_size)]
+    _require(not bad, f"{case.name}: indices outside the dataset: {bad[:5]}")
     distinct = set(reals)
     dropped, padded = samplers[0].samples_dropped, samplers[0].samples_padded
-    assert len(distinct) == case.dataset_size - dropped, (
-        f"{case.name}: {len(distinct)} distinct samples read, expected "
-        f"{case.dataset_size} - {dropped} dropped"
+    _require(
+        len(distinct) == case.dataset_size - dropped,
+        (
+            f"{case.name}: {len(distinct)} distinct samples read, expected "
+            f"{case.dataset_size} - {dropped} dropped"
+        ),
     )
     duplicates = len(reals) - len(distinct)
-    assert duplicates + nones == padded, (
-        f"{case.name}: {duplicates} repeated + {nones} None slots, but samples_padded={padded}"
+    _require(
+        duplicates + nones == padded,
+        (f"{case.name}: {duplicates} repeated + {nones} None slots, but samples_padded={padded}"),
     )
 
 
@@ -140,14 +180,17 @@ def check_state_round_trip(case: SamplerCase) -> None:
     run_epoch(s, limit=max(1, len(s) // 2))
     state = s.state_dict()
     text = json.dumps(state, separators=(",", ":"))
-    assert len(text) <= MAX_STATE_BYTES, f"{case.name}: state is {len(text)} bytes: {text}"
-    assert json.loads(text) == state, f"{case.name}: state does not survive JSON"
-    assert pickle.loads(pickle.dumps(state)) == state, f"{case.name}: state does not survive pickle"
+    _require(len(text) <= MAX_STATE_BYTES, f"{case.name}: state is {len(text)} bytes: {text}")
+    _require(json.loads(text) == state, f"{case.name}: state does not survive JSON")
+    _require(
+        pickle.loads(pickle.dumps(state)) == state,
+        f"{case.name}: state does not survive pickle",
+    )
     frozen = copy.deepcopy(state)
     t = case.make(0, case.world)
     t.load_state_dict(state)
-    assert state == frozen, f"{case.name}: load_state_dict mutated its argument"
-    assert t.state_dict() == state, f"{case.name}: state differs after a load"
+    _require(state == frozen, f"{case.name}: load_state_dict mutated its argument")
+    _require(t.state_dict() == state, f"{case.name}: state differs after a load")
 
 
 def _resume_points(total: int, budget: int) -> list[int]:
@@ -157,60 +200,97 @@ def _resume_points(total: int, budget: int) -> list[int]:
     return sorted({0, 1, total - 1, total, *range(0, total, step)})
 
 
+def _remaining(sampler: Any) -> int | None:
+    value = getattr(sampler, "remaining", None)
+    return value if isinstance(value, int) else None
+
+
 def check_resume_at_every_step(case: SamplerCase, budget: int = 40) -> None:
     """Stop after ``k`` items, restore into a fresh sampler: the rest is identical (per rank).
 
-    At ``k == len(epoch)`` (a checkpoint after the last batch, before the iterator noticed the
-    end) the restored sampler yields an empty pass, and the pass after it is epoch 1; the usual
-    resumed loop calling ``set_epoch(saved_epoch)`` gets the same. A state saved after a pass ran
-    to its end resumes at epoch 1. Also across the epoch boundary: epoch 0 entirely, ``k`` items
-    of epoch 1, then restore.
+    ``len()`` stays a whole epoch after the restore, and ``remaining`` is what is left. A state
+    saved after the epoch's last batch (by a pass that ran to its end or not) describes that
+    epoch: the restored sampler yields an empty pass, then epoch 1, and the usual resumed loop
+    (``set_epoch(saved epoch)``, then the next) gets the same. Also across the epoch boundary:
+    epoch 0 entirely, ``k`` items of epoch 1, then restore.
     """
     for r in range(case.world):
-        ref = case.make(r, case.world)
-        full0 = run_epoch(ref)
-        full1 = run_epoch(ref)  # the exhausted pass moved the cursor to epoch 1
+        full0, full1 = _epochs(case, r, 2)
         for k in _resume_points(len(full0), budget):
             a = case.make(r, case.world)
             head = run_epoch(a, limit=k)
             b = case.make(r, case.world)
             b.load_state_dict(json.loads(json.dumps(a.state_dict())))
-            assert len(b) == len(full0) - k, (
-                f"{case.name}: rank {r} after resume at {k}: len()={len(b)}, "
-                f"expected {len(full0) - k}"
+            _require(
+                len(b) == len(full0),
+                (
+                    f"{case.name}: rank {r} after resume at {k}: len()={len(b)}, expected a "
+                    f"whole epoch {len(full0)}"
+                ),
+            )
+            rem = _remaining(b)
+            _require(
+                rem is None or rem == len(full0) - k,
+                (
+                    f"{case.name}: rank {r} after resume at {k}: remaining={rem}, "
+                    f"expected {len(full0) - k}"
+                ),
             )
             tail = run_epoch(b)
-            assert head + tail == full0, f"{case.name}: rank {r} resume at item {k} diverges"
-            if k in (0, len(full0)):
-                assert run_epoch(b) == full1, (
-                    f"{case.name}: rank {r} the pass after a resume at {k} is not epoch 1"
+            _require(head + tail == full0, f"{case.name}: rank {r} resume at item {k} diverges")
+            if k == len(full0):
+                _require(
+                    run_epoch(b) == full1,
+                    (f"{case.name}: rank {r} the pass after an end-of-epoch resume is not epoch 1"),
                 )
-        # the resumed loop's set_epoch(saved epoch) on a state saved after the last batch
-        a = case.make(r, case.world)
-        run_epoch(a, limit=len(full0))
-        b = case.make(r, case.world)
-        b.load_state_dict(a.state_dict())
-        b.set_epoch(0)
-        assert len(b) == 0, f"{case.name}: rank {r} len()={len(b)} for a finished epoch"
-        assert run_epoch(b) == [], f"{case.name}: rank {r} a finished epoch yielded batches"
-        b.set_epoch(1)
-        assert run_epoch(b) == full1, f"{case.name}: rank {r} epoch 1 after an end-of-epoch resume"
-        # a state saved after the pass ran out resumes at epoch 1
-        a = case.make(r, case.world)
-        run_epoch(a)
-        b = case.make(r, case.world)
-        b.load_state_dict(a.state_dict())
-        assert run_epoch(b) == full1, f"{case.name}: rank {r} state after a full pass"
+        # states saved after the last batch, by a pass that ran out or not: the resumed loop's
+        # set_epoch(saved epoch) gives an empty pass, set_epoch(1) epoch 1
+        for limit in (len(full0), None):
+            a = case.make(r, case.world)
+            run_epoch(a, limit=limit)
+            state = a.state_dict()
+            _require(
+                state.get("epoch", 0) == 0,
+                (
+                    f"{case.name}: rank {r} a state saved at the end of epoch 0 says "
+                    f"epoch {state.get('epoch')}"
+                ),
+            )
+            b = case.make(r, case.world)
+            b.load_state_dict(state)
+            b.set_epoch(0)
+            _require(
+                len(b) == len(full0),
+                (
+                    f"{case.name}: rank {r} len()={len(b)} for a finished epoch; expected "
+                    f"a whole epoch {len(full0)}"
+                ),
+            )
+            rem = _remaining(b)
+            _require(rem in (None, 0), f"{case.name}: rank {r} remaining={rem} at an epoch's end")
+            _require(
+                run_epoch(b) == [],
+                f"{case.name}: rank {r} a finished epoch yielded batches",
+            )
+            b.set_epoch(1)
+            _require(
+                run_epoch(b) == full1,
+                f"{case.name}: rank {r} epoch 1 after an end-of-epoch resume",
+            )
         for k in _resume_points(len(full1), budget // 4 + 2):
             a = case.make(r, case.world)
-            run_epoch(a)
             a.set_epoch(1)
             run_epoch(a, limit=k)
             b = case.make(r, case.world)
             b.load_state_dict(a.state_dict())
-            assert len(b) == len(full1) - k, f"{case.name}: rank {r} epoch-1 len() at {k}"
-            assert run_epoch(b) == full1[k:], (
-                f"{case.name}: rank {r} epoch-1 resume at {k} diverges"
+            rem = _remaining(b)
+            _require(
+                rem is None or rem == len(full1) - k,
+                f"{case.name}: rank {r} epoch-1 remaining={rem} at {k}",
+            )
+            _require(
+                run_epoch(b) == full1[k:],
+                f"{case.name}: rank {r} epoch-1 resume at {k} diverges",
             )
 
 
@@ -228,11 +308,98 @@ def check_repeated_resume(case: SamplerCase, segments: Sequence[int] = (1, 2, 3,
             state = s.state_dict()
             if len(got) >= len(full):
                 break
-        assert got == full, f"{case.name}: rank {r} repeated resume diverges"
+        _require(got == full, f"{case.name}: rank {r} repeated resume diverges")
+
+
+def check_peek(case: SamplerCase) -> None:
+    """A peek (one batch of an abandoned pass) costs nothing, with or without ``set_epoch``.
+
+    With ``set_epoch(0)`` after the peek the next pass is the whole epoch; without it, too, as
+    long as the peek did not reach the epoch's end (a pass that hands out an epoch's last batch
+    completes it). Also after a resume: the peeked pass restarts at the resumed position.
+    """
+    for r in range(case.world):
+        (full,) = _epochs(case, r, 1)
+        for call_set_epoch in (True, False):
+            if not call_set_epoch and len(full) < 2:
+                continue
+            s = case.make(r, case.world)
+            run_epoch(s, limit=1)  # the peek
+            if call_set_epoch:
+                s.set_epoch(0)
+            got = run_epoch(s)
+            _require(
+                got == full,
+                (
+                    f"{case.name}: rank {r} a peek (set_epoch={call_set_epoch}) changed the "
+                    f"epoch: {len(got)} batches against {len(full)}"
+                ),
+            )
+        k = len(full) // 2
+        if 0 < k < len(full) - 1:
+            a = case.make(r, case.world)
+            run_epoch(a, limit=k)
+            b = case.make(r, case.world)
+            b.load_state_dict(a.state_dict())
+            run_epoch(b, limit=1)
+            _require(
+                run_epoch(b) == full[k:],
+                f"{case.name}: rank {r} a peek after a resume at {k} lost data",
+            )
+
+
+def check_forgotten_set_epoch(case: SamplerCase, passes: int = 3) -> None:
+    """Passes without ``set_epoch`` read epochs 0, 1, 2, ...: never the same epoch twice."""
+    for r in range(case.world):
+        expected = _epochs(case, r, passes)
+        s = case.make(r, case.world)
+        for e in range(passes):
+            got = run_epoch(s)
+            _require(
+                got == expected[e],
+                f"{case.name}: rank {r} pass {e} without set_epoch is not epoch {e}",
+            )
+
+
+def check_placement_ends_a_pass(case: SamplerCase) -> None:
+    """``set_epoch`` and ``load_state_dict`` end a live pass; ``len()`` never moves."""
+    s = case.make(0, case.world)
+    full0, full1 = _epochs(case, 0, 2)
+    if not full0:
+        return  # nothing to interrupt
+    it = iter(s)
+    next(it)
+    _require(len(s) == len(full0), f"{case.name}: len() changed during a pass")
+    s.set_epoch(1)
+    rest = list(itertools.islice(it, 1))
+    _require(rest == [], f"{case.name}: a pass went on after set_epoch placed the cursor")
+    _require(run_epoch(s) == full1, f"{case.name}: set_epoch(1) did not read epoch 1")
+
+
+def check_batch_at(case: SamplerCase, epoch: int = 0) -> None:
+    """``batch_at(step, rank=, epoch=)`` is exactly what iteration yields, and moves nothing."""
+    probe = case.make(0, case.world)
+    if not hasattr(probe, "batch_at"):
+        return
+    for r in range(case.world):
+        (got,) = _epochs(case, r, 1) if epoch == 0 else [[]]
+        if epoch:
+            s = case.make(r, case.world)
+            s.set_epoch(epoch)
+            got = run_epoch(s)
+        before = probe.state_dict()
+        asked = [probe.batch_at(k, rank=r, epoch=epoch) for k in range(len(got))]
+        asked = [list(x) if isinstance(x, list) else x for x in asked]
+        _require(asked == got, f"{case.name}: batch_at(rank={r}) differs from iteration")
+        _require(probe.state_dict() == before, f"{case.name}: batch_at moved the cursor")
 
 
 def check_elastic_resume(case: SamplerCase, new_world: int) -> None:
-    """Save on ``case.world`` ranks, continue on ``new_world``: nothing repeated or skipped."""
+    """Save on ``case.world`` ranks, continue on ``new_world``: nothing repeated or skipped.
+
+    Exact when neither layout drops or pads (every sample read exactly once); otherwise repeats
+    and skips are bounded by what the two layouts declare.
+    """
     old = _all_ranks(case, case.world)
     epoch_len = len(old[0])
     stop = epoch_len // 2
@@ -241,25 +408,35 @@ def check_elastic_resume(case: SamplerCase, new_world: int) -> None:
         seen += flatten(run_epoch(s, limit=stop), case.batched)
     state = old[0].state_dict()
     for s in old[1:]:
-        assert s.state_dict() == state, f"{case.name}: ranks disagree on the global state"
+        _require(s.state_dict() == state, f"{case.name}: ranks disagree on the global state")
     new = _all_ranks(case, new_world)
     for s in new:
         s.load_state_dict(state)
-    lens = {len(s) for s in new}
-    assert len(lens) == 1, f"{case.name}: unequal len() after elastic resume {lens}"
+    lens = {_remaining(s) for s in new}
+    _require(len(lens) == 1, f"{case.name}: unequal remaining after elastic resume {lens}")
     for s in new:
         seen += flatten(run_epoch(s), case.batched)
     reals = [x for x in seen if x is not None]
     counts = Counter(reals)
     repeats = sum(c - 1 for c in counts.values())
-    padded = old[0].samples_padded + new[0].samples_padded
-    assert repeats <= padded, (
-        f"{case.name}: {repeats} samples repeated across the {case.world}->{new_world} restart"
-    )
     missing = case.dataset_size - len(counts)
+    padded = old[0].samples_padded + new[0].samples_padded
     dropped = old[0].samples_dropped + new[0].samples_dropped
-    assert missing <= dropped, (
-        f"{case.name}: {missing} samples skipped across the {case.world}->{new_world} restart"
+    if padded == 0 and dropped == 0:
+        _require(
+            repeats == 0 and missing == 0 and len(reals) == len(seen),
+            (
+                f"{case.name}: {repeats} repeated, {missing} skipped across the "
+                f"{case.world}->{new_world} restart (both layouts read every sample once)"
+            ),
+        )
+    _require(
+        repeats <= padded,
+        (f"{case.name}: {repeats} samples repeated across the {case.world}->{new_world} restart"),
+    )
+    _require(
+        missing <= dropped,
+        (f"{case.name}: {missing} samples skipped across the {case.world}->{new_world} restart"),
     )
 
 
@@ -286,18 +463,49 @@ def check_determinism_across_processes(case: SamplerCase) -> None:
         timeout=120,
         check=False,
     )
-    assert proc.returncode == 0, f"{case.name}: child failed: {proc.stderr.decode()[-2000:]}"
-    assert pickle.loads(proc.stdout) == expected, f"{case.name}: order differs across processes"
+    _require(
+        proc.returncode == 0,
+        f"{case.name}: child failed: {proc.stderr.decode()[-2000:]}",
+    )
+    _require(
+        pickle.loads(proc.stdout) == expected,
+        f"{case.name}: order differs across processes",
+    )
 
 
-def check_contract(case: SamplerCase, *, resume_points: int = 40, processes: bool = False) -> None:
-    """Run every check on ``case``; raise ``AssertionError`` on the first violation."""
+def check_contract(
+    case: SamplerCase,
+    *,
+    resume_points: int = 40,
+    processes: bool = False,
+    recipes: Sequence[str] | None = None,
+) -> list[str]:
+    """Run every check on ``case``; raise :class:`ContractViolation` on the first violation.
+
+    Args:
+        case: The sampler configuration.
+        resume_points: How many resume positions per epoch to try (all of them if the epoch is
+            shorter).
+        processes: Also check the order in a fresh interpreter (slower).
+        recipes: Loop recipes of :mod:`dataorder.testing.recipes` to run; None means every
+            recipe whose framework is installed, ``()`` none.
+
+    Returns:
+        The names of the loop recipes that ran.
+    """
+    from dataorder.testing.recipes import check_loop_recipes
+
     check_epoch_partition(case, epoch=0)
     check_epoch_partition(case, epoch=3)
     check_state_round_trip(case)
     check_resume_at_every_step(case, budget=resume_points)
     check_repeated_resume(case)
+    check_peek(case)
+    check_forgotten_set_epoch(case)
+    check_placement_ends_a_pass(case)
+    check_batch_at(case)
     for w in case.elastic_worlds:
         check_elastic_resume(case, w)
     if processes:
         check_determinism_across_processes(case)
+    return check_loop_recipes(case, recipes)

@@ -1,0 +1,74 @@
+"""An epoch that is one segment of global blocks: the plan of the Megatron and distributed samplers.
+
+:class:`BlockPlan` joins an :class:`~dataorder.partition.EpochLayout` (which positions each rank
+reads at each step) with the sampler's order (which sample a position holds), and answers the
+:class:`~dataorder.cursor.EpochPlan` questions with one global counter, ``consumed``: the
+positions all ranks together have taken in the epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from dataorder.partition import EpochLayout, Split
+
+__all__ = ["BlockPlan", "RowMaker"]
+
+T = TypeVar("T")
+
+#: ``make(rank)`` returns a function that turns that rank's positions, shape ``(k, b)``, into its
+#: ``k`` batches. It is called once per rank and plan, so it may build a rank's order eagerly.
+RowMaker = Callable[[int], Callable[[npt.NDArray[np.int64]], list[T]]]
+
+
+@dataclass(frozen=True, eq=False)
+class BlockPlan(Generic[T]):
+    """One epoch of global blocks on one layout, with the order that fills them.
+
+    Attributes:
+        layout: The epoch's blocks (``world`` is the data-parallel size).
+        split: How a block is cut between ranks (``"contiguous"`` or ``"strided"``).
+        make_rows: See :data:`RowMaker`.
+    """
+
+    layout: EpochLayout
+    split: Split
+    make_rows: RowMaker[T]
+    _rows: dict[int, Callable[[npt.NDArray[np.int64]], list[T]]] = field(
+        default_factory=dict, repr=False
+    )
+
+    @property
+    def num_steps(self) -> int:
+        """Batches every rank yields in the epoch."""
+        return self.layout.num_batches
+
+    @property
+    def dp_size(self) -> int:
+        """Data-parallel ranks the blocks are cut for."""
+        return self.layout.world
+
+    def step_of(self, progress: Mapping[str, int], *, strict: bool = False) -> int:
+        """The step at ``progress["consumed"]`` (see :meth:`EpochLayout.step_of`)."""
+        return self.layout.step_of(progress["consumed"], strict=strict)
+
+    def progress_at(self, step: int) -> dict[str, int]:
+        """``{"consumed": positions taken after step steps}``."""
+        return {"consumed": self.layout.consumed_at(step)}
+
+    def batches(self, rank: int, start: int, stop: int) -> list[T]:
+        """``rank``'s batches of steps ``start .. stop - 1``."""
+        rows = self._rows.get(rank)
+        if rows is None:
+            rows = self._rows[rank] = self.make_rows(rank)
+        out: list[T] = []
+        for positions in self.layout.rank_positions(
+            rank=rank, split=self.split, start=start, stop=stop
+        ):
+            out += rows(positions)
+        return out

@@ -1,0 +1,49 @@
+"""The sampler contract suite: what every dataorder sampler promises, checked on any sampler.
+
+:mod:`dataorder.testing.contract` holds the direct checks (partition, ``len()``, resume, peek,
+elasticity, ``batch_at``); :mod:`dataorder.testing.recipes` the same promises in the training
+loops people run (DataLoader, StatefulDataLoader, Accelerate, Lightning). :func:`check_contract`
+runs both.
+"""
+
+from dataorder.testing.contract import (
+    MAX_STATE_BYTES,
+    ContractViolation,
+    SamplerCase,
+    check_batch_at,
+    check_contract,
+    check_determinism_across_processes,
+    check_elastic_resume,
+    check_epoch_partition,
+    check_forgotten_set_epoch,
+    check_peek,
+    check_placement_ends_a_pass,
+    check_repeated_resume,
+    check_resume_at_every_step,
+    check_state_round_trip,
+    flatten,
+    run_epoch,
+)
+from dataorder.testing.recipes import RECIPES, available_recipes, check_loop_recipes
+
+__all__ = [
+    "MAX_STATE_BYTES",
+    "RECIPES",
+    "ContractViolation",
+    "SamplerCase",
+    "available_recipes",
+    "check_batch_at",
+    "check_contract",
+    "check_determinism_across_processes",
+    "check_elastic_resume",
+    "check_epoch_partition",
+    "check_forgotten_set_epoch",
+    "check_loop_recipes",
+    "check_peek",
+    "check_placement_ends_a_pass",
+    "check_repeated_resume",
+    "check_resume_at_every_step",
+    "check_state_round_trip",
+    "flatten",
+    "run_epoch",
+]

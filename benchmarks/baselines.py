@@ -233,8 +233,8 @@ def _cyclic_epochs(n: int, mbs: int, dp: int, seed: int, epochs: int) -> list[li
 
 def _checks(smoke: bool) -> list[tuple[str, str, bool]]:
     """(check, detail, passed) rows."""
-    from dataorder.buckets import MultiTierBucketCalculator
-    from dataorder.megatron import MegatronPretrainingRandomSampler
+    from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 
     rows: list[tuple[str, str, bool]] = []
     # nemo_behaviour.md section 5, worked example: N=10, mbs=2, dp=2, seed=0.

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from dataorder.bucket_sampler import SequentialBucketSampler
-from dataorder.multires import BaseMultiresolutionDataset
+from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+from dataorder.diffusion.multires import BaseMultiresolutionDataset
 
 BATCH = 32
 

@@ -16,8 +16,8 @@ import tracemalloc
 
 import numpy as np
 
-from dataorder.keys import derive_key
-from dataorder.permutation import Permutation
+from dataorder.core.keys import derive_key
+from dataorder.core.permutation import Permutation
 
 
 def _best(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]

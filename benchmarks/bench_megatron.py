@@ -68,7 +68,7 @@ class RandpermCyclicSampler:
 
 
 def _build(kind: str, n: int, consumed: int) -> Any:
-    from dataorder.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
+    from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
 
     if kind == "baseline":
         return RandpermCyclicSampler(n, MBS, RANK, DP, SEED, consumed)
@@ -93,7 +93,7 @@ def child(kind: str, what: str, n: int, batches: int) -> dict[str, Any]:
     """
     import torch  # noqa: F401  (imported before the baseline reading, whatever the kind)
 
-    import dataorder.megatron  # noqa: F401
+    import dataorder.llm.megatron  # noqa: F401
 
     block = MBS * DP
     consumed = (n // 2) // block * block if what == "resume" else 0

@@ -170,7 +170,7 @@ def make_batches(kind: str, n: int, mbs: int, *, consumed: int = 0) -> Iterable[
     from torch.utils.data import BatchSampler
 
     if kind in ("do-megatron", "do-megatron-nemo"):
-        from dataorder.megatron import MegatronPretrainingRandomSampler
+        from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 
         compat = "nemo" if kind == "do-megatron-nemo" else None
         return MegatronPretrainingRandomSampler(
@@ -183,7 +183,7 @@ def make_batches(kind: str, n: int, mbs: int, *, consumed: int = 0) -> Iterable[
         s.consumed_samples = consumed  # Megatron-LM's resume
         return s
     if kind in ("do-ds", "do-ds-torch"):
-        from dataorder.distributed import DistributedSampler
+        from dataorder.parallel.distributed import DistributedSampler
 
         compat = "torch" if kind == "do-ds-torch" else "default"
         ds = DistributedSampler(range(n), DP, RANK, seed=SEED, compat=compat)
@@ -210,12 +210,12 @@ def _distributed_state(ds: Any, consumed: int) -> dict[str, Any]:
 
 def _resume_state(kind: str, n: int, mbs: int, consumed: int) -> dict[str, Any]:
     if kind == "do-megatron":
-        from dataorder.megatron import MegatronPretrainingRandomSampler
+        from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 
         return MegatronPretrainingRandomSampler(
             n, mbs, RANK, DP, seed=SEED, consumed_samples=consumed
         ).state_dict()
-    from dataorder.distributed import DistributedSampler
+    from dataorder.parallel.distributed import DistributedSampler
 
     return _distributed_state(DistributedSampler(range(n), DP, RANK, seed=SEED), consumed)
 
@@ -225,12 +225,12 @@ def _load_state(kind: str, n: int, state: dict[str, Any]) -> Iterable[list[int]]
     from torch.utils.data import BatchSampler
 
     if kind == "do-megatron":
-        from dataorder.megatron import MegatronPretrainingRandomSampler
+        from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 
         s = MegatronPretrainingRandomSampler(n, MBS, RANK, DP, seed=SEED)
         s.load_state_dict(state)
         return s
-    from dataorder.distributed import DistributedSampler
+    from dataorder.parallel.distributed import DistributedSampler
 
     ds = DistributedSampler(range(n), DP, RANK, seed=SEED)
     ds.load_state_dict(state)
@@ -333,8 +333,8 @@ def case_assign(spec: dict[str, Any]) -> dict[str, Any]:
     """Bucket assignment of ``n`` sizes: vectorised (timed on all), per-image (on subsets)."""
     from baselines import SDXL_BUCKETS, assign_log_nearest, nemo_assign_loop
 
-    from dataorder.buckets import MultiTierBucketCalculator
-    from dataorder.multires import BaseMultiresolutionDataset
+    from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    from dataorder.diffusion.multires import BaseMultiresolutionDataset
 
     n, loop_n, ref_n = spec["n"], spec["loop_n"], spec["ref_n"]
     w, h = size_set(spec["sizes"], n)
@@ -368,9 +368,9 @@ def case_assign(spec: dict[str, Any]) -> dict[str, Any]:
 
 def case_bucket_sampler(spec: dict[str, Any]) -> dict[str, Any]:
     """The bucket sampler on ``n`` shipped sizes (1024p buckets): first batch, per-step cost."""
-    from dataorder.bucket_sampler import SequentialBucketSampler
-    from dataorder.buckets import MultiTierBucketCalculator
-    from dataorder.multires import BaseMultiresolutionDataset
+    from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+    from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    from dataorder.diffusion.multires import BaseMultiresolutionDataset
 
     n, world, compat, steps = spec["n"], spec["world"], spec["compat"], spec["steps"]
     w, h = size_set("shipped", n)
@@ -417,9 +417,6 @@ CASES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one spec in this process (the isolated path runs it in a fresh interpreter)."""
     import torch  # noqa: F401  (imported before any baseline reading, for every case alike)
-
-    import dataorder.distributed
-    import dataorder.megatron  # noqa: F401
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. buckets smaller than one global batch
@@ -837,7 +834,7 @@ class BucketSet:
 def bucket_sets() -> list[BucketSet]:
     from baselines import SDXL_BUCKETS, assign_log_nearest
 
-    from dataorder.buckets import MultiTierBucketCalculator
+    from dataorder.diffusion.buckets import MultiTierBucketCalculator
 
     out = []
     for compat in ("default", "nemo"):
@@ -858,7 +855,7 @@ def bucket_sets() -> list[BucketSet]:
 
 
 def section_crop(cfg: Config) -> str:
-    from dataorder.bucket_stats import crop_loss
+    from dataorder.diffusion.stats import crop_loss
 
     sets = bucket_sets()
     rows = []
@@ -903,8 +900,8 @@ WASTE_LAYOUTS = ((8, 4), (64, 8))
 
 
 def section_waste(cfg: Config) -> str:
-    from dataorder.bucket_sampler import SequentialBucketSampler
-    from dataorder.multires import BaseMultiresolutionDataset
+    from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+    from dataorder.diffusion.multires import BaseMultiresolutionDataset
 
     sets = bucket_sets()
     cols = [(n, r, b) for n in cfg.waste_ns for r, b in WASTE_LAYOUTS]
@@ -1103,7 +1100,7 @@ def run_suite(args: argparse.Namespace) -> str:
     emit(
         "Crop loss is the share of an image's area cut away when it is resized to cover its "
         "bucket and cropped, `1 - min(r_img / r_bkt, r_bkt / r_img)` with r = width / height "
-        "(`dataorder.bucket_stats.crop_loss`). Each set uses its own assignment rule: dataorder "
+        "(`dataorder.diffusion.stats.crop_loss`). Each set uses its own assignment rule: dataorder "
         "default (nearest in log aspect ratio, the least crop loss), NeMo's (nearest in linear "
         "aspect ratio), the SDXL-style table with nearest in log aspect ratio. 'upscaled': the "
         "bucket is larger than the image on some side. The stress set here has "

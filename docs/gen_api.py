@@ -24,36 +24,63 @@ import dataorder
 
 OUT = Path(__file__).resolve().parent / "api.md"
 
-#: Modules in reading order; any other public module is appended alphabetically.
+#: Modules in reading order, by layer; any other public module is appended alphabetically.
 ORDER = (
-    "permutation",
-    "keys",
-    "partition",
-    "state",
-    "cursor",
-    "topology",
-    "megatron",
-    "schedule",
-    "distributed",
-    "verify",
-    "buckets",
-    "crop",
-    "scan",
-    "bucket_stats",
-    "multires",
-    "bucket_sampler",
+    "core",
+    "core.permutation",
+    "core.keys",
+    "core.apportion",
+    "core.partition",
+    "core.blockplan",
+    "core.state",
+    "core.cursor",
+    "core.topology",
+    "llm",
+    "llm.megatron",
+    "llm.factory",
+    "llm.orders",
+    "llm.compat_nemo",
+    "llm.schedule",
+    "parallel",
+    "parallel.distributed",
+    "parallel.compat_torch",
+    "parallel.verify",
+    "parallel.checks",
+    "diffusion",
+    "diffusion.lattice",
+    "diffusion.lookup",
+    "diffusion.buckets",
+    "diffusion.crop",
+    "diffusion.scan",
+    "diffusion.table",
+    "diffusion.stats",
+    "diffusion.multires",
+    "diffusion.bucket_plan",
+    "diffusion.bucket_sampler",
+    "diffusion.compat_nemo",
     "testing",
-    "demo",
-    "plots",
-    "cli",
+    "testing.contract",
+    "testing.recipes",
+    "tools",
+    "tools.cli",
+    "tools.output",
+    "tools.inspect_state",
+    "tools.plan",
+    "tools.demo",
+    "tools.demo_config",
+    "tools.demo_job",
+    "tools.demo_checks",
+    "tools.plots",
 )
 
 
 def public_modules() -> list[str]:
+    """Dotted names below ``dataorder`` of every public module and subpackage."""
     found = {
-        m.name
-        for m in pkgutil.iter_modules(dataorder.__path__)
-        if not m.name.startswith("_") and m.name != "data"
+        m.name.removeprefix("dataorder.")
+        for m in pkgutil.walk_packages(dataorder.__path__, prefix="dataorder.")
+        if not any(part.startswith("_") for part in m.name.split("."))
+        and not m.name.startswith("dataorder.data")
     }
     return [m for m in ORDER if m in found] + sorted(found - set(ORDER))
 
@@ -128,9 +155,10 @@ def _render_class(name: str, cls: type) -> list[str]:
 
 def _render_name(module: ModuleType, name: str) -> list[str]:
     obj = getattr(module, name)
+    home = getattr(obj, "__module__", None)
+    if (inspect.isclass(obj) or inspect.isfunction(obj)) and home != module.__name__:
+        return [f"### `{name}`\n", f"Re-exported from `{home}`.\n"]
     if inspect.isclass(obj):
-        if obj.__module__ != module.__name__:
-            return [f"### `{name}`\n", f"Re-exported from `{obj.__module__}`.\n"]
         return _render_class(name, obj)
     if inspect.isfunction(obj):
         return [f"### `{name}{signature(obj)}`\n", _doc(obj)]
@@ -157,7 +185,9 @@ def render() -> str:
         lines.append(f"| `{name}` | {link} |")
     lines.append("")
     modules = public_modules()
-    lines.append("Modules: " + ", ".join(f"[`{m}`](#dataorder{m})" for m in modules) + ".\n")
+    lines.append(
+        "Modules: " + ", ".join(f"[`{m}`](#dataorder{m.replace('.', '')})" for m in modules) + ".\n"
+    )
     for short in modules:
         module = importlib.import_module(f"dataorder.{short}")
         lines += [f"## dataorder.{short}\n", _doc(module)]

@@ -36,10 +36,10 @@ import torch.distributed as dist
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from dataorder.bucket_sampler import SequentialBucketSampler
-from dataorder.buckets import MultiTierBucketCalculator
-from dataorder.demo import load_image_sizes
-from dataorder.multires import BaseMultiresolutionDataset
+from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.multires import BaseMultiresolutionDataset
+from dataorder.tools.demo import load_image_sizes
 
 
 class Latents(Dataset[dict[str, Any]]):

@@ -31,9 +31,9 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 
-from dataorder.demo import load_tokens
-from dataorder.megatron import create_megatron_sampler
-from dataorder.schedule import BatchSizeSchedule
+from dataorder.llm.factory import create_megatron_sampler
+from dataorder.llm.schedule import BatchSizeSchedule
+from dataorder.tools.demo import load_tokens
 
 VOCAB = 64
 

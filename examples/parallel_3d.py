@@ -36,9 +36,9 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.utils.data import DataLoader
 
-from dataorder.demo import load_tokens
-from dataorder.distributed import DistributedSampler
-from dataorder.verify import DataParallelError, verify_data_parallel
+from dataorder.parallel.distributed import DistributedSampler
+from dataorder.parallel.verify import DataParallelError, verify_data_parallel
+from dataorder.tools.demo import load_tokens
 
 VOCAB = 64
 

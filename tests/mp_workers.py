@@ -5,7 +5,8 @@ WORLD ranks; each joins a gloo process group on loopback, does its job and write
 ``WORKDIR/<job>.phase<P>.rank<R>.json``; the test process checks those files. Jobs:
 
 * ``mesh``: on a 2 x 2 x 2 (dp, tp, cp) ``DeviceMesh``, every sampler of the library reads an
-  epoch and runs :func:`dataorder.verify.verify_data_parallel`; a sampler built with the global
+  epoch and runs :func:`dataorder.parallel.verify.verify_data_parallel`; a sampler built with the
+  global
   world must be refused on every rank; DataLoaders with two workers feed the check too.
 * ``crash``: a training loop over a ``StatefulDataLoader`` (two workers) and a Megatron sampler
   that checkpoints every few steps and logs the indices of every committed step. Phase 0 kills
@@ -66,7 +67,7 @@ def collate_indices(batch: list[int | None]) -> list[int | None]:
 def multires_dataset(n: int) -> Any:
     import numpy as np
 
-    from dataorder.multires import BaseMultiresolutionDataset
+    from dataorder.diffusion.multires import BaseMultiresolutionDataset
 
     rng = np.random.default_rng(7)
     return BaseMultiresolutionDataset.from_sizes(
@@ -78,13 +79,13 @@ def multires_dataset(n: int) -> Any:
 
 
 def _samplers(mesh: Any, topo: Any) -> dict[str, Any]:
-    from dataorder.bucket_sampler import SequentialBucketSampler
-    from dataorder.distributed import DistributedSampler
-    from dataorder.megatron import (
+    from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+    from dataorder.llm.factory import create_megatron_sampler
+    from dataorder.llm.megatron import (
         MegatronPretrainingRandomSampler,
         MegatronPretrainingSampler,
-        create_megatron_sampler,
     )
+    from dataorder.parallel.distributed import DistributedSampler
 
     r, w = topo.dp_rank, topo.dp_size
     ds = multires_dataset(N_MESH)
@@ -125,9 +126,9 @@ def _report(report: Any) -> dict[str, Any]:
 def job_mesh(rank: int, world: int, workdir: Path, phase: int) -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
 
-    from dataorder.distributed import DistributedSampler
-    from dataorder.topology import data_parallel_topology, resolve_topology
-    from dataorder.verify import DataParallelError, verify_data_parallel
+    from dataorder.core.topology import data_parallel_topology, resolve_topology
+    from dataorder.parallel.distributed import DistributedSampler
+    from dataorder.parallel.verify import DataParallelError, verify_data_parallel
 
     mesh = init_device_mesh("cpu", MESH_SHAPE, mesh_dim_names=MESH_DIMS)
     topo = data_parallel_topology(mesh)
@@ -199,7 +200,7 @@ def _accelerate(mesh: Any) -> dict[str, Any]:
     from accelerate import Accelerator
     from accelerate.data_loader import prepare_data_loader
 
-    from dataorder.distributed import DistributedSampler
+    from dataorder.parallel.distributed import DistributedSampler
 
     accelerator = Accelerator(cpu=True)
 
@@ -229,8 +230,8 @@ def _declared(loader: DataLoader[Any]) -> Any:
 def _crash_loaders(mesh: Any, topo: Any) -> tuple[Any, Any, Any, Any]:
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    from dataorder.distributed import DistributedSampler
-    from dataorder.megatron import MegatronPretrainingRandomSampler
+    from dataorder.llm.megatron import MegatronPretrainingRandomSampler
+    from dataorder.parallel.distributed import DistributedSampler
 
     dist_sampler = DistributedSampler(IndexDataset(N_CRASH), mesh=mesh, seed=11)
     # two workers: the loader prefetches ahead of training, and its snapshots account for it
@@ -260,7 +261,7 @@ def job_crash(rank: int, world: int, workdir: Path, phase: int) -> dict[str, Any
     """Train one epoch; checkpoint every CRASH_EVERY steps; log each step after its commit."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from dataorder.topology import data_parallel_topology
+    from dataorder.core.topology import data_parallel_topology
 
     mesh = init_device_mesh("cpu", MESH_SHAPE, mesh_dim_names=MESH_DIMS)
     topo = data_parallel_topology(mesh)

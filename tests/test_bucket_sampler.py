@@ -17,19 +17,15 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-import dataorder.bucket_sampler
-from dataorder.bucket_sampler import (
-    SequentialBucketSampler,
-    bucket_layouts,
-    bucket_order,
-    nemo_bucket_order,
-    plan_bucket_epoch,
-)
-from dataorder.buckets import MultiTierBucketCalculator
-from dataorder.keys import derive_key
-from dataorder.multires import BaseMultiresolutionDataset
-from dataorder.partition import plan_epoch
-from dataorder.permutation import Permutation
+import dataorder.diffusion.bucket_sampler
+from dataorder.core.keys import derive_key
+from dataorder.core.partition import plan_epoch, plan_segments
+from dataorder.core.permutation import Permutation
+from dataorder.diffusion.bucket_plan import KeyedBucketOrder, plan_bucket_epoch
+from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.compat_nemo import nemo_bucket_order
+from dataorder.diffusion.multires import BaseMultiresolutionDataset
 from dataorder.testing import (
     SamplerCase,
     check_elastic_resume,
@@ -73,7 +69,9 @@ def quiet(ds: Any, **kw: Any) -> SequentialBucketSampler:
 
 # -- the worked example and pinned orders ----------------------------------------------------------
 def test_docstring_examples() -> None:
-    result = doctest.testmod(dataorder.bucket_sampler, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(
+        dataorder.diffusion.bucket_sampler, optionflags=doctest.NORMALIZE_WHITESPACE
+    )
     assert result.attempted >= 6
     assert result.failed == 0
 
@@ -128,7 +126,7 @@ def test_default_stream_is_the_documented_function() -> None:
             seed, epoch=epoch, stream="sequential_bucket", purpose="within-bucket", extra=(j,)
         )
         perm = Permutation(n, key)
-        lay = plan_epoch(n, per_rank=bs, world=world, tail="shrink")
+        lay = plan_epoch(n, per_rank=bs, dp_size=world, tail="shrink")
         for b in range(lay.num_batches):
             for r in range(world):
                 pos = lay.batch_positions(b, rank=r, split="strided") % n
@@ -241,22 +239,24 @@ def test_lock_step_coverage_and_len(
     world=st.integers(1, 9),
     drop_last=st.booleans(),
 )
-def test_bucket_layouts_are_plan_epoch(n: int, b: int, world: int, drop_last: bool) -> None:
-    full, tail = bucket_layouts([n], [b], world=world, drop_last=drop_last)
-    lay = plan_epoch(n, per_rank=b, world=world, tail="drop" if drop_last else "shrink")
-    assert (int(full[0]), int(tail[0])) == (lay.full_blocks, lay.tail_per_rank)
-    nf, nt = bucket_layouts([n], [b], world=world, drop_last=drop_last, compat="nemo")
+def test_bucket_runs_are_plan_epoch(n: int, b: int, world: int, drop_last: bool) -> None:
+    tail = "drop" if drop_last else "shrink"
+    seg = plan_segments([n], per_rank=b, dp_size=world, tail=tail).layout(0)
+    assert seg == plan_epoch(n, per_rank=b, dp_size=world, tail=tail)
+    nemo = plan_segments([n], per_rank=b, dp_size=world, tail=tail, round_to=world).layout(0)
     per_rank = -(-n // world)  # NeMo: pad to a multiple of R, chunk each rank's list by b
-    assert int(nf[0]) * b + int(nt[0]) == (per_rank // b * b if drop_last else per_rank)
+    assert nemo.full_blocks * b + nemo.tail_per_rank == (
+        per_rank // b * b if drop_last else per_rank
+    )
 
 
 def test_plan_prefix_sums_and_locate() -> None:
-    plan = plan_bucket_epoch([2, 0, 1], [10, 3, 7], [2, 1, 3], world=2, drop_last=False)
-    assert plan.order.tolist() == [2, 0, 1]
-    assert plan.sizes.tolist() == [7, 10, 3]
-    assert plan.full_blocks.tolist() == [1, 2, 1]
-    assert plan.tail_per_rank.tolist() == [1, 1, 1]
-    assert plan.batch_offsets.tolist() == [0, 2, 5, 7]
+    plan = plan_bucket_epoch([2, 0, 1], [10, 3, 7], [2, 1, 3], dp_size=2, drop_last=False)
+    assert plan.buckets.tolist() == [2, 0, 1]
+    assert plan.segments.n.tolist() == [7, 10, 3]
+    assert plan.segments.full_blocks.tolist() == [1, 2, 1]
+    assert plan.segments.tail_per_rank.tolist() == [1, 1, 1]
+    assert plan.segments.offsets.tolist() == [0, 2, 5, 7]
     assert [plan.locate(i) for i in range(7)] == [
         (0, 0),
         (0, 1),
@@ -266,23 +266,26 @@ def test_plan_prefix_sums_and_locate() -> None:
         (2, 0),
         (2, 1),
     ]
-    assert (plan.samples_padded, plan.samples_dropped, plan.total_batches) == (1 + 0 + 1, 0, 7)
+    assert (plan.samples_padded, plan.samples_dropped, plan.num_steps) == (1 + 0 + 1, 0, 7)
 
 
 def test_planning_functions_check_their_input() -> None:
-    with pytest.raises(ValueError, match="world must be a positive int; got world=0"):
-        bucket_layouts([3], [1], world=0, drop_last=True)
-    with pytest.raises(ValueError, match=r"batch_sizes must be positive and shaped like sizes"):
-        bucket_layouts([3, 4], [1], world=1, drop_last=True)
-    with pytest.raises(ValueError, match=r"batch_sizes must be positive and shaped like sizes"):
-        plan_bucket_epoch([0], [3], [0], world=1, drop_last=True)
+    with pytest.raises(ValueError, match="dp_size must be a positive int; got dp_size=0"):
+        plan_segments([3], per_rank=1, dp_size=0, tail="drop")
+    with pytest.raises(ValueError, match=r"order, sizes and batch_sizes must have one shape"):
+        plan_bucket_epoch([0, 1], [3, 4], [1], dp_size=1, drop_last=True)
+    with pytest.raises(ValueError, match=r"per_rank must be positive"):
+        plan_bucket_epoch([0], [3], [0], dp_size=1, drop_last=True)
+    with pytest.raises(ValueError, match=r"order must be a permutation of the bucket rows"):
+        plan_bucket_epoch([1, 1], [3, 4], [1, 1], dp_size=1, drop_last=True)
 
 
 def test_bucket_orders() -> None:
-    order = bucket_order(50, seed=3, epoch=2, shuffle=True)
+    keyed = KeyedBucketOrder()
+    order = keyed.bucket_order(50, seed=3, epoch=2, shuffle=True)
     assert sorted(order.tolist()) == list(range(50))
-    assert not np.array_equal(order, bucket_order(50, seed=3, epoch=3, shuffle=True))
-    assert bucket_order(5, seed=3, epoch=2, shuffle=False).tolist() == [0, 1, 2, 3, 4]
+    assert not np.array_equal(order, keyed.bucket_order(50, seed=3, epoch=3, shuffle=True))
+    assert keyed.bucket_order(5, seed=3, epoch=2, shuffle=False).tolist() == [0, 1, 2, 3, 4]
     g = torch.Generator()
     g.manual_seed(45)
     assert (
@@ -360,7 +363,7 @@ def test_resume_properties(
         name="property",
         make=lambda r, w: quiet(ds, num_replicas=w, rank=r, **kw),
         dataset_size=len(ds),
-        world=world,
+        dp_size=world,
     )
     rank = data.draw(st.integers(0, world - 1))
     full = run_epoch(case.make(rank, world))
@@ -504,20 +507,20 @@ def test_elastic_resume_continues_the_same_bucket_streams(drop_last: bool) -> No
     new = [quiet(ds, num_replicas=4, rank=r, **kw) for r in range(4)]
     for s in new:
         s.load_state_dict(state)
-    assert len({len(s) for s in new}) == 1
+    assert len({s.remaining for s in new}) == 1
     after = [i for s in new for b in run_epoch(s) for i in b]
 
     expected: list[int] = []
     plan_old, plan_new = old[0].plan(0), new[0].plan(0)
-    assert np.array_equal(plan_old.order, plan_new.order)
-    for k, j in enumerate(plan_old.order.tolist()):
+    assert np.array_equal(plan_old.buckets, plan_new.buckets)
+    for k, j in enumerate(plan_old.buckets.tolist()):
         n = int(t.sizes[j])
         perm = Permutation(
             n,
             derive_key(5, epoch=0, stream="sequential_bucket", purpose="within-bucket", extra=(j,)),
         )
-        end_old = int(plan_old.total_positions()[k])
-        end_new = int(plan_new.total_positions()[k])
+        end_old = int(plan_old.segments.total_positions()[k])
+        end_new = int(plan_new.segments.total_positions()[k])
         if k < state["bucket"]:
             positions = range(end_old)
         elif k == state["bucket"]:
@@ -575,8 +578,8 @@ def test_get_batch_info_range_and_padding() -> None:
     ("kw", "exc", "message"),
     [
         ({"rank": 2}, ValueError, r"rank must be an int in \[0, 1\]; got rank=2"),
-        ({"rank": -1}, ValueError, "rank must be a non-negative int; got rank=-1"),
-        ({"rank": True}, TypeError, "rank must be a non-negative int; got rank=True"),
+        ({"rank": -1}, ValueError, r"rank must be an int in \[0, 1\]; got rank=-1"),
+        ({"rank": True}, TypeError, r"rank must be an int in \[0, 1\]; got rank=True"),
         (
             {"num_replicas": 0},
             ValueError,
@@ -782,46 +785,3 @@ def test_plain_dataloader() -> None:
     assert len(dl) == len(s)
     expected = run_epoch(S(ds, base_batch_size=3, drop_last=False, num_replicas=2, rank=1))
     assert _loader_batches(dl) == expected
-
-
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_stateful_dataloader_mid_epoch_restore(num_workers: int) -> None:
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
-    ds = Indexed.from_bucket_ids(
-        np.arange(60) % 4, resolutions=[(64, 64), (128, 64), (64, 128), (128, 128)]
-    )
-
-    def loader() -> Any:
-        s = S(ds, base_batch_size=2, drop_last=False, num_replicas=2, rank=0, seed=3)
-        return StatefulDataLoader(ds, batch_sampler=s, num_workers=num_workers)
-
-    uninterrupted = loader()
-    e0 = _loader_batches(uninterrupted)
-    e1 = _loader_batches(uninterrupted)
-    assert len(e0) == 16
-    assert e0 != e1
-    for k in (1, 7, 16):
-        dl = loader()
-        it = iter(dl)
-        head = [next(it) for _ in range(k)]
-        state = dl.state_dict()
-        del it
-        restored = loader()
-        restored.load_state_dict(state)
-        if k < len(e0):
-            assert _loader_batches(head) + _loader_batches(restored) == e0
-        else:  # saved after the last batch of epoch 0, before StopIteration: nothing left of it
-            assert _loader_batches(restored) == []
-        assert _loader_batches(restored) == e1  # then the next epoch
-    # saved after the loader ran out of epoch 0: the state still describes epoch 0; the usual
-    # loop (set_epoch each epoch) reads nothing more of it, then epoch 1
-    dl = loader()
-    _loader_batches(dl)
-    restored = loader()
-    restored.load_state_dict(dl.state_dict())
-    sampler = restored.batch_sampler
-    sampler.set_epoch(0)
-    assert _loader_batches(restored) == []
-    sampler.set_epoch(1)
-    assert _loader_batches(restored) == e1

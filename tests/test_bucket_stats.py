@@ -13,17 +13,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import dataorder.bucket_stats as stats_module
-from dataorder.bucket_stats import (
+import dataorder.diffusion.stats as stats_module
+from dataorder.core.partition import plan_epoch
+from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.scan import build_manifest
+from dataorder.diffusion.stats import (
     bucket_stats,
     crop_loss,
     format_bucket_table,
     plot_bucket_stats,
     rich_bucket_table,
 )
-from dataorder.buckets import MultiTierBucketCalculator
-from dataorder.partition import plan_epoch
-from dataorder.scan import build_manifest
 
 NEMO = MultiTierBucketCalculator(compat="nemo")  # 192x320, 192x256, 256x256, 256x192, 320x192
 
@@ -46,7 +46,7 @@ def test_hand_computed_example() -> None:
     # 5 squares, 2 wide 320x100 images, 1 tall 100x400 image.
     w = [256] * 5 + [320, 320, 100]
     h = [256] * 5 + [100, 100, 400]
-    st_ = bucket_stats(w, h, NEMO, replicas=2, batch_size=2, drop_last=True)
+    st_ = bucket_stats(w, h, NEMO, num_replicas=2, batch_size=2, drop_last=True)
     assert st_.counts.tolist() == [1, 0, 5, 0, 2]
     wide_loss = 1 - (320 / 192) / (320 / 100)  # 320x100 in 320x192
     tall_loss = 1 - (100 / 400) / (192 / 320)  # 100x400 in 192x320
@@ -74,7 +74,7 @@ def test_hand_computed_example() -> None:
     )
     assert o["budget_max_over"] == 0.0
 
-    shrink = bucket_stats(w, h, NEMO, replicas=2, batch_size=2, drop_last=False)
+    shrink = bucket_stats(w, h, NEMO, num_replicas=2, batch_size=2, drop_last=False)
     # last smaller batch of ceil(t / R) per rank: 5 -> 4 + (1 + 1 pad); 2 -> 1 each; 1 -> 1 + pad
     assert shrink.batches.tolist() == [1, 0, 2, 0, 1]
     assert shrink.padded.tolist() == [1, 0, 1, 0, 0]
@@ -93,10 +93,11 @@ def test_waste_is_plan_epoch_per_bucket(
     res = NEMO.resolutions
     w = np.repeat(res[:, 0], counts)
     h = np.repeat(res[:, 1], counts)
-    stats = bucket_stats(w, h, NEMO, replicas=replicas, batch_size=batch, drop_last=drop_last)
+    stats = bucket_stats(w, h, NEMO, num_replicas=replicas, batch_size=batch, drop_last=drop_last)
     assert stats.counts.tolist() == counts
     for j, n in enumerate(counts):
-        lay = plan_epoch(n, per_rank=batch, world=replicas, tail="drop" if drop_last else "shrink")
+        tail = "drop" if drop_last else "shrink"
+        lay = plan_epoch(n, per_rank=batch, dp_size=replicas, tail=tail)
         assert stats.batches[j] == lay.num_batches
         assert stats.dropped[j] == lay.dropped
         assert stats.padded[j] == lay.padded
@@ -118,9 +119,9 @@ def test_per_bucket_batch_sizes_and_manifest_input() -> None:
     sizes = [
         calc.get_dynamic_batch_size(b["resolution"], 8, (256, 256)) for b in calc.get_all_buckets()
     ]
-    from_arrays = bucket_stats(w, h, calc, replicas=4, batch_size=sizes)
+    from_arrays = bucket_stats(w, h, calc, num_replicas=4, batch_size=sizes)
     manifest = build_manifest([f"{i}.jpg" for i in range(500)], w, h, calc)
-    from_manifest = bucket_stats(manifest, replicas=4, batch_size=np.array(sizes))
+    from_manifest = bucket_stats(manifest, num_replicas=4, batch_size=np.array(sizes))
     assert from_arrays.batch_sizes.tolist() == sizes
     for name in ("counts", "batches", "dropped", "over_10", "upscaled"):
         assert np.array_equal(getattr(from_arrays, name), getattr(from_manifest, name))
@@ -133,8 +134,8 @@ def test_per_bucket_batch_sizes_and_manifest_input() -> None:
 def test_argument_errors() -> None:
     manifest = build_manifest(["a"], [10], [10], NEMO)
     cases = [
-        (lambda: bucket_stats([1], [1], NEMO, replicas=0), ValueError,
-         "replicas must be a positive int; got replicas=0"),
+        (lambda: bucket_stats([1], [1], NEMO, num_replicas=0), ValueError,
+         "replicas must be a positive int; got num_replicas=0"),
         (lambda: bucket_stats([1], [1], NEMO, batch_size=0), ValueError,
          "batch_size must be a positive int; got batch_size=0"),
         (lambda: bucket_stats([1], [1], NEMO, batch_size=[1, 2]), ValueError,
@@ -157,7 +158,7 @@ def test_argument_errors() -> None:
 
 
 def test_markdown_table() -> None:
-    stats = bucket_stats([256, 320, 300], [256, 100, 100], NEMO, replicas=2, batch_size=1)
+    stats = bucket_stats([256, 320, 300], [256, 100, 100], NEMO, num_replicas=2, batch_size=1)
     text = format_bucket_table(stats)
     lines = text.splitlines()
     assert lines[0].startswith("| id | resolution | AR | images | mean crop % | p95 crop % |")
@@ -188,7 +189,7 @@ def test_png_plot(tmp_path: Path) -> None:
     h = rng.integers(500, 3000, 2000)
     w = np.maximum(1, (h * np.exp(rng.uniform(-1, 1, 2000))).astype(np.int64))
     before = set(sys.modules)
-    stats = bucket_stats(w, h, calc, replicas=8, batch_size=4, drop_last=False)
+    stats = bucket_stats(w, h, calc, num_replicas=8, batch_size=4, drop_last=False)
     out = tmp_path / "buckets.png"
     plot_bucket_stats(stats, out, dpi=50)
     data = out.read_bytes()

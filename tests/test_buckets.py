@@ -17,13 +17,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import dataorder.buckets as buckets_module
-from dataorder.buckets import (
+import dataorder.diffusion.buckets as buckets_module
+from dataorder.diffusion.buckets import (
     DEFAULT_MAX_PIXELS,
     MAX_IMAGE_SIDE,
     PRESETS,
     MultiTierBucketCalculator,
 )
+from dataorder.diffusion.lattice import best_resolution
 
 QUANTS = (8, 16, 32, 64)
 MODES = (
@@ -39,7 +40,7 @@ def _calc(**kw: object) -> MultiTierBucketCalculator:
 
 def test_module_imports_neither_torch_nor_pillow() -> None:
     code = (
-        "import sys, dataorder.buckets; "
+        "import sys, dataorder.diffusion.buckets; "
         "assert 'torch' not in sys.modules and 'PIL' not in sys.modules, sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -349,8 +350,8 @@ def test_string_and_pair_ratios_are_the_same_ratio() -> None:
 
 def test_best_resolution_prefers_exact_ratio_near_the_budget() -> None:
     # 16:9 under 1024x1024 at q=16: 1360x768 (AR 1.771, 99.6 % of budget) vs 1365.3 exact.
-    assert buckets_module._best_resolution(16 / 9, 1024 * 1024, 16) == (1360, 768)
-    assert buckets_module._best_resolution(1.0, 1000, 10) == (30, 30)
+    assert best_resolution(16 / 9, 1024 * 1024, 16) == (1360, 768)
+    assert best_resolution(1.0, 1000, 10) == (30, 30)
 
 
 def test_none_budget_is_nemo_default_in_both_modes() -> None:
@@ -395,7 +396,7 @@ def test_config_round_trip_through_json() -> None:
 
 
 def test_debug_mode_logs_the_table(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="dataorder.buckets"):
+    with caplog.at_level(logging.INFO, logger="dataorder.diffusion.buckets"):
         MultiTierBucketCalculator(64, debug_mode=True, compat="nemo")
     assert "5 buckets, max_pixels=65536" in caplog.text
     assert "320x192" in caplog.text
@@ -504,8 +505,8 @@ def test_assign_equals_the_one_image_rule(
 
 
 def test_no_upscale_paths() -> None:
-    assert all(c._staircase is not None for c in CALCS[:4])  # the default presets
-    assert CALCS[6]._staircase is None
+    assert all(c._assigner._staircase is not None for c in CALCS[:4])  # the default presets
+    assert CALCS[6]._assigner._staircase is None
     assert [tuple(r) for r in CALCS[6].resolutions.tolist()] == [
         (160, 1200), (160, 1120), (176, 1136), (1136, 176), (1120, 160), (1200, 160),
     ]  # fmt: skip
@@ -630,7 +631,7 @@ def test_dynamic_batch_size_default_is_exact_integer_floor(
 def test_resize_and_crop_method_return_shapes() -> None:
     pytest.importorskip("PIL")
     img = np.zeros((98, 49, 3), dtype=np.uint8)
-    out, x, y = MultiTierBucketCalculator().resize_and_crop(img, 256, 256)
+    out, (x, y) = MultiTierBucketCalculator().resize_and_crop(img, 256, 256)
     assert out.shape == (256, 256, 3)
     assert (x, y) == (0, 128)
     nemo_img, offset = MultiTierBucketCalculator(compat="nemo").resize_and_crop(img, 256, 256)

@@ -16,15 +16,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dataorder.bucket_sampler import SequentialBucketSampler
-from dataorder.buckets import MultiTierBucketCalculator
-from dataorder.cli import EXIT_USAGE, find_sampler_states, main
-from dataorder.demo import load_image_sizes
-from dataorder.distributed import DistributedSampler
-from dataorder.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
-from dataorder.multires import BaseMultiresolutionDataset
-from dataorder.scan import build_manifest, read_manifest, write_manifest
+from dataorder.core.state import find_sampler_states
+from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.multires import BaseMultiresolutionDataset
+from dataorder.diffusion.scan import build_manifest, read_manifest, write_manifest
+from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
+from dataorder.parallel.distributed import DistributedSampler
 from dataorder.testing import run_epoch
+from dataorder.tools.cli import EXIT_USAGE, main
+from dataorder.tools.demo import load_image_sizes
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

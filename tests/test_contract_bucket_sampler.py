@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dataorder.bucket_sampler import SequentialBucketSampler
-from dataorder.multires import BaseMultiresolutionDataset
+from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+from dataorder.diffusion.multires import BaseMultiresolutionDataset
 from dataorder.testing import SamplerCase, check_contract
 
 
@@ -143,7 +143,11 @@ def test_contract(
     processes: bool,
 ) -> None:
     case = SamplerCase(
-        name=name, make=make(ds, **kw), dataset_size=len(ds), world=world, elastic_worlds=elastic
+        name=name,
+        make=make(ds, **kw),
+        dataset_size=len(ds),
+        dp_size=world,
+        elastic_dp_sizes=elastic,
     )
     check_contract(
         case,
@@ -158,8 +162,8 @@ def test_nemo_mode_is_not_elastic() -> None:
         name="nemo",
         make=make(EVEN, base_batch_size=2, compat="nemo"),
         dataset_size=72,
-        world=4,
-        elastic_worlds=(2,),
+        dp_size=4,
+        elastic_dp_sizes=(2,),
     )
     with pytest.raises(ValueError, match="num_replicas is 4 in the state but 2 in this sampler"):
         check_contract(case, resume_points=4)

@@ -19,12 +19,12 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from dataorder.blockplan import BlockPlan
-from dataorder.cursor import CursorSampler
-from dataorder.keys import derive_key
-from dataorder.partition import plan_epoch
-from dataorder.permutation import Permutation
-from dataorder.state import Scalar
+from dataorder.core.blockplan import BlockPlan
+from dataorder.core.cursor import CursorSampler
+from dataorder.core.keys import derive_key
+from dataorder.core.partition import plan_epoch
+from dataorder.core.permutation import Permutation
+from dataorder.core.state import Scalar
 from dataorder.testing import (
     ContractViolation,
     SamplerCase,
@@ -53,7 +53,7 @@ class MiniSampler(CursorSampler[Batch]):
     def __init__(self, n: int, per_rank: int, rank: int, world: int, seed: int = 0) -> None:
         super().__init__()
         self.n, self.per_rank, self.rank, self.world, self.seed = n, per_rank, rank, world, seed
-        self.layout = plan_epoch(n, per_rank=per_rank, world=world, tail="pad")
+        self.layout = plan_epoch(n, per_rank=per_rank, dp_size=world, tail="pad")
 
     @property
     def dp_rank(self) -> int:
@@ -77,7 +77,7 @@ class MiniSampler(CursorSampler[Batch]):
         return derive_key(self.seed, epoch=epoch, stream="mini", purpose="order")
 
     def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BlockPlan[Batch]:
-        lay = plan_epoch(self.n, per_rank=layout["per_rank"], world=layout["world"], tail="pad")
+        lay = plan_epoch(self.n, per_rank=layout["per_rank"], dp_size=layout["world"], tail="pad")
         perm = Permutation(self.n, self._key(epoch))
 
         def rows(positions: npt.NDArray[np.int64]) -> list[Batch]:
@@ -96,8 +96,8 @@ def _case(cls: type[MiniSampler], n: int = 23, per_rank: int = 2, world: int = 3
         name=cls.__name__,
         make=lambda r, w: cls(n, per_rank, r, w, seed=5),
         dataset_size=n,
-        world=world,
-        elastic_worlds=(1,),
+        dp_size=world,
+        elastic_dp_sizes=(1,),
     )
 
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataorder.distributed import DistributedSampler, epoch_order
+from dataorder.parallel.distributed import DistributedSampler, epoch_order
 from dataorder.testing import SamplerCase, check_contract
 
 
@@ -69,8 +69,8 @@ def test_contract(
         name=name,
         make=make,
         dataset_size=n,
-        world=world,
-        elastic_worlds=elastic,
+        dp_size=world,
+        elastic_dp_sizes=elastic,
         batched=False,
     )
     check_contract(

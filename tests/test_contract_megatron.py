@@ -17,14 +17,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataorder.keys import derive_key
-from dataorder.megatron import (
+from dataorder.core.keys import derive_key
+from dataorder.core.permutation import Permutation
+from dataorder.llm.megatron import (
     BaseMegatronSampler,
     MegatronPretrainingRandomSampler,
     MegatronPretrainingSampler,
-    shard_bounds,
 )
-from dataorder.permutation import Permutation
+from dataorder.llm.orders import shard_bounds
 from dataorder.testing import SamplerCase, check_contract
 
 
@@ -92,7 +92,9 @@ def test_contract(
     elastic: tuple[int, ...],
     processes: bool,
 ) -> None:
-    case = SamplerCase(name=name, make=make, dataset_size=n, world=world, elastic_worlds=elastic)
+    case = SamplerCase(
+        name=name, make=make, dataset_size=n, dp_size=world, elastic_dp_sizes=elastic
+    )
     check_contract(
         case,
         resume_points=24,

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 pytest.importorskip("PIL")
 from PIL import Image
 
-import dataorder.crop as crop_module
-from dataorder.crop import CROP_MODES, cover_size, resize_and_crop
+import dataorder.diffusion.crop as crop_module
+from dataorder.diffusion.crop import CROP_MODES, cover_size, resize_and_crop
 
 
 def test_docstring_examples() -> None:
@@ -44,7 +44,7 @@ def test_cover_size_covers_and_keeps_the_aspect_ratio(iw: int, ih: int, tw: int,
 
 def test_nemo_one_pixel_short_case_is_exact_here() -> None:
     assert cover_size(49, 98, 256, 256) == (256, 512)
-    out, x, y = resize_and_crop(Image.new("RGB", (49, 98), (255, 255, 255)), 256, 256)
+    out, (x, y) = resize_and_crop(Image.new("RGB", (49, 98), (255, 255, 255)), 256, 256)
     assert out.size == (256, 256)
     assert (x, y) == (0, 128)
     assert np.asarray(out).min() == 255  # no black border
@@ -68,13 +68,13 @@ def test_result_is_always_exactly_the_target(
     rng = np.random.default_rng(iw * 100 + ih)
     shape = (ih, iw) if channels is None else (ih, iw, channels)
     arr = rng.integers(0, 256, shape, dtype=np.uint8)
-    out, x, y = resize_and_crop(arr, tw, th, mode, seed=seed)
+    out, (x, y) = resize_and_crop(arr, tw, th, mode, seed=seed)
     assert out.shape == ((th, tw) if channels is None else (th, tw, channels))
     assert out.dtype == np.uint8
     nw, nh = cover_size(iw, ih, tw, th)
     assert 0 <= x <= nw - tw
     assert 0 <= y <= nh - th
-    pil, px, py = resize_and_crop(Image.fromarray(arr.squeeze(-1) if channels == 1 else arr), tw,
+    pil, (px, py) = resize_and_crop(Image.fromarray(arr.squeeze(-1) if channels == 1 else arr), tw,
                                   th, mode, seed=seed)  # fmt: skip
     assert pil.size == (tw, th)
     assert (px, py) == (x, y)
@@ -83,7 +83,7 @@ def test_result_is_always_exactly_the_target(
 def test_center_crop_is_the_middle_window_of_the_lanczos_resize() -> None:
     rng = np.random.default_rng(0)
     arr = rng.integers(0, 256, (90, 160, 3), dtype=np.uint8)
-    out, x, y = resize_and_crop(arr, 64, 64)
+    out, (x, y) = resize_and_crop(arr, 64, 64)
     resized = Image.fromarray(arr).resize((114, 64), Image.LANCZOS)
     assert (x, y) == (25, 0)
     assert np.array_equal(out, np.asarray(resized.crop((25, 0, 89, 64))))
@@ -91,13 +91,13 @@ def test_center_crop_is_the_middle_window_of_the_lanczos_resize() -> None:
 
 def test_input_type_is_kept() -> None:
     img = Image.new("L", (40, 30))
-    out, _, _ = resize_and_crop(img, 20, 20)
+    out, _ = resize_and_crop(img, 20, 20)
     assert isinstance(out, Image.Image)
     assert out.mode == "L"
     rgba = np.zeros((30, 40, 4), dtype=np.uint8)
     assert resize_and_crop(rgba, 20, 20)[0].shape == (20, 20, 4)
     same = Image.new("RGB", (20, 20), (1, 2, 3))
-    out, x, y = resize_and_crop(same, 20, 20)
+    out, (x, y) = resize_and_crop(same, 20, 20)
     assert (out.size, x, y) == ((20, 20), 0, 0)
     assert out.getpixel((5, 5)) == (1, 2, 3)
 
@@ -107,23 +107,23 @@ def test_random_is_seeded_reproducible_and_leaves_global_rngs_alone() -> None:
     random.seed(123)
     np.random.seed(123)  # noqa: NPY002 - the global state must stay untouched
     py_state, np_state = random.getstate(), np.random.get_state()  # noqa: NPY002
-    offsets = {resize_and_crop(arr, 50, 50, "random", seed=s)[1] for s in range(40)}
+    offsets = {resize_and_crop(arr, 50, 50, "random", seed=s).x for s in range(40)}
     assert random.getstate() == py_state
     assert np.array_equal(np.random.get_state()[1], np_state[1])  # noqa: NPY002
     assert len(offsets) > 20  # the 150 px of slack are used
     assert all(0 <= o <= 150 for o in offsets)
-    a = resize_and_crop(arr, 50, 50, "random", seed=7)[1:]
-    b = resize_and_crop(arr, 50, 50, "random", seed=7)[1:]
+    a = resize_and_crop(arr, 50, 50, "random", seed=7).offset
+    b = resize_and_crop(arr, 50, 50, "random", seed=7).offset
     assert a == b
     g1, g2 = np.random.default_rng(5), np.random.default_rng(5)
-    first = [resize_and_crop(arr, 50, 50, "random", rng=g1)[1:] for _ in range(5)]
-    second = [resize_and_crop(arr, 50, 50, "random", rng=g2)[1:] for _ in range(5)]
+    first = [resize_and_crop(arr, 50, 50, "random", rng=g1).offset for _ in range(5)]
+    second = [resize_and_crop(arr, 50, 50, "random", rng=g2).offset for _ in range(5)]
     assert first == second
     assert len(set(first)) > 1  # the generator advances between calls
     # The documented draw: x then y, each integers(0, slack, endpoint=True).
     g = np.random.default_rng(11)
     expect = (int(g.integers(0, 150, endpoint=True)), int(g.integers(0, 0, endpoint=True)))
-    assert resize_and_crop(arr, 50, 50, "random", seed=11)[1:] == expect
+    assert resize_and_crop(arr, 50, 50, "random", seed=11).offset == expect
 
 
 def _textured(shape: tuple[int, int], region: tuple[slice, slice]) -> np.ndarray:
@@ -147,7 +147,7 @@ def test_smart_crops_toward_the_detail(
     shape: tuple[int, int], region: tuple[slice, slice], expected: tuple[int, int]
 ) -> None:
     arr = _textured(shape, region)
-    out, x, y = resize_and_crop(arr, 200, 200, "smart")
+    out, (x, y) = resize_and_crop(arr, 200, 200, "smart")
     assert out.shape == (200, 200)
     if expected == (190, 0):  # the 80 px of detail lie anywhere inside the chosen window
         assert 130 <= x <= 250
@@ -164,9 +164,9 @@ def test_smart_crops_toward_the_detail(
 
 def test_smart_on_a_flat_image_is_the_centre_and_ignores_seeds() -> None:
     arr = np.full((100, 300), 7, dtype=np.uint8)
-    assert resize_and_crop(arr, 100, 100, "smart")[1:] == (100, 0)
-    assert resize_and_crop(arr, 100, 100, "smart", seed=3)[1:] == (100, 0)
-    assert resize_and_crop(arr, 100, 100, "center", rng=np.random.default_rng(0))[1:] == (100, 0)
+    assert resize_and_crop(arr, 100, 100, "smart").offset == (100, 0)
+    assert resize_and_crop(arr, 100, 100, "smart", seed=3).offset == (100, 0)
+    assert resize_and_crop(arr, 100, 100, "center", rng=np.random.default_rng(0)).offset == (100, 0)
 
 
 def test_errors() -> None:

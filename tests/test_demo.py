@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dataorder import demo
-from dataorder.demo import CHECKS, DemoConfig, MeshShape, _check_sampler
-from dataorder.plots import ScheduleBatch, plot_schedule
+from dataorder.tools import demo
+from dataorder.tools.demo import CHECKS, DemoConfig, MeshShape
+from dataorder.tools.demo_checks import check_sampler
+from dataorder.tools.plots import ScheduleBatch, plot_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "src" / "dataorder" / "data"
@@ -153,7 +154,7 @@ def _good_phases() -> list[list[dict[str, Any]]]:
 
 
 def test_checks_pass_on_a_correct_job() -> None:
-    result, schedule = _check_sampler("s", _good_phases())
+    result, schedule = check_sampler("s", _good_phases())
     assert result.ok, result.details
     assert (result.lost, result.repeated) == (0, 0)
     assert result.steps == (2, 2)
@@ -164,32 +165,34 @@ def test_checks_pass_on_a_correct_job() -> None:
 def test_checks_fail_on_each_kind_of_mistake() -> None:
     phases = _good_phases()
     phases[0][1]["samplers"]["s"]["batches"] = [[0], [3]]  # a TP peer read other data
-    result, _ = _check_sampler("s", phases)
+    result, _ = check_sampler("s", phases)
     assert result.checks["replicas_identical"] is False
-    assert "phase 0 DP rank 0" in result.details["replicas_identical"]
+    detail = result.details["replicas_identical"]
+    assert detail.startswith("phase 0: ")
+    assert "(DP ranks [0])" in detail
 
     phases = _good_phases()
     longer = phases[1][0]["samplers"]["s"]
     longer.update(batches=[[4, 5], [6, 7], [0, 1]], padding=[0, 0, 0], buckets=[None] * 3)
-    result, _ = _check_sampler("s", phases)
+    result, _ = check_sampler("s", phases)
     assert result.checks["equal_batches"] is False
     assert "phase 1: batch counts [2, 3]" in result.details["equal_batches"]
 
     phases = _good_phases()
     for r in phases[1]:
         r["samplers"]["s"]["batches"] = [[0, 5], [6, 7]]  # sample 0 again, sample 4 never
-    result, _ = _check_sampler("s", phases)
+    result, _ = check_sampler("s", phases)
     assert result.checks["exactly_once"] is False
     assert (result.lost, result.repeated) == (1, 1)
 
     phases = _good_phases()
     phases[0][2]["samplers"]["s"]["loader_state"] = {"s": 2}
-    result, _ = _check_sampler("s", phases)
+    result, _ = check_sampler("s", phases)
     assert result.checks["one_checkpoint"] is False
 
     phases = _good_phases()
     phases[1][3]["samplers"]["s"]["verify"] = {"ok": False, "summary": "overlap"}
-    result, _ = _check_sampler("s", phases)
+    result, _ = check_sampler("s", phases)
     assert result.checks["dp_disjoint"] is False
     assert "phase 1: overlap" in result.details["dp_disjoint"]
 
@@ -205,13 +208,13 @@ def test_lock_step_check_and_declared_padding() -> None:
         r["samplers"]["s"]["batches"] = [[4, 5], [6, 6]]
         r["samplers"]["s"]["padding"] = [0, 1]
     phases[1][0]["samplers"]["s"]["dropped"] = 0
-    result, schedule = _check_sampler("s", phases)
+    result, schedule = check_sampler("s", phases)
     # sample 7 is never read: one lost; the repeat of 6 was declared
     assert (result.lost, result.repeated) == (1, 0)
     assert result.checks["lock_step"] is True
     assert {b.bucket for b in schedule} == {0, 1}
     phases[0][3]["samplers"]["s"]["buckets"] = [0, 5]
-    result, _ = _check_sampler("s", phases)
+    result, _ = check_sampler("s", phases)
     assert result.checks["lock_step"] is False
     assert "phase 0 step 1: buckets [0, 5]" in result.details["lock_step"]
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler as TorchDistributedSampler
 
-from dataorder.distributed import DistributedSampler, distributed_layout, epoch_order
+from dataorder.parallel.distributed import DistributedSampler, distributed_layout, epoch_order
 
 # torchdata 0.11 calls a deprecated torch API on every StatefulDataLoader
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
@@ -292,7 +292,7 @@ def test_elastic_resume_refused_when_not_divisible() -> None:
     with pytest.raises(
         ValueError,
         match=r"cannot resume epoch 0 on this layout \(\{'num_replicas': 3\}\): consumed=20 is not "
-        r"a multiple of the global block per_rank x world = 1 x 3 = 3",
+        r"a multiple of the global block per_rank x dp_size = 1 x 3 = 3",
     ):
         t.load_state_dict(state)
     assert t.state_dict()["consumed"] == 0, "a refused load leaves the sampler unchanged"
@@ -368,8 +368,8 @@ class Unsized:
         ((range(4), 0, 0), {}, ValueError, "num_replicas must be a positive int; got num_rep"),
         ((range(4), True, 0), {}, TypeError, "num_replicas must be a positive int; got num_r"),
         ((range(4), 4, 4), {}, ValueError, r"rank must be an int in \[0, 3\]; got rank=4"),
-        ((range(4), 4, -1), {}, ValueError, "rank must be a non-negative int; got rank=-1"),
-        ((range(4), 4, False), {}, TypeError, "rank must be a non-negative int; got rank=False"),
+        ((range(4), 4, -1), {}, ValueError, r"rank must be an int in \[0, 3\]; got rank=-1"),
+        ((range(4), 4, False), {}, TypeError, r"rank must be an int in \[0, 3\]; got rank=False"),
         ((range(4), 2, 0, "yes"), {}, TypeError, "shuffle must be a bool; got shuffle='yes'"),
         ((range(4), 2, 0, True, -1), {}, ValueError, r"seed must be an int in \[0, 1844.*=-1"),
         ((range(4), 2, 0, True, 1.0), {}, TypeError, r"seed must be an int in \[0, 1844.*=1.0"),

@@ -21,8 +21,8 @@ from types import ModuleType
 
 import pytest
 
-from dataorder.megatron import MegatronPretrainingRandomSampler
-from dataorder.schedule import BatchSizeSchedule
+from dataorder.llm.megatron import MegatronPretrainingRandomSampler
+from dataorder.llm.schedule import BatchSizeSchedule
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from dataorder.distributed import DistributedSampler
+from dataorder.parallel.distributed import DistributedSampler
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::UserWarning", "ignore::DeprecationWarning", "ignore::FutureWarning"
@@ -50,7 +50,7 @@ def epoch_of(n: int, world: int, rank: int, epoch: int, **kw: Any) -> list[int]:
 def test_stateful_loader_with_a_dataorder_batch_sampler() -> None:
     """batch_sampler= a Megatron sampler: the loader's state embeds it, the resume is exact."""
     sdl = pytest.importorskip("torchdata.stateful_dataloader")
-    megatron = pytest.importorskip("dataorder.megatron")
+    megatron = pytest.importorskip("dataorder.llm.megatron")
 
     def make() -> Any:
         s = megatron.MegatronPretrainingRandomSampler(50, 4, 1, 2, drop_last=False, seed=1)

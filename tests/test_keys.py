@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from dataorder.keys import derive_key
+from dataorder.core.keys import derive_key
 
 
 def test_golden_keys() -> None:

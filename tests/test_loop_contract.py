@@ -1,4 +1,4 @@
-"""The loop contract (NOTE [ The loop contract ] in dataorder.cursor), one test per reported break.
+"""The loop contract (NOTE [ The loop contract ] in dataorder.core.cursor): a test per break.
 
 Each test is a repro from the issue that asked for the contract, in the few lines a user would
 write; all of them lost or repeated data before. The recipe matrix in dataorder.testing checks

@@ -15,18 +15,17 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-import dataorder.megatron
-from dataorder.keys import derive_key
-from dataorder.megatron import (
+import dataorder.llm.megatron
+from dataorder.core.keys import derive_key
+from dataorder.core.partition import plan_epoch
+from dataorder.core.permutation import Permutation
+from dataorder.llm.factory import create_megatron_sampler
+from dataorder.llm.megatron import (
     BaseMegatronSampler,
     MegatronPretrainingRandomSampler,
     MegatronPretrainingSampler,
-    create_megatron_sampler,
-    plan_megatron_epoch,
-    shard_bounds,
 )
-from dataorder.partition import plan_epoch
-from dataorder.permutation import Permutation
+from dataorder.llm.orders import plan_megatron_epoch, shard_bounds
 
 Single = MegatronPretrainingSampler
 Random = MegatronPretrainingRandomSampler
@@ -503,7 +502,7 @@ def test_resume_inside_the_padding_of_the_last_global_batch(kwargs: dict[str, An
         b.load_state_dict(a.state_dict())
         assert (len(b), b.remaining) == (len(full), len(full) - k)
         assert head + list(b) == full
-    assert plan_epoch(10, per_rank=1, world=2, tail="pad", unit=8).batch_for_consumed(10) == 5
+    assert plan_epoch(10, per_rank=1, dp_size=2, tail="pad", unit=8).step_of(10) == 5
 
 
 def test_load_is_strict_and_names_the_field() -> None:
@@ -600,7 +599,7 @@ def test_elastic_resume_refuses_a_count_off_the_new_block() -> None:
         Random(1000, 1, 0, 6, seed=5).load_state_dict(state)
     assert str(info.value).startswith(
         "cannot resume epoch 0 on this layout ({'micro_batch_size': 1, 'data_parallel_size': 6}): "
-        "consumed=8 is not a multiple of the global block per_rank x world = 1 x 6 = 6"
+        "consumed=8 is not a multiple of the global block per_rank x dp_size = 1 x 6 = 6"
     )
     Random(1000, 1, 0, 4, seed=5).load_state_dict(state)
 
@@ -684,15 +683,15 @@ def test_plain_dataloader_with_workers_resumed_at_the_end_of_an_epoch() -> None:
 # -- module hygiene --------------------------------------------------------------------------------
 def test_importing_megatron_does_not_import_torch() -> None:
     code = (
-        "import sys, dataorder.megatron, dataorder.schedule; "
-        "s = dataorder.megatron.MegatronPretrainingRandomSampler(10, 2, 0, 2); list(s); "
+        "import sys, dataorder.llm.megatron, dataorder.llm.schedule; "
+        "s = dataorder.llm.megatron.MegatronPretrainingRandomSampler(10, 2, 0, 2); list(s); "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_docstring_examples() -> None:
-    result = doctest.testmod(dataorder.megatron, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(dataorder.llm.megatron, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted >= 8
     assert result.failed == 0
 

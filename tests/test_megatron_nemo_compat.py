@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import nemo_oracle
-from dataorder.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
+from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
 
 SAMPLER_FILE = "components/datasets/llm/megatron/sampler.py"
 
@@ -176,7 +176,7 @@ def test_single_matches_nemo_wherever_nemo_is_well_formed() -> None:
 
 
 def test_factory_single_matches_nemo() -> None:
-    from dataorder.megatron import create_megatron_sampler
+    from dataorder.llm.factory import create_megatron_sampler
 
     nemo = _nemo()
     for n, mbs, dp, gbs, drop_last, pad in _configs()[::7]:

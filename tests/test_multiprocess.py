@@ -6,7 +6,8 @@ them, DataLoader worker processes, and a rank that dies mid-step. The rank progr
 when one fails it gives the others a second to fail in their collective, then stops them. Every
 job has a hard deadline (the agent's, then the test's, then pytest-timeout), so a hang fails fast.
 
-The results are checked here, independently of :func:`dataorder.verify.verify_data_parallel`:
+The results are checked here, independently of
+:func:`dataorder.parallel.verify.verify_data_parallel`:
 data-parallel ranks disjoint (but for declared padding), tensor/context-parallel peers identical,
 equal batch counts, and the epoch covered.
 """

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataorder.partition import plan_epoch
+from dataorder.core.partition import plan_epoch
 
 
 def _rank_batches(lay, rank: int, split: str, start: int = 0) -> list[list[int]]:  # type: ignore[no-untyped-def]
@@ -19,39 +19,39 @@ def _rank_batches(lay, rank: int, split: str, start: int = 0) -> list[list[int]]
 
 
 def test_worked_example_contiguous_and_strided() -> None:
-    lay = plan_epoch(10, per_rank=2, world=2, tail="pad")
+    lay = plan_epoch(10, per_rank=2, dp_size=2, tail="pad")
     assert _rank_batches(lay, 0, "contiguous") == [[0, 1], [4, 5], [8, 9]]
     assert _rank_batches(lay, 1, "contiguous") == [[2, 3], [6, 7], [10, 11]]
     assert _rank_batches(lay, 0, "strided") == [[0, 2], [4, 6], [8, 10]]
     assert (lay.padded, lay.dropped) == (2, 0)
-    drop = plan_epoch(10, per_rank=2, world=2, tail="drop")
+    drop = plan_epoch(10, per_rank=2, dp_size=2, tail="drop")
     assert (drop.num_batches, drop.dropped, drop.padded) == (2, 2, 0)
-    shrink = plan_epoch(10, per_rank=2, world=2, tail="shrink")
+    shrink = plan_epoch(10, per_rank=2, dp_size=2, tail="shrink")
     assert _rank_batches(shrink, 1, "strided") == [[1, 3], [5, 7], [9]]
     assert (shrink.num_batches, shrink.padded) == (3, 0)
 
 
 def test_unit_drops_and_pads_whole_global_batches() -> None:
-    lay = plan_epoch(21, per_rank=2, world=2, tail="drop", unit=8)
+    lay = plan_epoch(21, per_rank=2, dp_size=2, tail="drop", unit=8)
     assert (lay.num_batches, lay.dropped) == (4, 5)
-    lay = plan_epoch(21, per_rank=2, world=2, tail="pad", unit=8)
+    lay = plan_epoch(21, per_rank=2, dp_size=2, tail="pad", unit=8)
     assert (lay.num_batches, lay.padded) == (6, 3)
     with pytest.raises(
-        ValueError, match="unit must be a multiple of per_rank x world = 4; got unit=6"
+        ValueError, match="unit must be a multiple of per_rank x dp_size = 4; got unit=6"
     ):
-        plan_epoch(21, per_rank=2, world=2, tail="pad", unit=6)
+        plan_epoch(21, per_rank=2, dp_size=2, tail="pad", unit=6)
 
 
 @given(
     n=st.integers(0, 400),
     per_rank=st.integers(1, 9),
-    world=st.integers(1, 9),
+    dp_size=st.integers(1, 9),
     tail=st.sampled_from(["drop", "pad", "shrink"]),
     split=st.sampled_from(["contiguous", "strided"]),
 )
-def test_partition_properties(n: int, per_rank: int, world: int, tail: str, split: str) -> None:
-    lay = plan_epoch(n, per_rank=per_rank, world=world, tail=tail)  # type: ignore[arg-type]
-    per = [_rank_batches(lay, r, split) for r in range(world)]
+def test_partition_properties(n: int, per_rank: int, dp_size: int, tail: str, split: str) -> None:
+    lay = plan_epoch(n, per_rank=per_rank, dp_size=dp_size, tail=tail)  # type: ignore[arg-type]
+    per = [_rank_batches(lay, r, split) for r in range(dp_size)]
     assert {len(p) for p in per} == {lay.num_batches}
     for step in range(lay.num_batches):
         assert len({len(p[step]) for p in per}) == 1
@@ -62,37 +62,32 @@ def test_partition_properties(n: int, per_rank: int, world: int, tail: str, spli
     assert lay.dropped + min(n, lay.total_positions) == n
     assert lay.padded == sum(1 for x in flat if x >= n)
     if tail == "shrink":
-        assert lay.padded < world
+        assert lay.padded < dp_size
     # resume from any block boundary continues the same slices
     for k in range(lay.num_batches + 1):
-        assert (
-            lay.batch_for_consumed(
-                lay.batch_start(k) if k < lay.num_batches else lay.total_positions
-            )
-            == k
-        )
-        assert _rank_batches(lay, world - 1, split, start=k) == per[world - 1][k:]
+        assert lay.step_of(lay.batch_start(k) if k < lay.num_batches else lay.total_positions) == k
+        assert _rank_batches(lay, dp_size - 1, split, start=k) == per[dp_size - 1][k:]
 
 
 def test_elastic_boundaries() -> None:
-    old = plan_epoch(100, per_rank=1, world=8, tail="drop")
-    new = plan_epoch(100, per_rank=1, world=4, tail="drop")
+    old = plan_epoch(100, per_rank=1, dp_size=8, tail="drop")
+    new = plan_epoch(100, per_rank=1, dp_size=4, tail="drop")
     consumed = old.batch_start(5)  # 40
-    assert new.batch_for_consumed(consumed) == 10
-    six = plan_epoch(100, per_rank=1, world=6, tail="drop")
+    assert new.step_of(consumed) == 10
+    six = plan_epoch(100, per_rank=1, dp_size=6, tail="drop")
     with pytest.raises(
         ValueError,
         match=r"consumed=40 is not a multiple of the global block "
-        r"per_rank x world = 1 x 6 = 6",
+        r"per_rank x dp_size = 1 x 6 = 6",
     ):
-        six.batch_for_consumed(consumed)
+        six.step_of(consumed)
     # the end of the real data is the end of a padded layout
-    padded = plan_epoch(10, per_rank=4, world=1, tail="pad")
-    assert padded.batch_for_consumed(10) == padded.num_batches
+    padded = plan_epoch(10, per_rank=4, dp_size=1, tail="pad")
+    assert padded.step_of(10) == padded.num_batches
 
 
 def test_offsets_are_numpy() -> None:
-    lay = plan_epoch(8, per_rank=2, world=2, tail="drop")
+    lay = plan_epoch(8, per_rank=2, dp_size=2, tail="drop")
     out = lay.batch_positions(1, rank=1, split="strided")
     assert isinstance(out, np.ndarray)
     assert out.tolist() == [5, 7]
@@ -103,7 +98,7 @@ def test_offsets_are_numpy() -> None:
     [
         ({"n": -1}, ValueError, "n must be a non-negative int; got n=-1"),
         ({"per_rank": 0}, ValueError, "per_rank must be a positive int; got per_rank=0"),
-        ({"world": False}, TypeError, "world must be a positive int; got world=False"),
+        ({"dp_size": False}, TypeError, "dp_size must be a positive int; got dp_size=False"),
         (
             {"tail": "cut"},
             ValueError,
@@ -113,7 +108,7 @@ def test_offsets_are_numpy() -> None:
     ],
 )
 def test_bad_input(kwargs: dict[str, object], exc: type[Exception], match: str) -> None:
-    args: dict[str, object] = {"n": 10, "per_rank": 2, "world": 2, "tail": "drop", **kwargs}
+    args: dict[str, object] = {"n": 10, "per_rank": 2, "dp_size": 2, "tail": "drop", **kwargs}
     n = args.pop("n")
     with pytest.raises(exc, match=match):
         plan_epoch(n, **args)  # type: ignore[arg-type]

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataorder.keys import derive_key
-from dataorder.permutation import Permutation
+from dataorder.core.keys import derive_key
+from dataorder.core.permutation import Permutation
 
 
 def _is_bijection(p: Permutation) -> bool:

@@ -16,9 +16,9 @@ import pytest
 pytest.importorskip("PIL")
 from PIL import Image, ImageFile
 
-import dataorder.scan as scan_module
-from dataorder.buckets import MultiTierBucketCalculator
-from dataorder.scan import (
+import dataorder.diffusion.scan as scan_module
+from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.scan import (
     Manifest,
     build_manifest,
     list_images,

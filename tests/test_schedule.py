@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataorder.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
-from dataorder.schedule import BatchSizeSchedule, ScheduleSegment, StepInfo, parse_count
+from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
+from dataorder.llm.schedule import BatchSizeSchedule, ScheduleSegment, StepInfo, parse_count
 
 
 # -- reference: Megatron's rules, evaluated one step at a time ------------------------------------

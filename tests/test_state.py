@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dataorder.state import build_state, config_fingerprint, parse_state
+from dataorder.core.state import build_state, config_fingerprint, parse_state
 
 CONFIG = {"total_samples": 1000, "seed": 3, "mode": "default", "drop_last": True}
 

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from dataorder.topology import (
+from dataorder.core.topology import (
     Topology,
     data_parallel_dims,
     data_parallel_topology,
@@ -108,7 +108,7 @@ def test_env_and_default(monkeypatch: pytest.MonkeyPatch) -> None:
         (
             {"num_replicas": 4, "rank": -1},
             ValueError,
-            "rank must be a non-negative int; got rank=-1",
+            r"rank must be an int in \[0, 3\]; got rank=-1",
         ),
         ({"num_replicas": 0, "rank": 0}, ValueError, "num_replicas must be a positive int"),
         ({"num_replicas": True, "rank": 0}, TypeError, "got num_replicas=True"),

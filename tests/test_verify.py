@@ -1,6 +1,7 @@
 """verify_data_parallel in one process: alone (world 1), and on a simulated grid of ranks.
 
-The grid runs every simulated rank's :func:`dataorder.verify._verify` in its own thread, with
+The grid runs every simulated rank's :func:`dataorder.parallel.verify._verify` in its own thread,
+with
 all-gathers over in-process groups, so the nesting of gathers along several dims and the shared
 verdict are exercised exactly as with torch.distributed (``tests/test_multiprocess.py`` runs the
 real thing on gloo).
@@ -18,8 +19,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from dataorder.distributed import DistributedSampler
-from dataorder.verify import (
+from dataorder.parallel.distributed import DistributedSampler
+from dataorder.parallel.verify import (
     DataParallelError,
     DataParallelReport,
     _collect,
@@ -376,13 +377,13 @@ def library_samplers() -> list[tuple[str, Any]]:
         ("distributed", DistributedSampler(range(13), 1, 0, seed=1)),
         ("distributed-torch", DistributedSampler(range(13), 1, 0, compat="torch")),
     ]
-    megatron = pytest.importorskip("dataorder.megatron")
+    megatron = pytest.importorskip("dataorder.llm.megatron")
     out += [
         ("megatron-single", megatron.MegatronPretrainingSampler(13, 4, 0, 1, drop_last=False)),
         ("megatron-random", megatron.MegatronPretrainingRandomSampler(13, 4, 0, 1, seed=2)),
     ]
-    multires = pytest.importorskip("dataorder.multires")
-    bucket = pytest.importorskip("dataorder.bucket_sampler")
+    multires = pytest.importorskip("dataorder.diffusion.multires")
+    bucket = pytest.importorskip("dataorder.diffusion.bucket_sampler")
     rng = np.random.default_rng(0)
     ds = multires.BaseMultiresolutionDataset.from_sizes(
         rng.integers(256, 1024, 40), rng.integers(256, 1024, 40)

@@ -4,9 +4,18 @@ The global order of an epoch is a pure function of (configuration, seed, epoch, 
 take slices of global blocks, so they stay in lock-step by construction; a sampler's state is a
 few integers, so resume is O(1), exact, and elastic when the number of GPUs changes.
 
-Public names are imported lazily: ``import dataorder`` does not import torch, and neither do the
-core modules (:mod:`dataorder.permutation`, :mod:`dataorder.keys`, :mod:`dataorder.partition`,
-:mod:`dataorder.state`).
+The package is layered; each layer imports only those above it in this list:
+
+* :mod:`dataorder.core`: the permutation, keys, apportionment, partition, state, cursor and
+  topology. No torch.
+* :mod:`dataorder.llm`: Megatron-style micro-batch samplers and batch-size schedules.
+* :mod:`dataorder.diffusion`: resolution buckets, scans, datasets and the bucket sampler.
+* :mod:`dataorder.parallel`: torch's DistributedSampler over a mesh, and the partition check.
+* :mod:`dataorder.testing`: the contract suite, usable on any sampler.
+* :mod:`dataorder.tools`: the command line, the demo and plots.
+
+Every public name is re-exported here, imported lazily: ``import dataorder`` does not import
+torch, and neither do the core modules.
 """
 
 from __future__ import annotations
@@ -14,68 +23,84 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    "BaseMegatronSampler": "dataorder.megatron",
-    "BaseMultiresolutionDataset": "dataorder.multires",
-    "BatchSizeSchedule": "dataorder.schedule",
-    "BucketEpochPlan": "dataorder.bucket_sampler",
-    "BucketStats": "dataorder.bucket_stats",
-    "BucketTable": "dataorder.multires",
-    "CursorSampler": "dataorder.cursor",
-    "DataParallelError": "dataorder.verify",
-    "DataParallelReport": "dataorder.verify",
-    "DistributedSampler": "dataorder.distributed",
-    "EpochLayout": "dataorder.partition",
-    "Manifest": "dataorder.scan",
-    "MegatronPretrainingRandomSampler": "dataorder.megatron",
-    "MegatronPretrainingSampler": "dataorder.megatron",
-    "MultiTierBucketCalculator": "dataorder.buckets",
-    "Permutation": "dataorder.permutation",
-    "SequentialBucketSampler": "dataorder.bucket_sampler",
-    "StepInfo": "dataorder.schedule",
-    "Topology": "dataorder.topology",
-    "build_manifest": "dataorder.scan",
-    "create_megatron_sampler": "dataorder.megatron",
-    "data_parallel_dims": "dataorder.topology",
-    "data_parallel_topology": "dataorder.topology",
-    "derive_key": "dataorder.keys",
-    "format_bucket_table": "dataorder.bucket_stats",
-    "plan_bucket_epoch": "dataorder.bucket_sampler",
-    "plan_epoch": "dataorder.partition",
-    "plot_bucket_stats": "dataorder.bucket_stats",
-    "read_manifest": "dataorder.scan",
-    "resize_and_crop": "dataorder.crop",
-    "resolve_topology": "dataorder.topology",
-    "scan_images": "dataorder.scan",
-    "verify_data_parallel": "dataorder.verify",
-    "write_manifest": "dataorder.scan",
+    "Apportionment": "dataorder.core.apportion",
+    "BaseMegatronSampler": "dataorder.llm.megatron",
+    "BaseMultiresolutionDataset": "dataorder.diffusion.multires",
+    "BatchSizeSchedule": "dataorder.llm.schedule",
+    "BucketEpochPlan": "dataorder.diffusion.bucket_plan",
+    "BucketStats": "dataorder.diffusion.stats",
+    "BucketTable": "dataorder.diffusion.table",
+    "CropResult": "dataorder.diffusion.crop",
+    "CursorBatchSampler": "dataorder.core.cursor",
+    "CursorSampler": "dataorder.core.cursor",
+    "DataParallelError": "dataorder.parallel.verify",
+    "DataParallelReport": "dataorder.parallel.verify",
+    "DistributedSampler": "dataorder.parallel.distributed",
+    "EpochLayout": "dataorder.core.partition",
+    "EpochPlan": "dataorder.core.cursor",
+    "Manifest": "dataorder.diffusion.scan",
+    "MegatronPretrainingRandomSampler": "dataorder.llm.megatron",
+    "MegatronPretrainingSampler": "dataorder.llm.megatron",
+    "MultiTierBucketCalculator": "dataorder.diffusion.buckets",
+    "Permutation": "dataorder.core.permutation",
+    "SegmentPlan": "dataorder.core.partition",
+    "SequentialBucketSampler": "dataorder.diffusion.bucket_sampler",
+    "StepInfo": "dataorder.llm.schedule",
+    "Topology": "dataorder.core.topology",
+    "build_manifest": "dataorder.diffusion.scan",
+    "bucket_stats": "dataorder.diffusion.stats",
+    "check_items": "dataorder.parallel.checks",
+    "create_megatron_sampler": "dataorder.llm.factory",
+    "data_parallel_dims": "dataorder.core.topology",
+    "data_parallel_topology": "dataorder.core.topology",
+    "derive_key": "dataorder.core.keys",
+    "format_bucket_table": "dataorder.diffusion.stats",
+    "plan_bucket_epoch": "dataorder.diffusion.bucket_plan",
+    "plan_epoch": "dataorder.core.partition",
+    "plan_segments": "dataorder.core.partition",
+    "plot_bucket_stats": "dataorder.diffusion.stats",
+    "quantize_weights": "dataorder.core.apportion",
+    "read_manifest": "dataorder.diffusion.scan",
+    "resize_and_crop": "dataorder.diffusion.crop",
+    "resolve_topology": "dataorder.core.topology",
+    "scan_images": "dataorder.diffusion.scan",
+    "verify_data_parallel": "dataorder.parallel.verify",
+    "write_manifest": "dataorder.diffusion.scan",
 }
 
 __all__ = [
+    "Apportionment",
     "BaseMegatronSampler",
     "BaseMultiresolutionDataset",
     "BatchSizeSchedule",
     "BucketEpochPlan",
     "BucketStats",
     "BucketTable",
+    "CropResult",
+    "CursorBatchSampler",
     "CursorSampler",
     "DataParallelError",
     "DataParallelReport",
     "DistributedSampler",
     "EpochLayout",
+    "EpochPlan",
     "Manifest",
     "MegatronPretrainingRandomSampler",
     "MegatronPretrainingSampler",
     "MultiTierBucketCalculator",
     "Permutation",
+    "SegmentPlan",
     "SequentialBucketSampler",
     "StepInfo",
     "Topology",
     "__version__",
+    "bucket_stats",
     "build_manifest",
+    "check_items",
     "create_megatron_sampler",
     "data_parallel_dims",
     "data_parallel_topology",
@@ -83,7 +108,9 @@ __all__ = [
     "format_bucket_table",
     "plan_bucket_epoch",
     "plan_epoch",
+    "plan_segments",
     "plot_bucket_stats",
+    "quantize_weights",
     "read_manifest",
     "resize_and_crop",
     "resolve_topology",
@@ -93,31 +120,50 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from dataorder.bucket_sampler import BucketEpochPlan, SequentialBucketSampler, plan_bucket_epoch
-    from dataorder.bucket_stats import BucketStats, format_bucket_table, plot_bucket_stats
-    from dataorder.buckets import MultiTierBucketCalculator
-    from dataorder.crop import resize_and_crop
-    from dataorder.cursor import CursorSampler
-    from dataorder.distributed import DistributedSampler
-    from dataorder.keys import derive_key
-    from dataorder.megatron import (
-        BaseMegatronSampler,
-        MegatronPretrainingRandomSampler,
-        MegatronPretrainingSampler,
-        create_megatron_sampler,
-    )
-    from dataorder.multires import BaseMultiresolutionDataset, BucketTable
-    from dataorder.partition import EpochLayout, plan_epoch
-    from dataorder.permutation import Permutation
-    from dataorder.scan import Manifest, build_manifest, read_manifest, scan_images, write_manifest
-    from dataorder.schedule import BatchSizeSchedule, StepInfo
-    from dataorder.topology import (
+    from dataorder.core.apportion import Apportionment, quantize_weights
+    from dataorder.core.cursor import CursorBatchSampler, CursorSampler, EpochPlan
+    from dataorder.core.keys import derive_key
+    from dataorder.core.partition import EpochLayout, SegmentPlan, plan_epoch, plan_segments
+    from dataorder.core.permutation import Permutation
+    from dataorder.core.topology import (
         Topology,
         data_parallel_dims,
         data_parallel_topology,
         resolve_topology,
     )
-    from dataorder.verify import DataParallelError, DataParallelReport, verify_data_parallel
+    from dataorder.diffusion.bucket_plan import BucketEpochPlan, plan_bucket_epoch
+    from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+    from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    from dataorder.diffusion.crop import CropResult, resize_and_crop
+    from dataorder.diffusion.multires import BaseMultiresolutionDataset
+    from dataorder.diffusion.scan import (
+        Manifest,
+        build_manifest,
+        read_manifest,
+        scan_images,
+        write_manifest,
+    )
+    from dataorder.diffusion.stats import (
+        BucketStats,
+        bucket_stats,
+        format_bucket_table,
+        plot_bucket_stats,
+    )
+    from dataorder.diffusion.table import BucketTable
+    from dataorder.llm.factory import create_megatron_sampler
+    from dataorder.llm.megatron import (
+        BaseMegatronSampler,
+        MegatronPretrainingRandomSampler,
+        MegatronPretrainingSampler,
+    )
+    from dataorder.llm.schedule import BatchSizeSchedule, StepInfo
+    from dataorder.parallel.checks import check_items
+    from dataorder.parallel.distributed import DistributedSampler
+    from dataorder.parallel.verify import (
+        DataParallelError,
+        DataParallelReport,
+        verify_data_parallel,
+    )
 
 
 def __getattr__(name: str) -> Any:

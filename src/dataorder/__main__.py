@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataorder.cli import main
+from dataorder.tools.cli import main
 
 # The guard matters: `dataorder demo` starts worker processes, and Python's forkserver and spawn
 # start methods import the main module in each of them.

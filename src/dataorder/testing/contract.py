@@ -20,10 +20,10 @@ Example:
     >>> case = SamplerCase(
     ...     name="megatron-random",
     ...     dataset_size=50,
-    ...     world=2,
-    ...     make=lambda rank, world: MegatronPretrainingRandomSampler(
-    ...         50, micro_batch_size=2, data_parallel_rank=rank, data_parallel_size=world, seed=3),
-    ...     elastic_worlds=(1,),
+    ...     dp_size=2,
+    ...     make=lambda rank, size: MegatronPretrainingRandomSampler(
+    ...         50, micro_batch_size=2, data_parallel_rank=rank, data_parallel_size=size, seed=3),
+    ...     elastic_dp_sizes=(1,),
     ... )
     >>> check_contract(case, resume_points=3, recipes=())
 """
@@ -81,10 +81,11 @@ class SamplerCase:
 
     Attributes:
         name: Shown in failure messages.
-        make: ``make(rank, world) -> sampler``; must be deterministic.
+        make: ``make(rank, dp_size) -> sampler``; must be deterministic.
         dataset_size: Number of samples in the dataset (indices ``0..dataset_size-1``).
-        world: The data-parallel size the main checks use.
-        elastic_worlds: Other data-parallel sizes a state saved at ``world`` may be loaded into.
+        dp_size: The data-parallel size the main checks use.
+        elastic_dp_sizes: Other data-parallel sizes a state saved at ``dp_size`` may be loaded
+            into.
         batched: True if items are batches (lists), False for a per-index sampler.
         loader_batch_size: For a per-index sampler, the batch size the loop recipes use.
         extra: Free-form notes for the caller.
@@ -93,8 +94,8 @@ class SamplerCase:
     name: str
     make: Callable[[int, int], Any]
     dataset_size: int
-    world: int
-    elastic_worlds: tuple[int, ...] = ()
+    dp_size: int
+    elastic_dp_sizes: tuple[int, ...] = ()
     batched: bool = True
     loader_batch_size: int = 2
     extra: dict[str, Any] = field(default_factory=dict)
@@ -115,15 +116,15 @@ def run_epoch(sampler: Any, limit: int | None = None) -> list[Any]:
     return [list(item) if isinstance(item, list) else item for item in items]
 
 
-def _all_ranks(case: SamplerCase, world: int) -> list[Any]:
-    return [case.make(r, world) for r in range(world)]
+def _all_ranks(case: SamplerCase, dp_size: int) -> list[Any]:
+    return [case.make(r, dp_size) for r in range(dp_size)]
 
 
 def _epochs(case: SamplerCase, rank: int, count: int) -> list[list[Any]]:
     """Epochs ``0 .. count - 1`` of ``rank``, each read after ``set_epoch``."""
     out = []
     for e in range(count):
-        s = case.make(rank, case.world)
+        s = case.make(rank, case.dp_size)
         s.set_epoch(e)
         out.append(run_epoch(s))
     return out
@@ -131,7 +132,7 @@ def _epochs(case: SamplerCase, rank: int, count: int) -> list[list[Any]]:
 
 def check_epoch_partition(case: SamplerCase, epoch: int = 0) -> None:
     """Equal batch counts, ``len()`` exact, no empty batch, disjoint ranks and full coverage."""
-    samplers = _all_ranks(case, case.world)
+    samplers = _all_ranks(case, case.dp_size)
     per_rank = []
     for r, s in enumerate(samplers):
         s.set_epoch(epoch)
@@ -151,7 +152,7 @@ def check_epoch_partition(case: SamplerCase, epoch: int = 0) -> None:
     _require(len(set(counts)) == 1, f"{case.name}: unequal batch counts across ranks {counts}")
     if case.batched:
         for step in range(counts[0]):
-            sizes = {len(per_rank[r][step]) for r in range(case.world)}
+            sizes = {len(per_rank[r][step]) for r in range(case.dp_size)}
             _require(len(sizes) == 1, f"{case.name}: step {step} batch sizes differ {sizes}")
     slots = [x for got in per_rank for x in flatten(got, case.batched)]
     reals = [x for x in slots if x is not None]
@@ -176,7 +177,7 @@ def check_epoch_partition(case: SamplerCase, epoch: int = 0) -> None:
 
 def check_state_round_trip(case: SamplerCase) -> None:
     """The state is small, JSON- and pickle-safe, and loading it never mutates it."""
-    s = case.make(0, case.world)
+    s = case.make(0, case.dp_size)
     run_epoch(s, limit=max(1, len(s) // 2))
     state = s.state_dict()
     text = json.dumps(state, separators=(",", ":"))
@@ -187,7 +188,7 @@ def check_state_round_trip(case: SamplerCase) -> None:
         f"{case.name}: state does not survive pickle",
     )
     frozen = copy.deepcopy(state)
-    t = case.make(0, case.world)
+    t = case.make(0, case.dp_size)
     t.load_state_dict(state)
     _require(state == frozen, f"{case.name}: load_state_dict mutated its argument")
     _require(t.state_dict() == state, f"{case.name}: state differs after a load")
@@ -214,12 +215,12 @@ def check_resume_at_every_step(case: SamplerCase, budget: int = 40) -> None:
     (``set_epoch(saved epoch)``, then the next) gets the same. Also across the epoch boundary:
     epoch 0 entirely, ``k`` items of epoch 1, then restore.
     """
-    for r in range(case.world):
+    for r in range(case.dp_size):
         full0, full1 = _epochs(case, r, 2)
         for k in _resume_points(len(full0), budget):
-            a = case.make(r, case.world)
+            a = case.make(r, case.dp_size)
             head = run_epoch(a, limit=k)
-            b = case.make(r, case.world)
+            b = case.make(r, case.dp_size)
             b.load_state_dict(json.loads(json.dumps(a.state_dict())))
             _require(
                 len(b) == len(full0),
@@ -246,7 +247,7 @@ def check_resume_at_every_step(case: SamplerCase, budget: int = 40) -> None:
         # states saved after the last batch, by a pass that ran out or not: the resumed loop's
         # set_epoch(saved epoch) gives an empty pass, set_epoch(1) epoch 1
         for limit in (len(full0), None):
-            a = case.make(r, case.world)
+            a = case.make(r, case.dp_size)
             run_epoch(a, limit=limit)
             state = a.state_dict()
             _require(
@@ -256,7 +257,7 @@ def check_resume_at_every_step(case: SamplerCase, budget: int = 40) -> None:
                     f"epoch {state.get('epoch')}"
                 ),
             )
-            b = case.make(r, case.world)
+            b = case.make(r, case.dp_size)
             b.load_state_dict(state)
             b.set_epoch(0)
             _require(
@@ -278,10 +279,10 @@ def check_resume_at_every_step(case: SamplerCase, budget: int = 40) -> None:
                 f"{case.name}: rank {r} epoch 1 after an end-of-epoch resume",
             )
         for k in _resume_points(len(full1), budget // 4 + 2):
-            a = case.make(r, case.world)
+            a = case.make(r, case.dp_size)
             a.set_epoch(1)
             run_epoch(a, limit=k)
-            b = case.make(r, case.world)
+            b = case.make(r, case.dp_size)
             b.load_state_dict(a.state_dict())
             rem = _remaining(b)
             _require(
@@ -296,12 +297,12 @@ def check_resume_at_every_step(case: SamplerCase, budget: int = 40) -> None:
 
 def check_repeated_resume(case: SamplerCase, segments: Sequence[int] = (1, 2, 3, 1)) -> None:
     """Several successive resumes reproduce the uninterrupted epoch (NeMo's is exact only once)."""
-    for r in range(case.world):
-        full = run_epoch(case.make(r, case.world))
+    for r in range(case.dp_size):
+        full = run_epoch(case.make(r, case.dp_size))
         got: list[Any] = []
         state = None
         for seg in [*segments, len(full)]:
-            s = case.make(r, case.world)
+            s = case.make(r, case.dp_size)
             if state is not None:
                 s.load_state_dict(state)
             got += run_epoch(s, limit=seg)
@@ -318,12 +319,12 @@ def check_peek(case: SamplerCase) -> None:
     long as the peek did not reach the epoch's end (a pass that hands out an epoch's last batch
     completes it). Also after a resume: the peeked pass restarts at the resumed position.
     """
-    for r in range(case.world):
+    for r in range(case.dp_size):
         (full,) = _epochs(case, r, 1)
         for call_set_epoch in (True, False):
             if not call_set_epoch and len(full) < 2:
                 continue
-            s = case.make(r, case.world)
+            s = case.make(r, case.dp_size)
             run_epoch(s, limit=1)  # the peek
             if call_set_epoch:
                 s.set_epoch(0)
@@ -337,9 +338,9 @@ def check_peek(case: SamplerCase) -> None:
             )
         k = len(full) // 2
         if 0 < k < len(full) - 1:
-            a = case.make(r, case.world)
+            a = case.make(r, case.dp_size)
             run_epoch(a, limit=k)
-            b = case.make(r, case.world)
+            b = case.make(r, case.dp_size)
             b.load_state_dict(a.state_dict())
             run_epoch(b, limit=1)
             _require(
@@ -350,9 +351,9 @@ def check_peek(case: SamplerCase) -> None:
 
 def check_forgotten_set_epoch(case: SamplerCase, passes: int = 3) -> None:
     """Passes without ``set_epoch`` read epochs 0, 1, 2, ...: never the same epoch twice."""
-    for r in range(case.world):
+    for r in range(case.dp_size):
         expected = _epochs(case, r, passes)
-        s = case.make(r, case.world)
+        s = case.make(r, case.dp_size)
         for e in range(passes):
             got = run_epoch(s)
             _require(
@@ -363,7 +364,7 @@ def check_forgotten_set_epoch(case: SamplerCase, passes: int = 3) -> None:
 
 def check_placement_ends_a_pass(case: SamplerCase) -> None:
     """``set_epoch`` and ``load_state_dict`` end a live pass; ``len()`` never moves."""
-    s = case.make(0, case.world)
+    s = case.make(0, case.dp_size)
     full0, full1 = _epochs(case, 0, 2)
     if not full0:
         return  # nothing to interrupt
@@ -378,13 +379,13 @@ def check_placement_ends_a_pass(case: SamplerCase) -> None:
 
 def check_batch_at(case: SamplerCase, epoch: int = 0) -> None:
     """``batch_at(step, rank=, epoch=)`` is exactly what iteration yields, and moves nothing."""
-    probe = case.make(0, case.world)
+    probe = case.make(0, case.dp_size)
     if not hasattr(probe, "batch_at"):
         return
-    for r in range(case.world):
+    for r in range(case.dp_size):
         (got,) = _epochs(case, r, 1) if epoch == 0 else [[]]
         if epoch:
-            s = case.make(r, case.world)
+            s = case.make(r, case.dp_size)
             s.set_epoch(epoch)
             got = run_epoch(s)
         before = probe.state_dict()
@@ -394,13 +395,13 @@ def check_batch_at(case: SamplerCase, epoch: int = 0) -> None:
         _require(probe.state_dict() == before, f"{case.name}: batch_at moved the cursor")
 
 
-def check_elastic_resume(case: SamplerCase, new_world: int) -> None:
-    """Save on ``case.world`` ranks, continue on ``new_world``: nothing repeated or skipped.
+def check_elastic_resume(case: SamplerCase, new_dp_size: int) -> None:
+    """Save on ``case.dp_size`` ranks, continue on ``new_dp_size``: nothing repeated or skipped.
 
     Exact when neither layout drops or pads (every sample read exactly once); otherwise repeats
     and skips are bounded by what the two layouts declare.
     """
-    old = _all_ranks(case, case.world)
+    old = _all_ranks(case, case.dp_size)
     epoch_len = len(old[0])
     stop = epoch_len // 2
     seen: list[int | None] = []
@@ -409,7 +410,7 @@ def check_elastic_resume(case: SamplerCase, new_world: int) -> None:
     state = old[0].state_dict()
     for s in old[1:]:
         _require(s.state_dict() == state, f"{case.name}: ranks disagree on the global state")
-    new = _all_ranks(case, new_world)
+    new = _all_ranks(case, new_dp_size)
     for s in new:
         s.load_state_dict(state)
     lens = {_remaining(s) for s in new}
@@ -427,16 +428,16 @@ def check_elastic_resume(case: SamplerCase, new_world: int) -> None:
             repeats == 0 and missing == 0 and len(reals) == len(seen),
             (
                 f"{case.name}: {repeats} repeated, {missing} skipped across the "
-                f"{case.world}->{new_world} restart (both layouts read every sample once)"
+                f"{case.dp_size}->{new_dp_size} restart (both layouts read every sample once)"
             ),
         )
     _require(
         repeats <= padded,
-        (f"{case.name}: {repeats} samples repeated across the {case.world}->{new_world} restart"),
+        f"{case.name}: {repeats} samples repeated across the {case.dp_size}->{new_dp_size} restart",
     )
     _require(
         missing <= dropped,
-        (f"{case.name}: {missing} samples skipped across the {case.world}->{new_world} restart"),
+        f"{case.name}: {missing} samples skipped across the {case.dp_size}->{new_dp_size} restart",
     )
 
 
@@ -450,7 +451,7 @@ sys.stdout.buffer.write(pickle.dumps(out))
 
 def check_determinism_across_processes(case: SamplerCase) -> None:
     """A pickled sampler yields the same order in a fresh interpreter with another hash seed."""
-    s = case.make(case.world - 1, case.world)
+    s = case.make(case.dp_size - 1, case.dp_size)
     s.set_epoch(1)
     expected = run_epoch(copy.deepcopy(s))
     # the child must import whatever module defines the sampler's class, as the parent does
@@ -504,7 +505,7 @@ def check_contract(
     check_forgotten_set_epoch(case)
     check_placement_ends_a_pass(case)
     check_batch_at(case)
-    for w in case.elastic_worlds:
+    for w in case.elastic_dp_sizes:
         check_elastic_resume(case, w)
     if processes:
         check_determinism_across_processes(case)

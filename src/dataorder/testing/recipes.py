@@ -123,10 +123,10 @@ class _Job:
         self.case = case
         self.recipe = recipe
         self.drop_last = drop_last
-        self.rank = case.world - 1  # the last rank: the one that meets padding first
+        self.rank = case.dp_size - 1  # the last rank: the one that meets padding first
 
     def sampler(self) -> Any:
-        return self.case.make(self.rank, self.case.world)
+        return self.case.make(self.rank, self.case.dp_size)
 
     def loader(self, sampler: Any, *, workers: int = 0, stateful: bool = True) -> Any:
         import torch.utils.data
@@ -422,7 +422,7 @@ def _quiet() -> Iterator[None]:
 
 
 def check_loop_recipes(case: SamplerCase, recipes: Sequence[str] | None = None) -> list[str]:
-    """Run the loop recipes on ``case`` (rank ``world - 1``); raise on the first divergence.
+    """Run the loop recipes on ``case`` (rank ``dp_size - 1``); raise on the first divergence.
 
     Args:
         case: The sampler configuration.

@@ -58,7 +58,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from dataorder._validate import check_int
-from dataorder.state import Scalar, build_state, parse_state
+from dataorder.core.state import Scalar, build_state, parse_state
 
 __all__ = ["CursorBatchSampler", "CursorSampler", "EpochPlan"]
 
@@ -296,6 +296,18 @@ class CursorSampler(abc.ABC, Generic[T_co]):
                 yield batch
             chunk = min(2 * chunk, self._chunk_steps())
 
+    def describe_progress(self) -> list[tuple[str, str]]:
+        """Where the cursor is, as ``(label, text)`` lines (what ``dataorder inspect`` prints)."""
+        plan = self.epoch_plan()
+        step = plan.step_of(self._position)
+        return [
+            (
+                "steps",
+                f"{step} of {plan.num_steps} done in epoch {self._epoch}; {self.remaining} left "
+                "on every rank",
+            )
+        ]
+
     # -- state ----------------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         # A copy (pickle, deepcopy, torch.save) is a saved sampler: like a loaded state, its
@@ -312,7 +324,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         return state
 
     def state_dict(self) -> dict[str, Scalar]:
-        """Return the cursor as a flat, JSON-serialisable dict (see :mod:`dataorder.state`)."""
+        """Return the cursor as a flat, JSON-serialisable dict (see :mod:`dataorder.core.state`)."""
         return build_state(
             self.state_kind,
             epoch=self._epoch,

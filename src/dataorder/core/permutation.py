@@ -22,7 +22,7 @@ The exact outputs are pinned by golden tests: changing any constant here changes
 which is why :data:`PERMUTATION_VERSION` is part of every sampler fingerprint.
 
 Example:
-    >>> from dataorder.permutation import Permutation
+    >>> from dataorder.core.permutation import Permutation
     >>> pi = Permutation(10, key=42)
     >>> sorted(pi(range(10)).tolist()) == list(range(10))
     True
@@ -78,7 +78,7 @@ class Permutation:
 
     Args:
         n: Size of the domain, ``n >= 1``.
-        key: A key in ``[0, 2**64)``, normally from :func:`dataorder.keys.derive_key`.
+        key: A key in ``[0, 2**64)``, normally from :func:`dataorder.core.keys.derive_key`.
 
     Calling the object maps positions to values: an int gives an int, anything array-like gives a
     ``numpy.int64`` array of the same shape. :meth:`inverse` maps values back to positions.

@@ -17,7 +17,7 @@ With tensor or context parallelism the global world is *not* the data-parallel s
 mesh, or the DP rank and size, as ``torch``'s DistributedSampler docs for 3-D parallelism do.
 
 Example:
-    >>> from dataorder.topology import resolve_topology
+    >>> from dataorder.core.topology import resolve_topology
     >>> resolve_topology(num_replicas=4, rank=1)
     Topology(dp_rank=1, dp_size=4, replica_rank=0, replica_size=1, source='explicit')
 """
@@ -174,38 +174,66 @@ def resolve_topology(
     *,
     mesh: Any = None,
     dp_dims: Sequence[str] | str | None = None,
+    topology: Topology | None = None,
+    names: tuple[str, str] = ("num_replicas", "rank"),
 ) -> Topology:
     """Resolve the data-parallel rank and size (see the module docstring for the order).
 
-    An explicit ``rank`` or ``num_replicas`` that contradicts the mesh raises ValueError, and so
-    does a ``rank`` outside ``[0, num_replicas)``.
+    The one place where a sampler's place is found: every sampler passes what it was given.
+    An explicit ``rank`` or ``num_replicas`` that contradicts ``topology`` or the mesh raises
+    ValueError, and so does a ``rank`` outside ``[0, num_replicas)``.
+
+    Args:
+        num_replicas: The data-parallel size, or None.
+        rank: The data-parallel rank, or None.
+        mesh: A ``DeviceMesh`` (see :func:`data_parallel_topology`), or None.
+        dp_dims: The mesh's data-parallel dims.
+        topology: A :class:`Topology` value, or None. Excludes ``mesh``.
+        names: How the caller names ``num_replicas`` and ``rank`` in its messages (the Megatron
+            samplers say ``data_parallel_size`` and ``data_parallel_rank``).
 
     Raises:
-        TypeError: If ``rank`` or ``num_replicas`` is not an int (bools included).
-        ValueError: If they are out of range, contradict the mesh, or only one is given and the
-            other cannot be found consistently.
+        TypeError: If ``rank`` or ``num_replicas`` is not an int (bools included), or
+            ``topology`` is not a :class:`Topology`.
+        ValueError: If they are out of range, contradict the mesh or the topology, or only one
+            is given and the other cannot be found consistently.
     """
+    size_name, rank_name = names
     if num_replicas is not None:
-        num_replicas = check_int("num_replicas", num_replicas, min_value=1)
+        num_replicas = check_int(size_name, num_replicas, min_value=1)
     if rank is not None:
-        rank = check_int("rank", rank, min_value=0)
-    if mesh is not None:
+        # with the size known, the message gives the whole range, whatever is wrong
+        top = None if num_replicas is None else num_replicas - 1
+        rank = check_int(rank_name, rank, min_value=0, max_value=top)
+    if topology is not None:
+        if not isinstance(topology, Topology):
+            fail("topology", "a dataorder Topology", topology, TypeError)
+        if mesh is not None:
+            raise ValueError("pass topology= or mesh=, not both; got both")
+        topo = topology
+    elif mesh is not None:
         topo = data_parallel_topology(mesh, dp_dims)
+    else:
+        topo = None
+    if topo is not None:
+        where = "the topology" if topology is not None else "the mesh"
         if num_replicas is not None and num_replicas != topo.dp_size:
             raise ValueError(
-                f"num_replicas={num_replicas} contradicts the mesh's data-parallel size "
-                f"{topo.dp_size} (dims {dp_dims or 'auto'})"
+                f"{size_name}={num_replicas} contradicts {where}'s data-parallel size "
+                f"{topo.dp_size}" + (f" (dims {dp_dims or 'auto'})" if mesh is not None else "")
             )
         if rank is not None and rank != topo.dp_rank:
             raise ValueError(
-                f"rank={rank} contradicts the mesh's data-parallel rank {topo.dp_rank}"
+                f"{rank_name}={rank} contradicts {where}'s data-parallel rank {topo.dp_rank}"
             )
         return topo
     if dp_dims is not None:
         raise ValueError(f"dp_dims needs a mesh; got dp_dims={dp_dims!r} and mesh=None")
     if num_replicas is not None and rank is not None:
         if rank >= num_replicas:
-            raise ValueError(f"rank must be an int in [0, {num_replicas - 1}]; got rank={rank}")
+            raise ValueError(
+                f"{rank_name} must be an int in [0, {num_replicas - 1}]; got {rank_name}={rank}"
+            )
         return Topology(rank, num_replicas)
     found: tuple[int, int, str] | None = None
     pg = _process_group()
@@ -233,11 +261,12 @@ def resolve_topology(
         # only num_replicas given: the global rank is its DP rank only if the world is all DP
         if g_size != num_replicas:
             raise ValueError(
-                f"rank is None and cannot be inferred: num_replicas={num_replicas} but the "
-                f"{source} world size is {g_size}; pass rank= (the data-parallel rank) or mesh="
+                f"{rank_name} is None and cannot be inferred: {size_name}={num_replicas} but the "
+                f"{source} world size is {g_size}; pass {rank_name}= (the data-parallel rank) or "
+                "mesh="
             )
         return Topology(g_rank, num_replicas, source=source)
     # only rank given: the world must be all data-parallel
     if rank >= g_size:
-        raise ValueError(f"rank must be an int in [0, {g_size - 1}]; got rank={rank}")
+        raise ValueError(f"{rank_name} must be an int in [0, {g_size - 1}]; got {rank_name}={rank}")
     return Topology(rank, g_size, source=source)

@@ -27,7 +27,7 @@ replicas exchange only a digest. Check the first ``num_batches`` batches of a la
 NCCL, ``all_gather_object`` needs ``torch.cuda.set_device(local_rank)`` to have been called.
 
 Example (one process):
-    >>> from dataorder.distributed import DistributedSampler
+    >>> from dataorder.parallel.distributed import DistributedSampler
     >>> report = verify_data_parallel(DistributedSampler(range(10), 1, 0))
     >>> report.num_batches, report.full_epoch, report.padding_slots
     (10, True, 0)
@@ -35,8 +35,7 @@ Example (one process):
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,14 +43,20 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, check_optional_int
-from dataorder.cursor import CursorSampler
-from dataorder.topology import data_parallel_dims, data_parallel_topology
+from dataorder.core.cursor import CursorSampler
+from dataorder.core.topology import data_parallel_dims, data_parallel_topology
+from dataorder.parallel.checks import (
+    NONE_SLOT,
+    check_dp,
+    check_replicas,
+    digest,
+    head,
+    slots_of,
+)
 
 __all__ = ["DataParallelError", "DataParallelReport", "verify_data_parallel"]
 
 IntArray = npt.NDArray[np.int64]
-_NONE = -1  # a None (padding) slot in the gathered arrays; real indices are >= 0
-_MAX_EXAMPLES = 5
 
 
 class DataParallelError(RuntimeError):
@@ -157,25 +162,6 @@ def _declared_topology(sampler: Any) -> tuple[int, int] | None:
     return None
 
 
-def _as_slots(item: Any) -> list[int | None]:
-    """The slots of one yielded item: an index, None, or a batch of them."""
-    if item is None or isinstance(item, int | np.integer):
-        return [None if item is None else int(item)]
-    if isinstance(item, Sequence) and not isinstance(item, str | bytes):
-        out: list[int | None] = []
-        for x in item:
-            if x is not None and not isinstance(x, int | np.integer):
-                raise TypeError(
-                    "items must be indices, None or batches of them; got an element "
-                    f"{x!r} of type {type(x).__name__}"
-                )
-            out.append(None if x is None else int(x))
-        return out
-    raise TypeError(
-        f"items must be indices, None or batches of them; got {type(item).__name__}: {item!r}"
-    )
-
-
 def _ordered(source: object) -> tuple[Any, int, bool] | None:
     """``(sampler, batch_size, drop_last)`` if ``source`` reads a dataorder sampler's order.
 
@@ -254,31 +240,10 @@ def _collect(
                     break
                 items.append(item)
             full = full and sampler is not None
-        slots: list[int | None] = []
-        sizes: list[int] = []
-        batched: bool | None = None
-        for item in items:
-            if hasattr(item, "tolist"):  # numpy arrays and scalars, torch tensors
-                item = item.tolist()
-            is_batch = not (item is None or isinstance(item, int | np.integer))
-            if batched is None:
-                batched = is_batch
-            elif batched != is_batch:
-                raise TypeError("items mix single indices and batches")
-            got = _as_slots(item)
-            slots += got
-            sizes.append(len(got))
-        negative = [x for x in slots if x is not None and x < 0]
-        if negative:
-            raise ValueError(
-                f"indices must be non-negative ints or None; got {negative[:_MAX_EXAMPLES]}"
-            )
         payload.update(
+            slots_of(items),
             epoch=epoch_read if isinstance(epoch_read, int) else None,
             full=bool(full),
-            batched=bool(batched),
-            flat=np.array([_NONE if x is None else x for x in slots], dtype=np.int64),
-            sizes=np.array(sizes, dtype=np.int64),
         )
     except Exception as err:  # reported through the collective verdict, never raised alone
         payload["errors"] = [f"reading the items failed: {type(err).__name__}: {err}"]
@@ -286,123 +251,6 @@ def _collect(
         if saved_epoch is not None:
             sampler.set_epoch(saved_epoch)
     return payload
-
-
-def _digest(payload: Mapping[str, Any]) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    h.update(payload["sizes"].tobytes())
-    h.update(payload["flat"].tobytes())
-    return h.hexdigest()
-
-
-# -- the checks (pure: every rank runs them on the same gathered data) -------------------------
-
-
-def _check_dp(payloads: Sequence[Mapping[str, Any]], allowed_override: int | None) -> list[str]:
-    """Violations of lock-step and disjointness among the DP ranks (ordered by DP rank)."""
-    out: list[str] = []
-    size = len(payloads)
-    for p in payloads:
-        out += [f"DP rank {p['dp_rank']}: {e}" for e in p["errors"]]
-    if out:
-        return out
-    declared = [p["declared"] for p in payloads]
-    if all(d is not None for d in declared):
-        sizes = sorted({d[1] for d in declared})
-        ranks = sorted(d[0] for d in declared)
-        if sizes != [size]:
-            out.append(
-                f"the samplers declare num_replicas {sizes} but the data-parallel group has "
-                f"{size} ranks (with tensor or context parallelism, build the sampler with "
-                "the data-parallel size, e.g. mesh=)"
-            )
-        elif ranks != list(range(size)):
-            out.append(
-                "the samplers declare ranks "
-                f"{[d[0] for d in declared]} on DP ranks {list(range(size))}: each must "
-                "take a different data-parallel rank"
-            )
-    kinds = {p["batched"] for p in payloads}
-    if len(kinds) > 1:
-        out.append("some DP ranks yield batches and others single indices")
-    counts = [len(p["sizes"]) for p in payloads]
-    if len(set(counts)) > 1:
-        out.append(
-            "DP ranks have different numbers of batches (a collective hangs at the end): "
-            + ", ".join(f"rank {p['dp_rank']}: {c}" for p, c in zip(payloads, counts, strict=True))
-        )
-    common = min(counts) if counts else 0
-    if common and size > 1:
-        table = np.stack([p["sizes"][:common] for p in payloads])
-        uneven = np.flatnonzero((table != table[0]).any(axis=0))
-        if uneven.size:
-            step = int(uneven[0])
-            out.append(
-                f"DP ranks' batch sizes differ at {uneven.size} steps, first at step {step}: "
-                f"{table[:, step].tolist()}"
-            )
-    allowed_values = {p["allowed"] for p in payloads}
-    if allowed_override is not None:
-        allowed = allowed_override
-    elif len(allowed_values) == 1:
-        allowed = next(iter(allowed_values)) or 0
-    else:
-        out.append(f"DP ranks declare different samples_padded {sorted(allowed_values, key=str)}")
-        return out
-    flat = np.concatenate([p["flat"] for p in payloads])
-    real = flat[flat != _NONE]
-    distinct = np.unique(real)
-    padding = int(flat.size - distinct.size)
-    full = all(p["full"] for p in payloads)
-    if padding > allowed or (full and padding != allowed):
-        out.append(
-            f"{padding} padding slots (repeated samples or None) over the DP ranks but the "
-            f"sampler declares {allowed}"
-            + (" for the whole epoch" if full else " at most")
-            + _overlap_detail(payloads)
-        )
-    return out
-
-
-def _overlap_detail(payloads: Sequence[Mapping[str, Any]]) -> str:
-    parts = []
-    uniques = [np.unique(p["flat"][p["flat"] != _NONE]) for p in payloads]
-    for p, u in zip(payloads, uniques, strict=True):
-        real = int((p["flat"] != _NONE).sum())
-        if real != u.size:
-            parts.append(f"DP rank {p['dp_rank']} repeats {real - u.size} of its own samples")
-    for a in range(len(payloads)):
-        for b in range(a + 1, len(payloads)):
-            common = np.intersect1d(uniques[a], uniques[b], assume_unique=True)
-            if common.size:
-                parts.append(
-                    f"DP ranks {payloads[a]['dp_rank']} and {payloads[b]['dp_rank']} share "
-                    f"{common.size} samples, e.g. {common[:_MAX_EXAMPLES].tolist()}"
-                )
-            if len(parts) >= 2 * _MAX_EXAMPLES:
-                return ": " + "; ".join(parts) + "; ..."
-    return (": " + "; ".join(parts)) if parts else ""
-
-
-def _check_replicas(entries: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Violations among replicas (same DP rank): they must have read identical items."""
-    if any(e["failed"] for e in entries):
-        return []  # a rank that could not read its items is reported by its DP group
-    versions: dict[str, list[Mapping[str, Any]]] = {}
-    for e in entries:
-        versions.setdefault(e["digest"], []).append(e)
-    if len(versions) <= 1:
-        return []
-    detail = "; ".join(
-        f"replica ranks {[e['replica_rank'] for e in group]} (DP ranks "
-        f"{sorted({e['dp_rank'] for e in group})}) read {group[0]['count']} items starting "
-        f"{group[0]['head']}"
-        for group in versions.values()
-    )
-    return [
-        f"ranks that must read identical data (tensor/context-parallel replicas) read "
-        f"{len(versions)} different versions: {detail}"
-    ]
 
 
 # -- collectives --------------------------------------------------------------------------------
@@ -486,7 +334,7 @@ def _verify(
     dp_rank, dp_size, replica_rank, replica_size = where
     payload = {**payload, "dp_rank": dp_rank}
     dp_payloads = sorted(_nested(payload, dp_gathers), key=lambda p: p["dp_rank"])
-    violations = _check_dp(dp_payloads, allowed_padding)
+    violations = check_dp(dp_payloads, allowed_padding)
     if len(dp_payloads) != dp_size:
         violations.append(
             f"gathered {len(dp_payloads)} DP ranks but this process's DP size is {dp_size}"
@@ -494,13 +342,13 @@ def _verify(
     entry = {
         "dp_rank": dp_rank,
         "replica_rank": replica_rank,
-        "digest": _digest(payload),
+        "digest": digest(payload),
         "count": len(payload["sizes"]),
-        "head": _head(payload),
+        "head": head(payload),
         "failed": bool(payload["errors"]),
     }
     replicas = sorted(_nested(entry, replica_gathers), key=lambda e: e["replica_rank"])
-    violations += _check_replicas(replicas)
+    violations += check_replicas(replicas)
     # Share every verdict along the DP dims, then the replica dims: the grid is connected that
     # way, so every rank raises (or returns) together and none waits in a later collective.
     shared = _nested(violations, [*dp_gathers, *replica_gathers])
@@ -508,7 +356,7 @@ def _verify(
     if merged and raise_on_error:
         raise DataParallelError(merged)
     flat = np.concatenate([p["flat"] for p in dp_payloads])
-    distinct = int(np.unique(flat[flat != _NONE]).size)
+    distinct = int(np.unique(flat[flat != NONE_SLOT]).size)
     allowed = allowed_padding if allowed_padding is not None else (payload["allowed"] or 0)
     return DataParallelReport(
         dp_rank=dp_rank,
@@ -525,14 +373,6 @@ def _verify(
         full_epoch=all(p["full"] for p in dp_payloads),
         violations=tuple(merged),
     )
-
-
-def _head(payload: Mapping[str, Any]) -> list[int | None] | list[list[int | None]]:
-    flat = [None if x == _NONE else int(x) for x in payload["flat"][:16].tolist()]
-    if not payload["batched"]:
-        return flat[:4]
-    first = int(payload["sizes"][0]) if len(payload["sizes"]) else 0
-    return [flat[:first]]
 
 
 def verify_data_parallel(

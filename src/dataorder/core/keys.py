@@ -7,7 +7,7 @@ the ``seed + epoch`` seeding of torch's DistributedSampler, NeMo and OLMo, where
 ``s + 1`` replay each other's orders one epoch apart.
 
 Example:
-    >>> from dataorder.keys import derive_key
+    >>> from dataorder.core.keys import derive_key
     >>> k = derive_key(1234, epoch=3, stream="megatron", purpose="sample-order")
     >>> 0 <= k < 2**64
     True

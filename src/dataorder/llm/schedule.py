@@ -17,7 +17,7 @@ step ``k`` read" is a sum over the schedule. :class:`BatchSizeSchedule` walks th
 at construction, into segments of equal batch size, so every query costs
 O(log number of segments), never O(steps):
 
->>> from dataorder.schedule import BatchSizeSchedule
+>>> from dataorder.llm.schedule import BatchSizeSchedule
 >>> s = BatchSizeSchedule.from_step_schedule("0:8 20:16 100:32")
 >>> [s.global_batch_size(k) for k in range(6)], s.consumed_samples(5)
 ([8, 8, 8, 16, 16, 16], 56)
@@ -25,7 +25,7 @@ O(log number of segments), never O(steps):
 (5, StepInfo(step=5, global_batch_size=16, num_micro_batches=2, consumed_samples=56))
 
 Step 2 starts at 16 samples (< 20) and still uses 8; step 3 starts at 24 and uses 16. The
-Megatron samplers (:mod:`dataorder.megatron`) are micro-batch granular: step ``k`` is the next
+Megatron samplers (:mod:`dataorder.llm.megatron`) are micro-batch granular: step ``k`` is the next
 ``num_micro_batches`` micro-batches on every rank, and ``consumed_samples(k)`` is the sampler's
 run-wide ``consumed_samples`` before it, so a changing batch size needs no change to them.
 """

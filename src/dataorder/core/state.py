@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "STATE_FORMAT",
@@ -29,7 +30,9 @@ __all__ = [
     "Scalar",
     "build_state",
     "config_fingerprint",
+    "find_sampler_states",
     "parse_state",
+    "split_state",
 ]
 
 STATE_FORMAT = "dataorder.state"
@@ -154,3 +157,45 @@ def parse_state(
     progress = {k: _nonneg_int(state, k) for k in progress_keys}
     layout = {k: _nonneg_int(state, f"layout.{k}") for k in layout_keys}
     return epoch, progress, layout
+
+
+def split_state(
+    state: Mapping[str, object],
+) -> tuple[dict[str, object], dict[str, object], dict[str, object]]:
+    """``(config, layout, progress)`` of a state, without the ``config.``/``layout.`` prefixes.
+
+    No validation: this reads a state for display or to rebuild its sampler, whose
+    ``load_state_dict`` then checks it.
+    """
+    config = {k[7:]: v for k, v in state.items() if k.startswith("config.")}
+    layout = {k[7:]: v for k, v in state.items() if k.startswith("layout.")}
+    progress = {
+        k: v
+        for k, v in state.items()
+        if k not in _HEADER and not k.startswith(("config.", "layout."))
+    }
+    return config, layout, progress
+
+
+def find_sampler_states(value: object, where: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every dataorder sampler state inside ``value``, with where it was found.
+
+    ``value`` is a sampler's ``state_dict()`` or anything that holds one, e.g. a torchdata
+    ``StatefulDataLoader`` state (under ``_index_sampler_state`` for a ``batch_sampler``, or
+    ``_sampler_iter_state.sampler_state`` for a ``sampler``) or a whole training checkpoint.
+
+    Returns:
+        ``(path, state)`` pairs, ``path`` like ``"_index_sampler_state"``, in document order.
+    """
+    if isinstance(value, dict):
+        if value.get("format") == STATE_FORMAT:
+            return [(where or "(top level)", value)]
+        found = []
+        for key, item in value.items():
+            found += find_sampler_states(item, f"{where}.{key}" if where else str(key))
+        return found
+    if isinstance(value, list):
+        return [
+            s for i, item in enumerate(value) for s in find_sampler_states(item, f"{where}[{i}]")
+        ]
+    return []

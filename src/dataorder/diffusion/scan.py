@@ -31,8 +31,8 @@ leaves a half-written manifest under the final name.
 
 Example:
     >>> import tempfile, os
-    >>> from dataorder.buckets import MultiTierBucketCalculator
-    >>> from dataorder.scan import build_manifest, read_manifest, write_manifest
+    >>> from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    >>> from dataorder.diffusion.scan import build_manifest, read_manifest, write_manifest
     >>> calc = MultiTierBucketCalculator.from_preset("512p")
     >>> m = build_manifest(["a b.jpg", "ü,2.png"], [640, 300], [480, 900], calc)
     >>> [m.buckets[i]["resolution"] for i in m.bucket_ids]
@@ -58,8 +58,8 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
-from dataorder.buckets import MultiTierBucketCalculator
-from dataorder.crop import require_pillow
+from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.crop import require_pillow
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -135,7 +135,7 @@ class Manifest:
         buckets: The calculator's buckets: dicts ``id``, ``resolution`` ``(w, h)``,
             ``aspect_ratio``, ``pixels``, in id order.
         calculator: The calculator configuration
-            (:meth:`~dataorder.buckets.MultiTierBucketCalculator.config`); rebuild it with
+            (:meth:`~dataorder.diffusion.buckets.MultiTierBucketCalculator.config`); rebuild it with
             :meth:`calculator_object`.
         errors: ``(path, reason)`` of every file that could not be read.
     """

@@ -22,11 +22,11 @@ called, and its absence raises an ImportError naming the ``dataorder[images]`` e
 
 Example:
     >>> import numpy as np
-    >>> from dataorder.crop import cover_size, resize_and_crop
+    >>> from dataorder.diffusion.crop import cover_size, resize_and_crop
     >>> cover_size(49, 98, 256, 256)
     (256, 512)
     >>> img = np.zeros((98, 49, 3), dtype=np.uint8)
-    >>> out, x, y = resize_and_crop(img, 256, 256)
+    >>> out, (x, y) = resize_and_crop(img, 256, 256)  # NeMo's shape: (image, (x, y))
     >>> out.shape, (x, y)
     ((256, 256, 3), (0, 128))
 """
@@ -34,16 +34,39 @@ Example:
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_choice, check_int, fail
 
-__all__ = ["CROP_MODES", "cover_size", "require_pillow", "resize_and_crop"]
+__all__ = ["CROP_MODES", "CropResult", "cover_size", "require_pillow", "resize_and_crop"]
 
 CROP_MODES: tuple[str, ...] = ("center", "random", "smart")
+
+
+class CropResult(NamedTuple):
+    """What :func:`resize_and_crop` returns: ``(image, (x, y))``, as NeMo's code does.
+
+    Attributes:
+        image: The result, of the input's type, exactly the target size.
+        offset: ``(x, y)``, the top-left corner of the crop in the resized image (never
+            negative).
+    """
+
+    image: Any
+    offset: tuple[int, int]
+
+    @property
+    def x(self) -> int:
+        """The crop's left edge in the resized image."""
+        return self.offset[0]
+
+    @property
+    def y(self) -> int:
+        """The crop's top edge in the resized image."""
+        return self.offset[1]
 
 
 def require_pillow(feature: str) -> ModuleType:
@@ -115,7 +138,7 @@ def resize_and_crop(
     *,
     seed: int | None = None,
     rng: np.random.Generator | None = None,
-) -> tuple[Any, int, int]:
+) -> CropResult:
     """Resize ``image`` to cover ``target_width x target_height``, then crop to exactly that.
 
     Args:
@@ -125,13 +148,13 @@ def resize_and_crop(
         target_height: Height of the result.
         crop_mode: ``"center"``, ``"random"`` or ``"smart"`` (see the module docstring).
         seed: Seed of the Generator for ``"random"`` (a non-negative int, e.g. from
-            :func:`dataorder.keys.derive_key`). Ignored by the deterministic modes.
+            :func:`dataorder.core.keys.derive_key`). Ignored by the deterministic modes.
         rng: A numpy Generator for ``"random"``, instead of ``seed``.
 
     Returns:
-        ``(cropped, crop_offset_x, crop_offset_y)``: the result, of the input's type and exactly
+        A :class:`CropResult` ``(cropped, (x, y))``: the result, of the input's type and exactly
         the target size, and the top-left corner of the crop in the resized image (never
-        negative).
+        negative). The shape of NeMo's return value, whatever the mode.
 
     Raises:
         ImportError: If Pillow is not installed.
@@ -141,7 +164,7 @@ def resize_and_crop(
     Example:
         >>> from PIL import Image
         >>> img = Image.new("RGB", (1920, 1080))
-        >>> out, x, y = resize_and_crop(img, 1344, 768, "random", seed=7)
+        >>> out, (x, y) = resize_and_crop(img, 1344, 768, "random", seed=7)
         >>> out.size, 0 <= x <= 1365 - 1344, y
         ((1344, 768), True, 0)
     """
@@ -191,8 +214,8 @@ def resize_and_crop(
                 y = _smart_offset(gray, th, axis=0)
     cropped = resized.crop((x, y, x + tw, y + th))
     if not as_array:
-        return cropped, x, y
+        return CropResult(cropped, (x, y))
     out = np.asarray(cropped)
     if image.ndim == 3 and image.shape[2] == 1:
         out = out[:, :, None]
-    return out, x, y
+    return CropResult(out, (x, y))

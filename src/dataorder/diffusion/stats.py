@@ -1,7 +1,7 @@
 """What a bucket set does to a dataset: crop loss, pixel budget, and lock-step waste.
 
-:func:`bucket_stats` takes a :class:`~dataorder.scan.Manifest`, or image sizes plus a
-:class:`~dataorder.buckets.MultiTierBucketCalculator`, and measures per bucket:
+:func:`bucket_stats` takes a :class:`~dataorder.diffusion.scan.Manifest`, or image sizes plus a
+:class:`~dataorder.diffusion.buckets.MultiTierBucketCalculator`, and measures per bucket:
 
 * **images** in it;
 * **crop loss**, the share of an image's area cut away when it is resized to cover its bucket and
@@ -10,21 +10,22 @@
 * **upscaled** images, those smaller than their bucket on some side;
 * **pixel budget** adherence, the bucket's pixels over ``max_pixels`` (never above 1 for our
   buckets; a memory budget is only safe if it holds);
-* **lock-step waste** for ``replicas`` data-parallel ranks and per-rank batch size ``b``. The
-  bucket sampler fills whole global batches of ``b * replicas`` from one bucket, so a bucket of
-  ``n`` images gives ``plan_epoch(n, per_rank=b, world=replicas, tail=...)`` with ``tail="drop"``
+* **lock-step waste** for ``num_replicas`` data-parallel ranks and per-rank batch size ``b``.
+  The bucket sampler fills whole global batches of ``b * num_replicas`` from one bucket, so a
+  bucket of ``n`` images is one segment of :func:`~dataorder.core.partition.plan_segments`,
+  the sampler's own partition, with ``tail="drop"``
   when ``drop_last`` (the remainder is **dropped**) and ``tail="shrink"`` otherwise (one smaller
-  final batch, **padded** by fewer than ``replicas`` repeated samples).
+  final batch, **padded** by fewer than ``num_replicas`` repeated samples).
 
 :func:`format_bucket_table` renders the result as markdown, :func:`rich_bucket_table` as a rich
 table, and :func:`plot_bucket_stats` as a PNG (matplotlib, imported only there, drawn on an Agg
 canvas without touching pyplot's global state).
 
 Example:
-    >>> from dataorder.buckets import MultiTierBucketCalculator
-    >>> from dataorder.bucket_stats import bucket_stats
+    >>> from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    >>> from dataorder.diffusion.stats import bucket_stats
     >>> calc = MultiTierBucketCalculator(compat="nemo")
-    >>> st = bucket_stats([256, 256, 256, 300], [256, 256, 256, 100], calc, replicas=2,
+    >>> st = bucket_stats([256, 256, 256, 300], [256, 256, 256, 100], calc, num_replicas=2,
     ...                   batch_size=1)
     >>> st.counts.tolist(), st.dropped.tolist()
     ([0, 0, 3, 0, 1], [0, 0, 1, 0, 1])
@@ -43,9 +44,9 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
-from dataorder.buckets import MultiTierBucketCalculator
-from dataorder.partition import plan_epoch
-from dataorder.scan import Manifest
+from dataorder.core.partition import Tail, plan_segments
+from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.scan import Manifest
 
 __all__ = [
     "BucketStats",
@@ -87,7 +88,7 @@ class BucketStats:
     Attributes:
         buckets: The buckets (dicts ``id``, ``resolution``, ``aspect_ratio``, ``pixels``).
         max_pixels: The calculator's pixel budget.
-        replicas: Data-parallel ranks the waste was computed for.
+        num_replicas: Data-parallel ranks the waste was computed for.
         drop_last: Whether remainders are dropped (else the last batch shrinks and is padded).
         counts: Images per bucket.
         mean_crop_loss: Mean crop loss of the bucket's images (NaN for an empty bucket).
@@ -108,7 +109,7 @@ class BucketStats:
 
     buckets: list[dict[str, Any]]
     max_pixels: int
-    replicas: int
+    num_replicas: int
     drop_last: bool
     counts: npt.NDArray[np.int64]
     mean_crop_loss: npt.NDArray[np.float64]
@@ -135,19 +136,20 @@ def bucket_stats(
     heights: npt.ArrayLike | None = None,
     calculator: MultiTierBucketCalculator | None = None,
     *,
-    replicas: int = 1,
+    num_replicas: int = 1,
     batch_size: int | Sequence[int] | npt.NDArray[np.integer[Any]] = 1,
     drop_last: bool = True,
 ) -> BucketStats:
     """Measure a bucketing of a dataset (see the module docstring).
 
     Args:
-        source: A :class:`~dataorder.scan.Manifest` (its bucket ids and calculator are used), or
+        source: A :class:`~dataorder.diffusion.scan.Manifest` (its bucket ids and calculator are
+            used), or
             image widths, shape ``(N,)``.
         heights: Image heights, shape ``(N,)``, when ``source`` is widths.
         calculator: Assigns the buckets of ``source`` widths and heights (required then). With a
             manifest it must be None.
-        replicas: Data-parallel ranks ``R``.
+        num_replicas: Data-parallel ranks ``R``.
         batch_size: Per-rank batch size ``b``: one int, or one per bucket (e.g. from
             ``calculator.get_dynamic_batch_size``).
         drop_last: The sampler's ``drop_last``.
@@ -176,7 +178,7 @@ def bucket_stats(
         ids = calculator.assign(widths_arr, heights_arr)
         buckets = calculator.get_all_buckets()
         budget = calculator.max_pixels
-    world = check_int("replicas", replicas, min_value=1)
+    dp_size = check_int("num_replicas", num_replicas, min_value=1)
     drop = check_bool("drop_last", drop_last)
     k = len(buckets)
     if isinstance(batch_size, Sequence | np.ndarray):
@@ -206,13 +208,13 @@ def bucket_stats(
     upscaled = np.bincount(ids[up_mask], minlength=k).astype(np.int64)
     ratio = (bw * bh) / budget
 
-    layouts = [
-        plan_epoch(int(n), per_rank=int(b), world=world, tail="drop" if drop else "shrink")
-        for n, b in zip(counts, sizes, strict=True)
-    ]
-    batches = np.array([lay.num_batches for lay in layouts], dtype=np.int64)
-    dropped = np.array([lay.dropped for lay in layouts], dtype=np.int64)
-    padded = np.array([lay.padded for lay in layouts], dtype=np.int64)
+    # the same partition the sampler uses: every bucket a segment of whole global batches
+    tail: Tail = "drop" if drop else "shrink"
+    segments = plan_segments(counts, per_rank=sizes, dp_size=dp_size, tail=tail)
+    batches = np.diff(segments.offsets)
+    covered = segments.total_positions()
+    dropped = np.maximum(counts - covered, 0)
+    padded = np.maximum(covered - counts, 0)
     n = int(counts.sum())
     overall = {
         "images": float(n),
@@ -226,12 +228,12 @@ def bucket_stats(
         "dropped": float(dropped.sum()),
         "padded": float(padded.sum()),
         "empty_buckets": float((counts == 0).sum()),
-        "buckets_below_one_global_batch": float(((counts > 0) & (counts < sizes * world)).sum()),
+        "buckets_below_one_global_batch": float(((counts > 0) & (counts < sizes * dp_size)).sum()),
     }
     return BucketStats(
         buckets=[dict(b) for b in buckets],
         max_pixels=budget,
-        replicas=world,
+        num_replicas=dp_size,
         drop_last=drop,
         counts=counts,
         mean_crop_loss=mean,
@@ -303,7 +305,7 @@ def _summary(stats: BucketStats) -> str:
         f"crop loss mean {_pct(o['mean_crop_loss'])} %, p95 {_pct(o['p95_crop_loss'])} %, "
         f"{_pct(o['share_over_10'])} % of images lose > 10 %; {int(o['upscaled'])} upscaled; "
         f"pixels vs budget: mean |ratio - 1| {o['budget_mean_abs_dev']:.3f}, "
-        f"max over {o['budget_max_over']:.3f}; with {stats.replicas} replicas: "
+        f"max over {o['budget_max_over']:.3f}; with {stats.num_replicas} replicas: "
         f"{int(o['batches'])} steps, {wasted} samples {waste} ({100 * share:.2f} %), "
         f"{int(o['buckets_below_one_global_batch'])} buckets smaller than one global batch"
     )
@@ -383,7 +385,7 @@ def plot_bucket_stats(stats: BucketStats, path: str | os.PathLike[str], *, dpi: 
     ax3.bar(x, waste, color="tab:red")
     ax3.set_ylabel(kind.split(" ")[0])
     ax3.set_title(
-        f"{int(waste.sum())} samples {kind} with {stats.replicas} replicas, "
+        f"{int(waste.sum())} samples {kind} with {stats.num_replicas} replicas, "
         f"batch {int(stats.batch_sizes.max()) if k else 0} per rank"
     )
     ax3.set_xticks(x)

@@ -6,7 +6,7 @@ epoch from ``r`` on, the tail wrapped around (``drop_last=False``) or truncated
 (``drop_last=True``) for the whole job. What changes:
 
 * **The order is a pure function.** Position ``p`` of epoch ``e`` holds sample ``pi_e(p mod N)``,
-  where ``pi_e`` is a :class:`~dataorder.permutation.Permutation` of the dataset keyed by
+  where ``pi_e`` is a :class:`~dataorder.core.permutation.Permutation` of the dataset keyed by
   ``derive_key(seed, epoch=e, stream="distributed", purpose="sample-order")`` (the identity with
   ``shuffle=False``). Nothing of size ``N`` is ever built: the first index of an epoch of a
   billion samples is ready in microseconds, where torch builds a ``randperm(N)`` Python list
@@ -31,30 +31,37 @@ index, not a Python list), and keeps everything else: state, resume, mesh, paddi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence, Sized
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
-import torch
 from torch.utils.data.distributed import DistributedSampler as _TorchDistributedSampler
 
 from dataorder._validate import check_bool, check_choice, check_int, fail
-from dataorder.blockplan import BlockPlan
-from dataorder.cursor import CursorSampler
-from dataorder.keys import KEY_DERIVATION_VERSION, derive_key
-from dataorder.partition import EpochLayout, plan_epoch
-from dataorder.permutation import PERMUTATION_VERSION, Permutation
-from dataorder.state import Scalar
-from dataorder.topology import Topology, resolve_topology
+from dataorder.core.blockplan import BlockPlan
+from dataorder.core.cursor import CursorSampler
+from dataorder.core.keys import KEY_DERIVATION_VERSION, derive_key
+from dataorder.core.partition import EpochLayout, plan_epoch
+from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
+from dataorder.core.state import Scalar, split_state
+from dataorder.core.topology import Topology, resolve_topology
+from dataorder.parallel.compat_torch import TorchOrder
 
-__all__ = ["COMPAT_MODES", "DistributedSampler", "distributed_layout", "epoch_order"]
+__all__ = [
+    "COMPAT_MODES",
+    "DistributedSampler",
+    "IndexOrder",
+    "KeyedOrder",
+    "distributed_layout",
+    "epoch_order",
+]
 
 #: Values of ``compat=``.
 COMPAT_MODES: tuple[str, ...] = ("default", "torch")
 
 _STREAM = "distributed"
 _CHUNK = 1 << 16  # positions per vectorised chunk: ~0.5 MB of int64, a few ms of work
-_MAX_TORCH_SEED = (1 << 64) - 1  # torch.Generator.manual_seed takes seeds below 2**64
+_MAX_SEED = (1 << 64) - 1  # the state holds the seed; also torch's limit for manual_seed
 
 Order = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
 
@@ -73,11 +80,47 @@ def distributed_layout(dataset_size: int, num_replicas: int, drop_last: bool) ->
         drop_last: Drop the tail (True) or pad it (False).
 
     Returns:
-        The :class:`~dataorder.partition.EpochLayout` (``per_rank=1``, ``world=num_replicas``).
+        The :class:`~dataorder.core.partition.EpochLayout` (``per_rank=1``,
+        ``dp_size=num_replicas``).
     """
     return plan_epoch(
-        dataset_size, per_rank=1, world=num_replicas, tail="drop" if drop_last else "pad"
+        dataset_size, per_rank=1, dp_size=num_replicas, tail="drop" if drop_last else "pad"
     )
+
+
+class IndexOrder(Protocol):
+    """An order of the distributed sampler: which sample each global position of an epoch holds.
+
+    NOTE [ Index order strategies ]: the keyed order here is the default; torch's exact order
+    (``compat="torch"``) is :class:`dataorder.parallel.compat_torch.TorchOrder`. Chosen once when
+    the sampler is built; nothing else branches on the mode.
+    """
+
+    #: The ``compat=`` value it answers to.
+    name: ClassVar[str]
+
+    def epoch(self, dataset_size: int, *, seed: int, epoch: int) -> Order:
+        """The map of an epoch's positions (``< dataset_size``) to samples."""
+        ...
+
+    def versions(self) -> dict[str, int]:
+        """Versions of the constructions the order uses, recorded in the configuration."""
+        ...
+
+
+class KeyedOrder:
+    """Position ``p`` of epoch ``e`` holds ``pi_e(p)``: a :class:`~dataorder.core.permutation.
+    Permutation` of the dataset keyed by ``derive_key(seed, epoch=e, stream="distributed",
+    purpose="sample-order")``. O(1) to build, vectorised, nothing of size ``N``."""
+
+    name: ClassVar[str] = "default"
+
+    def epoch(self, dataset_size: int, *, seed: int, epoch: int) -> Order:
+        key = derive_key(seed, epoch=epoch, stream=_STREAM, purpose="sample-order")
+        return Permutation(dataset_size, key)
+
+    def versions(self) -> dict[str, int]:
+        return {"permutation_version": PERMUTATION_VERSION, "key_version": KEY_DERIVATION_VERSION}
 
 
 def epoch_order(
@@ -112,21 +155,14 @@ def epoch_order(
     seed = check_int("seed", seed, min_value=0)
     epoch = check_int("epoch", epoch, min_value=0)
     shuffle = check_bool("shuffle", shuffle)
-    compat = check_choice("compat", compat, COMPAT_MODES)  # type: ignore[assignment]
+    strategy = _ORDERS[check_choice("compat", compat, COMPAT_MODES)]()
     if not shuffle:
         return lambda positions: positions % n
-    if compat == "torch":
-        if seed + epoch > _MAX_TORCH_SEED:
-            raise ValueError(
-                "compat='torch' seeds torch with seed + epoch, which must be below 2**64; got "
-                f"seed={seed}, epoch={epoch}"
-            )
-        generator = torch.Generator()
-        generator.manual_seed(seed + epoch)  # torch's additive seeding, reproduced on purpose
-        table: npt.NDArray[np.int64] = torch.randperm(n, generator=generator).numpy()
-        return lambda positions: table[positions % n]
-    perm = Permutation(n, derive_key(seed, epoch=epoch, stream=_STREAM, purpose="sample-order"))
-    return lambda positions: perm(positions % n)
+    order = strategy.epoch(n, seed=seed, epoch=epoch)
+    return lambda positions: order(positions % n)
+
+
+_ORDERS: dict[str, Callable[[], IndexOrder]] = {"default": KeyedOrder, "torch": TorchOrder}
 
 
 def _dataset_size(dataset: object) -> int:
@@ -145,7 +181,7 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
     ``num_samples x num_replicas = total_size``; rank ``r`` takes global positions
     ``r, r + num_replicas, r + 2 * num_replicas, ...``; with ``drop_last=False`` the epoch is
     padded to ``total_size`` by wrapping around to its first positions, with ``drop_last=True``
-    its tail is cut. The cursor rules are :class:`~dataorder.cursor.CursorSampler`'s:
+    its tail is cut. The cursor rules are :class:`~dataorder.core.cursor.CursorSampler`'s:
     ``set_epoch(e)`` keeps the position when ``e`` is the current epoch and starts ``e`` from
     the beginning otherwise; a pass that runs to the end of its epoch moves the cursor to the
     start of the next one (a forgotten ``set_epoch`` never replays an epoch, and a state saved
@@ -167,7 +203,10 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
         dp_dims: The mesh's data-parallel dims, e.g. ``("dp",)`` or
             ``("dp_replicate", "dp_shard")``. Default: the dims named ``dp``, ``dp_replicate``,
             ``dp_shard`` or ``data_parallel``.
-        compat: ``"default"`` (the keyed permutation) or ``"torch"`` (torch's exact indices).
+        compat: ``"default"`` (the keyed permutation) or ``"torch"`` (torch's exact indices;
+            :mod:`dataorder.parallel.compat_torch`).
+        topology: A :class:`~dataorder.core.topology.Topology` value instead of ``rank`` and
+            ``num_replicas`` (or ``mesh``).
 
     Raises:
         TypeError: If an argument has the wrong type (a bool where an int is meant, too).
@@ -220,18 +259,22 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
         mesh: Any = None,
         dp_dims: Sequence[str] | None = None,
         compat: Literal["default", "torch"] = "default",
+        topology: Topology | None = None,
     ) -> None:
         CursorSampler.__init__(self)
         self._n = _dataset_size(dataset)
         self._shuffle = check_bool("shuffle", shuffle)
         # Capped: the seed is stored in the state, which must stay within 512 bytes; the cap is
         # also torch's limit for manual_seed, which compat='torch' uses.
-        self._seed = check_int("seed", seed, min_value=0, max_value=_MAX_TORCH_SEED)
+        self._seed = check_int("seed", seed, min_value=0, max_value=_MAX_SEED)
         self._drop_last = check_bool("drop_last", drop_last)
         self._compat: Literal["default", "torch"] = check_choice(  # type: ignore[assignment]
             "compat", compat, COMPAT_MODES
         )
-        self._topology = resolve_topology(num_replicas, rank, mesh=mesh, dp_dims=dp_dims)
+        self._order = _ORDERS[self._compat]()  # NOTE [ Index order strategies ]
+        self._topology = resolve_topology(
+            num_replicas, rank, mesh=mesh, dp_dims=dp_dims, topology=topology
+        )
         self.dataset = dataset  # type: ignore[assignment]  # torch types it Dataset; only len() is used
         self._layout = distributed_layout(self._n, self._topology.dp_size, self._drop_last)
 
@@ -338,6 +381,56 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
             f"consumed={self._position['consumed']})"
         )
 
+    @classmethod
+    def from_state(
+        cls,
+        state: Mapping[str, Any],
+        *,
+        rank: int = 0,
+        dp_size: int | None = None,
+        **_: Any,
+    ) -> DistributedSampler:
+        """Rebuild the sampler that wrote ``state`` (over ``range(dataset_size)``), on ``rank``.
+
+        Args:
+            state: A ``state_dict()`` of this class.
+            rank: The data-parallel rank to build.
+            dp_size: Another ``num_replicas`` (an elastic resume); default: the state's.
+
+        Raises:
+            ValueError: If the state is not a distributed sampler's, or this layout cannot
+                continue it.
+        """
+        config, layout, _progress = split_state(state)
+        if state.get("kind") != cls.state_kind:
+            fail("state['kind']", repr(cls.state_kind), state.get("kind"))
+        sampler = cls(
+            range(config["dataset_size"]),  # type: ignore[call-overload]
+            num_replicas=dp_size or layout["num_replicas"],  # type: ignore[arg-type]
+            rank=rank,
+            shuffle=bool(config["shuffle"]),
+            seed=config["seed"],  # type: ignore[arg-type]
+            drop_last=bool(config["drop_last"]),
+            compat=config["compat"],  # type: ignore[arg-type]
+        )
+        sampler.load_state_dict(state)
+        return sampler
+
+    def describe_progress(self) -> list[tuple[str, str]]:
+        """Where the cursor is, in torch's terms."""
+        consumed, dp_size = self._position["consumed"], self.num_replicas
+        return [
+            (
+                "position",
+                f"{consumed} of {self.total_size} global positions of epoch {self._epoch}",
+            ),
+            (
+                "indices",
+                f"{consumed // dp_size} of {self.num_samples} done; {self.remaining} left on "
+                "every rank",
+            ),
+        ]
+
     # -- CursorSampler --------------------------------------------------------------------------
     def order_config(self) -> dict[str, Scalar]:
         """Fields that fix the order and the end of the epoch (``compat`` first, for messages)."""
@@ -347,8 +440,7 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
             "shuffle": int(self._shuffle),
             "drop_last": int(self._drop_last),
             "seed": self._seed,
-            "permutation_version": PERMUTATION_VERSION if self._compat == "default" else 0,
-            "key_version": KEY_DERIVATION_VERSION if self._compat == "default" else 0,
+            **self._order.versions(),
         }
 
     def layout_info(self) -> dict[str, int]:
@@ -364,27 +456,24 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
         return _CHUNK
 
     def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BlockPlan[int]:
-        world = check_int("num_replicas", layout["num_replicas"], min_value=1)
+        dp_size = check_int("num_replicas", layout["num_replicas"], min_value=1)
         lay = (
             self._layout
-            if world == self.num_replicas
-            else distributed_layout(self._n, world, self._drop_last)
+            if dp_size == self.num_replicas
+            else distributed_layout(self._n, dp_size, self._drop_last)
         )
         orders: list[Order] = []  # built at the first batch asked for, then shared by all ranks
+        n = self._n
 
         def make_rows(rank: int) -> Callable[[npt.NDArray[np.int64]], list[int]]:
             def rows(positions: npt.NDArray[np.int64]) -> list[int]:
                 if not orders:
                     orders.append(
-                        epoch_order(
-                            self._n,
-                            seed=self._seed,
-                            epoch=epoch,
-                            shuffle=self._shuffle,
-                            compat=self._compat,
-                        )
+                        self._order.epoch(n, seed=self._seed, epoch=epoch)
+                        if self._shuffle
+                        else (lambda places: places)
                     )
-                out: list[int] = orders[0](positions.ravel()).tolist()
+                out: list[int] = orders[0](positions.ravel() % n).tolist()
                 return out
 
             return rows

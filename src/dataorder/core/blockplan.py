@@ -1,9 +1,9 @@
 """An epoch that is one segment of global blocks: the plan of the Megatron and distributed samplers.
 
-:class:`BlockPlan` joins an :class:`~dataorder.partition.EpochLayout` (which positions each rank
-reads at each step) with the sampler's order (which sample a position holds), and answers the
-:class:`~dataorder.cursor.EpochPlan` questions with one global counter, ``consumed``: the
-positions all ranks together have taken in the epoch.
+:class:`BlockPlan` joins an :class:`~dataorder.core.partition.EpochLayout` (which positions each
+rank reads at each step) with the sampler's order (which sample a position holds), and answers
+the :class:`~dataorder.core.cursor.EpochPlan` questions with one global counter, ``consumed``:
+the positions all ranks together have taken in the epoch.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from dataorder.partition import EpochLayout, Split
+from dataorder.core.partition import EpochLayout, Split
 
 __all__ = ["BlockPlan", "RowMaker"]
 
@@ -51,7 +51,7 @@ class BlockPlan(Generic[T]):
     @property
     def dp_size(self) -> int:
         """Data-parallel ranks the blocks are cut for."""
-        return self.layout.world
+        return self.layout.dp_size
 
     def step_of(self, progress: Mapping[str, int], *, strict: bool = False) -> int:
         """The step at ``progress["consumed"]`` (see :meth:`EpochLayout.step_of`)."""

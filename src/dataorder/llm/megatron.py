@@ -6,38 +6,8 @@ Drop-in replacements for the samplers of Megatron-LM and NeMo Automodel
 exactly in O(1), survive a change of the number of GPUs, and never hand out an empty batch or a
 negative index.
 
-How an epoch is laid out. The epoch is a *global stream* of positions ``0, 1, 2, ...``; position
-``p`` holds the sample ``order(p)`` for ``p < total_samples`` and padding beyond. The stream is cut
-into global blocks of ``M = micro_batch_size x data_parallel_size`` positions; block ``k`` is
-micro-step ``k`` on every rank, and rank ``r`` reads the contiguous slice
-``[r * micro_batch_size, (r + 1) * micro_batch_size)`` of it (Megatron's layout). The end of the
-epoch is decided for the whole job, never per rank (:func:`plan_megatron_epoch`):
-
-=========  =================  =======  ===========================================================
-drop_last  global_batch_size  pad      the epoch covers
-=========  =================  =======  ===========================================================
-True       None               --       whole blocks of ``M``; the last ``total_samples mod M``
-                                       positions are dropped
-True       ``G``              --       whole global batches of ``G``; ``total_samples mod G``
-                                       positions are dropped
-False      None or ``G``      False    every sample; the last block is padded to ``M`` slots
-False      ``G``              True     every sample; padded to a whole global batch of ``G``
-=========  =================  =======  ===========================================================
-
-Padding slots hold ``None``. A padded slot is never a negative or repeated index (NeMo's ``-1``,
-``-2``, ... pads index real samples from the end of a shuffled dataset and train on them with full
-loss). Megatron-LM's ``GPTDataset.__getitem__`` already returns a padding sample with a zero loss
-mask for ``idx is None``; any other dataset should do the same::
-
-    def __getitem__(self, idx):
-        if idx is None:  # a padding slot from the sampler: keep the shapes, mask the loss
-            return {"tokens": torch.zeros(seq_len, dtype=torch.long),
-                    "loss_mask": torch.zeros(seq_len)}
-        ...
-
-and the loss must be averaged over ``loss_mask`` (not over the micro-batch size), so padding adds
-nothing. ``samples_padded`` and ``samples_dropped`` say how many slots an epoch pads and how many
-samples it leaves out, summed over ranks.
+The layout of an epoch (global blocks of ``micro_batch_size x data_parallel_size``, how its end
+is dropped or padded, and what a padding slot is) is :mod:`dataorder.llm.orders`'s.
 
 Resume. A sampler is configuration plus a cursor ``(epoch, consumed)``, where ``consumed`` counts
 the global positions (padding included) that all ranks together have taken in the epoch. The
@@ -47,7 +17,7 @@ does not depend on the number of ranks, a state saved with one ``micro_batch_siz
 data_parallel_size`` loads into another one whose block divides the consumed count (elastic
 resume), except in the modes whose order depends on the layout (``data_sharding``,
 ``compat="nemo"``), which refuse it. The epoch and iteration rules (``len()``, ``set_epoch``, a
-peek, the end of an epoch) are :mod:`dataorder.cursor`'s NOTE [ The loop contract ].
+peek, the end of an epoch) are :mod:`dataorder.core.cursor`'s NOTE [ The loop contract ].
 
 NOTE [ consumed_samples ]
     ``consumed_samples=`` in the constructor is Megatron's run-wide count, ``epoch x P +
@@ -70,183 +40,63 @@ NOTE [ consumed_samples ]
 
 The samplers are micro-batch granular and know nothing of gradient accumulation: a global batch
 of ``G`` is ``G / M`` consecutive micro-batches on every rank, so a global batch size that changes
-during training (:mod:`dataorder.schedule`) needs no change here.
+during training (:mod:`dataorder.llm.schedule`) needs no change here.
 """
 
 from __future__ import annotations
 
-import abc
-from collections.abc import Callable, Mapping
-from typing import ClassVar, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_bool, check_choice, check_int, fail
-from dataorder.blockplan import BlockPlan
-from dataorder.cursor import CursorBatchSampler
-from dataorder.keys import KEY_DERIVATION_VERSION, derive_key
-from dataorder.partition import EpochLayout, plan_epoch
-from dataorder.permutation import MAX_DOMAIN, PERMUTATION_VERSION, Permutation
-from dataorder.state import Scalar
+from dataorder._validate import check_bool, check_int, fail
+from dataorder.core.blockplan import BlockPlan
+from dataorder.core.cursor import CursorBatchSampler
+from dataorder.core.partition import EpochLayout
+from dataorder.core.permutation import MAX_DOMAIN
+from dataorder.core.state import Scalar, split_state
+from dataorder.core.topology import Topology, resolve_topology
+from dataorder.llm.compat_nemo import NemoOrder
+from dataorder.llm.orders import (
+    EpochSpec,
+    GlobalOrder,
+    IdentityOrder,
+    MegatronOrder,
+    MicroBatch,
+    ShardedOrder,
+    micro_batches,
+    plan_megatron_epoch,
+)
 
 __all__ = [
-    "DATALOADER_TYPES",
+    "MAX_SEED",
     "BaseMegatronSampler",
     "MegatronPretrainingRandomSampler",
     "MegatronPretrainingSampler",
-    "MicroBatch",
-    "create_megatron_sampler",
-    "plan_megatron_epoch",
-    "rank_sequence_offsets",
-    "shard_bounds",
 ]
 
-#: One rank's micro-batch: dataset indices, ``None`` in a padding slot.
-MicroBatch = list[int | None]
-
-#: The ``dataloader_type`` values :func:`create_megatron_sampler` accepts.
-DATALOADER_TYPES: tuple[str, ...] = ("single", "cyclic")
-
-_PAD = -1  # padding inside numpy arrays; it never leaves this module (it becomes None)
 # Positions mapped per vectorised chunk and rank: large enough that per-chunk overhead vanishes,
 # small enough that the first micro-batch of an epoch (or after a resume) costs well under 1 ms.
 _CHUNK_POSITIONS = 16384
-_STREAM = "megatron"
-_MAX_SEED = 2**64 - 1  # keeps the state small, and is what torch.manual_seed accepts
-
-_SampleMap = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
+#: The largest shuffle seed: keeps the state small, and is what ``torch.manual_seed`` accepts.
+MAX_SEED = 2**64 - 1
 
 
-# -- planning: pure functions over ints and arrays ------------------------------------------------
-def plan_megatron_epoch(
-    total_samples: int,
-    micro_batch_size: int,
-    data_parallel_size: int,
-    *,
-    drop_last: bool,
-    global_batch_size: int | None = None,
-    pad_samples_to_global_batch_size: bool = False,
-) -> EpochLayout:
-    """The global blocks of one epoch under Megatron's tail rules (see the module docstring).
-
-    Arguments are not validated here; the samplers validate them first.
-
-    Returns:
-        The :class:`~dataorder.partition.EpochLayout` with ``per_rank=micro_batch_size`` and
-        ``world=data_parallel_size``.
-    """
-    if drop_last:
-        return plan_epoch(
-            total_samples,
-            per_rank=micro_batch_size,
-            world=data_parallel_size,
-            tail="drop",
-            unit=global_batch_size,
-        )
-    return plan_epoch(
-        total_samples,
-        per_rank=micro_batch_size,
-        world=data_parallel_size,
-        tail="pad",
-        unit=global_batch_size if pad_samples_to_global_batch_size else None,
-    )
-
-
-def shard_bounds(total_samples: int, data_parallel_size: int, rank: int) -> tuple[int, int]:
-    """``[start, stop)`` of ``rank``'s contiguous shard of the dataset (``data_sharding=True``).
-
-    Shards are balanced: their sizes differ by at most one, so the smallest shard still holds
-    every micro-batch its rank reads when the tail is dropped, and the largest fits in the slots
-    its rank has when the tail is padded.
-    """
-    return rank * total_samples // data_parallel_size, (
-        (rank + 1) * total_samples // data_parallel_size
-    )
-
-
-def rank_sequence_offsets(
-    positions: npt.NDArray[np.int64], *, micro_batch_size: int, data_parallel_size: int, rank: int
-) -> npt.NDArray[np.int64]:
-    """Map ``rank``'s global positions to its own running index ``j = block * mbs + i``.
-
-    Position ``p = k * M + rank * mbs + i`` (block ``k``, slot ``i``) is the ``j``-th sample the
-    rank reads in the epoch. Sharded orders are defined per rank through ``j``.
-    """
-    block = micro_batch_size * data_parallel_size
-    return (positions // block) * micro_batch_size + (positions % block - rank * micro_batch_size)
-
-
-def _global_map(n: int, order: Permutation | None) -> _SampleMap:
-    """Position ``p`` holds ``order(p)`` (identity if ``order`` is None), padding if ``p >= n``."""
-
-    def sample(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        if positions.size and int(positions.max()) < n:
-            return positions if order is None else order(positions)
-        out = np.full(positions.shape, _PAD, dtype=np.int64)
-        real = positions < n
-        out[real] = positions[real] if order is None else order(positions[real])
-        return out
-
-    return sample
-
-
-def _sharded_map(
-    start: int, length: int, order: Permutation | None, mbs: int, dp: int, rank: int
-) -> _SampleMap:
-    """The rank's ``j``-th read is ``start + order(j)`` inside its shard, padding once past it."""
-
-    def sample(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        j = rank_sequence_offsets(positions, micro_batch_size=mbs, data_parallel_size=dp, rank=rank)
-        out = np.full(positions.shape, _PAD, dtype=np.int64)
-        real = j < length
-        if order is not None:
-            out[real] = start + order(j[real])
-        return out
-
-    return sample
-
-
-def _nemo_map(start: int, perm: npt.NDArray[np.int64], mbs: int, dp: int, rank: int) -> _SampleMap:
-    """NeMo's static shard: the rank's ``j``-th read is ``start + randperm[j]``."""
-
-    def sample(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        j = rank_sequence_offsets(positions, micro_batch_size=mbs, data_parallel_size=dp, rank=rank)
-        return start + perm[j]
-
-    return sample
-
-
-def _nemo_randperm(size: int, seed: int) -> npt.NDArray[np.int64]:
-    # torch is imported here only: the default orders never need it.
-    import torch
-
-    generator = torch.Generator()
-    generator.manual_seed(seed)
-    return torch.randperm(size, generator=generator).numpy()
-
-
-def _micro_batches(samples: npt.NDArray[np.int64]) -> list[MicroBatch]:
-    """Rows of ``samples`` as lists, with the padding sentinel replaced by ``None``."""
-    rows = samples.tolist()
-    if samples.size and int(samples.min()) < 0:
-        # Padding sits at the end of an epoch, so this slower path is rare.
-        return [row if min(row) >= 0 else [x if x >= 0 else None for x in row] for row in rows]
-    return rows  # type: ignore[no-any-return]
-
-
-# -- samplers -------------------------------------------------------------------------------------
 class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
     """Validation, layout, cursor and iteration shared by the Megatron samplers.
 
-    Subclasses say which sample each global position holds (``_sample_map``) and what configures
-    that order (``order_config``). Not instantiated directly.
+    Subclasses choose the order (:mod:`dataorder.llm.orders`): which sample each global position
+    holds. Not instantiated directly.
 
     Args:
         total_samples: Samples in the dataset, ``>= 1``.
         micro_batch_size: Samples per micro-batch on each rank, ``>= 1``.
-        data_parallel_rank: This rank, in ``[0, data_parallel_size)``.
-        data_parallel_size: Number of data-parallel ranks, ``>= 1``.
+        data_parallel_rank: This rank, in ``[0, data_parallel_size)``. None: from ``topology``,
+            ``mesh``, the process group or the environment
+            (:func:`~dataorder.core.topology.resolve_topology`).
+        data_parallel_size: Number of data-parallel ranks, ``>= 1``. None: as the rank.
         drop_last: Drop the tail that does not fill a whole block (or global batch, if
             ``global_batch_size`` is set); if False, pad it with ``None``.
         global_batch_size: The global batch size ``G``, a multiple of
@@ -260,6 +110,9 @@ class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
             ``consumed_samples % P``, where ``P`` is the number of positions per epoch. The
             position must be a multiple of ``micro_batch_size x data_parallel_size``. Which
             layouts it is exact on is NOTE [ consumed_samples ] in the module docstring.
+        mesh: A ``DeviceMesh``: rank and size are its data-parallel coordinates.
+        dp_dims: The mesh's data-parallel dims (default: the dims named ``dp``...).
+        topology: A :class:`~dataorder.core.topology.Topology` value instead of the rank and size.
 
     Raises:
         TypeError: If an argument has the wrong type (a bool where an int is meant, too).
@@ -273,22 +126,31 @@ class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
         self,
         total_samples: int,
         micro_batch_size: int,
-        data_parallel_rank: int,
-        data_parallel_size: int,
+        data_parallel_rank: int | None = None,
+        data_parallel_size: int | None = None,
         drop_last: bool = True,
         global_batch_size: int | None = None,
         pad_samples_to_global_batch_size: bool | None = False,
         *,
         consumed_samples: int = 0,
+        mesh: Any = None,
+        dp_dims: Sequence[str] | None = None,
+        topology: Topology | None = None,
     ) -> None:
         super().__init__()
         # positions are int64 and permutations work on 63-bit words: 2**62 keeps both exact
         self._n = check_int("total_samples", total_samples, min_value=1, max_value=MAX_DOMAIN)
         self._mbs = check_int("micro_batch_size", micro_batch_size, min_value=1)
-        self._dp = check_int("data_parallel_size", data_parallel_size, min_value=1)
-        self._rank = check_int(
-            "data_parallel_rank", data_parallel_rank, min_value=0, max_value=self._dp - 1
+        self._topology = resolve_topology(
+            data_parallel_size,
+            data_parallel_rank,
+            mesh=mesh,
+            dp_dims=dp_dims,
+            topology=topology,
+            names=("data_parallel_size", "data_parallel_rank"),
         )
+        self._dp = self._topology.dp_size
+        self._rank = self._topology.dp_rank
         self._drop_last = check_bool("drop_last", drop_last)
         pad = (
             False
@@ -316,6 +178,8 @@ class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
             fail("drop_last", "False when pad_samples_to_global_batch_size=True", drop_last)
         self._gbs = gbs
         self._pad = pad
+        self._spec = EpochSpec(self._n, self._mbs, self._dp, self._drop_last, gbs, pad)
+        self._order = self._choose_order()
         self._layout = plan_megatron_epoch(
             self._n,
             self._mbs,
@@ -366,6 +230,68 @@ class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
             )
         return epoch, {"consumed": consumed}
 
+    def _choose_order(self) -> MegatronOrder:
+        """The order of this sampler (chosen once, at construction)."""
+        return IdentityOrder()
+
+    @classmethod
+    def _from_config(cls, config: Mapping[str, object]) -> dict[str, Any]:
+        """Constructor keywords of this class held in a state's configuration."""
+        return {}
+
+    @classmethod
+    def from_state(
+        cls,
+        state: Mapping[str, Any],
+        *,
+        rank: int = 0,
+        dp_size: int | None = None,
+        micro_batch_size: int | None = None,
+        **_: Any,
+    ) -> BaseMegatronSampler:
+        """Rebuild the sampler that wrote ``state``, on ``rank``, positioned where it was.
+
+        Args:
+            state: A ``state_dict()`` of this class.
+            rank: The data-parallel rank to build.
+            dp_size: Another data-parallel size (an elastic resume); default: the state's.
+            micro_batch_size: Another micro-batch size; default: the state's.
+
+        Raises:
+            ValueError: If the state is not of this class, or this layout cannot continue it.
+        """
+        config, layout, _progress = split_state(state)
+        if state.get("kind") != cls.state_kind:
+            fail("state['kind']", repr(cls.state_kind), state.get("kind"))
+        sampler = cls(
+            config["total_samples"],  # type: ignore[arg-type]
+            micro_batch_size or layout["micro_batch_size"],  # type: ignore[arg-type]
+            rank,
+            dp_size or layout["data_parallel_size"],  # type: ignore[arg-type]
+            drop_last=bool(config["drop_last"]),
+            global_batch_size=config["global_batch_size"] or None,  # type: ignore[arg-type]
+            pad_samples_to_global_batch_size=bool(config["pad"]),
+            **cls._from_config(config),
+        )
+        sampler.load_state_dict(state)
+        return sampler
+
+    def describe_progress(self) -> list[tuple[str, str]]:
+        """Where the cursor is, in Megatron's terms."""
+        lay, consumed = self._layout, self._position["consumed"]
+        return [
+            (
+                "position",
+                f"{consumed} of {lay.total_positions} global positions of epoch {self._epoch}",
+            ),
+            (
+                "micro-steps",
+                f"{consumed // lay.block_size} of {lay.num_batches} done; {self.remaining} left "
+                "on every rank",
+            ),
+            ("consumed_samples", f"{self.consumed_samples} (Megatron's run-wide count)"),
+        ]
+
     def _epoch_length_varies_with_layout(self) -> bool:
         """Whether the layouts a run with this global batch size may use have epochs of different
         lengths (see NOTE [ consumed_samples ])."""
@@ -393,6 +319,11 @@ class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
     def data_parallel_size(self) -> int:
         """Number of data-parallel ranks."""
         return self._dp
+
+    @property
+    def topology(self) -> Topology:
+        """This process's data-parallel place (rank, size, replica group)."""
+        return self._topology
 
     @property
     def micro_batch_times_data_parallel_size(self) -> int:
@@ -443,12 +374,20 @@ class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
             f"consumed={self._position['consumed']})"
         )
 
-    # -- what subclasses provide ----------------------------------------------------------------
-    @abc.abstractmethod
-    def _sample_map(self, epoch: int, rank: int) -> _SampleMap:
-        """Map ``rank``'s positions (2-D int64) of ``epoch`` to samples, ``_PAD`` for padding."""
-
     # -- CursorSampler ---------------------------------------------------------------------------
+    def order_config(self) -> dict[str, Scalar]:
+        """Fields that fix the order and the end of the epoch (``order`` first, for messages)."""
+        order = self._order.config(self._spec)
+        head = {"order": order.pop("order")} if "order" in order else {}
+        return {
+            **head,
+            "total_samples": self._n,
+            "drop_last": int(self._drop_last),
+            "global_batch_size": self._gbs or 0,
+            "pad": int(self._pad),
+            **order,
+        }
+
     @property
     def dp_rank(self) -> int:
         """This sampler's data-parallel rank."""
@@ -483,8 +422,8 @@ class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
             )
 
         def make_rows(rank: int) -> Callable[[npt.NDArray[np.int64]], list[MicroBatch]]:
-            sample = self._sample_map(epoch, rank)
-            return lambda positions: _micro_batches(sample(positions))
+            sample = self._order.sample_map(self._spec, epoch, rank)
+            return lambda positions: micro_batches(sample(positions))
 
         return BlockPlan(lay, "contiguous", make_rows)
 
@@ -535,18 +474,6 @@ class MegatronPretrainingSampler(BaseMegatronSampler):
         start = self._rank * self._mbs
         return start, start + self._mbs
 
-    def order_config(self) -> dict[str, Scalar]:
-        """Fields that fix the order and the end of the epoch."""
-        return {
-            "total_samples": self._n,
-            "drop_last": int(self._drop_last),
-            "global_batch_size": self._gbs or 0,
-            "pad": int(self._pad),
-        }
-
-    def _sample_map(self, epoch: int, rank: int) -> _SampleMap:
-        return _global_map(self._n, None)
-
 
 class MegatronPretrainingRandomSampler(BaseMegatronSampler):
     """Megatron's "cyclic" sampler: a new order every epoch, keyed by ``(seed, epoch)``.
@@ -554,7 +481,7 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
     Three orders:
 
     * default: a global shuffle. Position ``p`` of epoch ``e`` holds ``pi_e(p)``, where ``pi_e``
-      is a :class:`~dataorder.permutation.Permutation` of the whole dataset keyed by
+      is a :class:`~dataorder.core.permutation.Permutation` of the whole dataset keyed by
       ``derive_key(seed, epoch=e, stream="megatron", purpose="sample-order")``. Any sample can go
       to any rank, the dropped tail is a different set of samples each epoch, memory is O(1)
       and the first micro-batch of an epoch (or of a resume) costs microseconds at any size.
@@ -619,8 +546,8 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
         self,
         total_samples: int,
         micro_batch_size: int,
-        data_parallel_rank: int,
-        data_parallel_size: int,
+        data_parallel_rank: int | None = None,
+        data_parallel_size: int | None = None,
         drop_last: bool = True,
         global_batch_size: int | None = None,
         pad_samples_to_global_batch_size: bool | None = False,
@@ -629,7 +556,15 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
         data_sharding: bool = False,
         compat: Literal["nemo"] | None = None,
         consumed_samples: int = 0,
+        mesh: Any = None,
+        dp_dims: Sequence[str] | None = None,
+        topology: Topology | None = None,
     ) -> None:
+        self._seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
+        self._data_sharding = check_bool("data_sharding", data_sharding)
+        if compat is not None and compat != "nemo":
+            fail("compat", "None or 'nemo'", compat)
+        self._compat = compat
         super().__init__(
             total_samples,
             micro_batch_size,
@@ -639,46 +574,27 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
             global_batch_size,
             pad_samples_to_global_batch_size,
             consumed_samples=consumed_samples,
+            mesh=mesh,
+            dp_dims=dp_dims,
+            topology=topology,
         )
-        self._seed = check_int("seed", seed, min_value=0, max_value=_MAX_SEED)
-        self._data_sharding = check_bool("data_sharding", data_sharding)
-        if compat is not None and compat != "nemo":
-            fail("compat", "None or 'nemo'", compat)
-        self._compat = compat
-        if compat == "nemo":
-            self._check_nemo_restrictions()
-        self._order = "nemo" if compat else "sharded" if self._data_sharding else "global"
 
-    def _check_nemo_restrictions(self) -> None:
-        block = self._mbs * self._dp
+    @classmethod
+    def _from_config(cls, config: Mapping[str, object]) -> dict[str, Any]:
+        order = config["order"]
+        return {
+            "seed": config["seed"],
+            "data_sharding": order == ShardedOrder.name,
+            "compat": "nemo" if order == NemoOrder.name else None,
+        }
+
+    def _choose_order(self) -> MegatronOrder:
+        # chosen once: the samplers never branch on the mode again
+        if self._compat == "nemo":
+            return NemoOrder(self._seed, self._spec, data_sharding=self._data_sharding)
         if self._data_sharding:
-            fail(
-                "data_sharding",
-                "False with compat='nemo' (NeMo's static shards are part of that mode)",
-                True,
-            )
-        if self._pad:
-            fail(
-                "pad_samples_to_global_batch_size",
-                "False with compat='nemo' (NeMo's random sampler cannot pad)",
-                True,
-            )
-        if not self._drop_last and block > 1:
-            fail(
-                "drop_last",
-                "True with compat='nemo' when micro_batch_size x data_parallel_size = "
-                f"{self._mbs} x {self._dp} = {block} > 1",
-                False,
-            )
-        epoch_samples = self._n // block * block
-        if self._drop_last and self._gbs is not None and epoch_samples % self._gbs:
-            fail(
-                "global_batch_size",
-                "a divisor of NeMo's epoch with compat='nemo' (total_samples // "
-                f"{block} x {block} = {epoch_samples} samples; NeMo would end each epoch with a "
-                "partial global batch), or None",
-                self._gbs,
-            )
+            return ShardedOrder(self._seed)
+        return GlobalOrder(self._seed)
 
     @property
     def seed(self) -> int:
@@ -694,106 +610,3 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
     def compat(self) -> str | None:
         """``"nemo"`` in NeMo compatibility mode, else None."""
         return self._compat
-
-    def order_config(self) -> dict[str, Scalar]:
-        """Fields that fix the order and the end of the epoch (``order`` first, for messages)."""
-        fixed_layout = self._order != "global"
-        return {
-            "order": self._order,
-            "total_samples": self._n,
-            "drop_last": int(self._drop_last),
-            "global_batch_size": self._gbs or 0,
-            "pad": int(self._pad),
-            "seed": self._seed,
-            "data_parallel_size": self._dp if fixed_layout else 0,
-            "micro_batch_size": self._mbs if self._order == "nemo" else 0,
-            "permutation_version": 0 if self._order == "nemo" else PERMUTATION_VERSION,
-            "key_version": 0 if self._order == "nemo" else KEY_DERIVATION_VERSION,
-        }
-
-    def _sample_map(self, epoch: int, rank: int) -> _SampleMap:
-        if self._order == "global":
-            key = derive_key(self._seed, epoch=epoch, stream=_STREAM, purpose="sample-order")
-            return _global_map(self._n, Permutation(self._n, key))
-        if self._order == "sharded":
-            start, stop = shard_bounds(self._n, self._dp, rank)
-            order = None
-            if stop > start:
-                key = derive_key(
-                    self._seed,
-                    epoch=epoch,
-                    stream=_STREAM,
-                    purpose="shard-order",
-                    extra=(self._dp, rank),
-                )
-                order = Permutation(stop - start, key)
-            return _sharded_map(start, stop - start, order, self._mbs, self._dp, rank)
-        if self._seed + epoch > _MAX_SEED:
-            raise ValueError(
-                "compat='nemo' seeds torch with seed + epoch, which must be below 2**64; got "
-                f"seed={self._seed}, epoch={epoch}"
-            )
-        shard = self._n // (self._mbs * self._dp) * self._mbs
-        perm = _nemo_randperm(shard, self._seed + epoch)
-        return _nemo_map(rank * shard, perm, self._mbs, self._dp, rank)
-
-
-def create_megatron_sampler(
-    dataset_len: int,
-    micro_batch_size: int,
-    global_batch_size: int | None,
-    dataloader_type: Literal["single", "cyclic"] = "single",
-    drop_last: bool = True,
-    pad_samples_to_global_batch_size: bool = False,
-    rank: int = 0,
-    world_size: int = 1,
-    seed: int = 0,
-) -> BaseMegatronSampler:
-    """Build a Megatron micro-batch sampler for one data-parallel rank (NeMo's factory).
-
-    Unlike NeMo's factory, ``global_batch_size``, padding and ``seed`` reach the "cyclic"
-    sampler too.
-
-    Args:
-        dataset_len: Samples in the dataset.
-        micro_batch_size: Samples per micro-batch on each rank.
-        global_batch_size: ``micro_batch_size x world_size x gradient accumulation``, or None.
-        dataloader_type: ``"single"`` (:class:`MegatronPretrainingSampler`) or ``"cyclic"``
-            (:class:`MegatronPretrainingRandomSampler`, default global shuffle).
-        drop_last: See :class:`BaseMegatronSampler`.
-        pad_samples_to_global_batch_size: See :class:`BaseMegatronSampler`.
-        rank: This process's data-parallel rank.
-        world_size: The data-parallel size.
-        seed: The shuffle seed of "cyclic". "single" has no randomness: its order does not
-            depend on the seed (it is still validated).
-
-    Returns:
-        The sampler.
-
-    Raises:
-        ValueError: If ``dataloader_type`` is not ``'single'`` or ``'cyclic'``, or an argument
-            is out of range.
-        TypeError: If an argument has the wrong type.
-    """
-    check_choice("dataloader_type", dataloader_type, DATALOADER_TYPES)
-    seed = check_int("seed", seed, min_value=0, max_value=_MAX_SEED)
-    if dataloader_type == "single":
-        return MegatronPretrainingSampler(
-            dataset_len,
-            micro_batch_size,
-            data_parallel_rank=rank,
-            data_parallel_size=world_size,
-            drop_last=drop_last,
-            global_batch_size=global_batch_size,
-            pad_samples_to_global_batch_size=pad_samples_to_global_batch_size,
-        )
-    return MegatronPretrainingRandomSampler(
-        dataset_len,
-        micro_batch_size,
-        data_parallel_rank=rank,
-        data_parallel_size=world_size,
-        drop_last=drop_last,
-        global_batch_size=global_batch_size,
-        pad_samples_to_global_batch_size=pad_samples_to_global_batch_size,
-        seed=seed,
-    )

@@ -1,9 +1,9 @@
-"""Multi-resolution datasets: which samples share a bucket, held as compact arrays.
+"""Which samples share a bucket, held as compact arrays. No torch here.
 
 A bucket is one training shape: a ``(width, height)`` resolution and an aspect name. Every sample
-belongs to exactly one bucket, and the bucket sampler (:mod:`dataorder.bucket_sampler`) only
-needs, per bucket, its size, its resolution and the dataset indices it holds. Those live in a
-:class:`BucketTable`, a CSR layout of two int64 arrays whatever the dataset size:
+belongs to exactly one bucket, and the bucket sampler (:mod:`dataorder.diffusion.bucket_sampler`)
+only needs, per bucket, its size, its resolution and the dataset indices it holds. Those live in
+a :class:`BucketTable`, a CSR layout of two int64 arrays whatever the dataset size:
 
 * ``indices`` (shape ``(N,)``): every dataset index, grouped by bucket, in dataset order inside a
   bucket;
@@ -11,19 +11,16 @@ needs, per bucket, its size, its resolution and the dataset indices it holds. Th
 
 Buckets are sorted by pixel count ascending, ties in order of first appearance in the dataset
 (NeMo Automodel's ``sorted_bucket_keys``). Ten million samples cost 80 MB here; NeMo's dict of
-Python lists of indices costs about 360 MB (a pointer and an int object per sample).
-
-:class:`BaseMultiresolutionDataset` reads NeMo Automodel's preprocessed cache (``metadata.json``
-listing JSON shards of per-sample items) with NeMo's grouping rules, or is built from arrays of
-image sizes, from bucket ids, or from a scan manifest (:mod:`dataorder.scan`).
+Python lists of indices costs about 360 MB (a pointer and an int object per sample). The
+multi-resolution dataset (:mod:`dataorder.diffusion.multires`) builds its table with the
+functions here.
 
 Example:
-    >>> from dataorder.multires import BaseMultiresolutionDataset
-    >>> ds = BaseMultiresolutionDataset.from_bucket_ids(
-    ...     [1, 1, 0, 1, 0], resolutions=[(256, 256), (320, 192)])
-    >>> ds.sorted_bucket_keys  # 320x192 has fewer pixels, so it comes first
+    >>> from dataorder.diffusion.table import table_from_ids
+    >>> table, _ = table_from_ids([1, 1, 0, 1, 0], [(256, 256), (320, 192)])
+    >>> [table.key(j) for j in range(table.num_buckets)]  # 320x192 has fewer pixels: first
     [('wide', (320, 192)), ('square', (256, 256))]
-    >>> ds.bucket_table.bucket_indices(0).tolist(), ds.bucket_table.bucket_indices(1).tolist()
+    >>> table.bucket_indices(0).tolist(), table.bucket_indices(1).tolist()
     ([0, 1, 3], [2, 4])
 """
 
@@ -36,25 +33,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from torch.utils.data import Dataset
 
-from dataorder._validate import check_int, fail
-
-if TYPE_CHECKING:
-    from dataorder.scan import Manifest
+from dataorder._validate import check_int
 
 __all__ = [
     "ASPECT_SQUARE_MAX",
     "ASPECT_TALL_BELOW",
-    "BaseMultiresolutionDataset",
     "BucketTable",
+    "IntArray",
+    "as_int_array",
     "aspect_name",
+    "bucket_arrays",
     "group_by_bucket",
     "load_nemo_cache",
+    "narrow",
+    "table_from_ids",
+    "table_from_items",
 ]
 
 #: Aspect ratios (w / h) below this are "tall" (NeMo Automodel's threshold).
@@ -74,7 +72,7 @@ def aspect_name(aspect_ratio: float) -> str:
     return "square"
 
 
-def _as_int_array(name: str, values: object, ndim: int) -> IntArray:
+def as_int_array(name: str, values: object, ndim: int) -> IntArray:
     arr = np.asarray(values)
     if arr.size == 0 and arr.dtype == np.float64:  # np.asarray([]) is float
         arr = arr.astype(np.int64)
@@ -105,8 +103,8 @@ def group_by_bucket(
         TypeError: If an argument is not an int array.
         ValueError: If a bucket id is outside ``[0, K)``.
     """
-    ids = _as_int_array("bucket_ids", bucket_ids, 1)
-    pix = _as_int_array("pixels", pixels, 1)
+    ids = as_int_array("bucket_ids", bucket_ids, 1)
+    pix = as_int_array("pixels", pixels, 1)
     k = pix.size
     if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= k):
         raise ValueError(
@@ -250,12 +248,12 @@ class BucketTable:
         return h.hexdigest()
 
 
-def _table_from_ids(
+def table_from_ids(
     bucket_ids: npt.ArrayLike,
     resolutions: npt.ArrayLike,
     aspect_ratios: npt.ArrayLike | None,
 ) -> tuple[BucketTable, IntArray]:
-    res = _as_int_array("resolutions", resolutions, 2)
+    res = as_int_array("resolutions", resolutions, 2)
     if res.shape[1:] != (2,):
         raise ValueError(f"resolutions must have shape (K, 2); got {res.shape}")
     if res.size and int(res.min()) <= 0:
@@ -311,7 +309,7 @@ def load_nemo_cache(cache_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return items
 
 
-def _table_from_items(items: Sequence[Mapping[str, Any]]) -> BucketTable:
+def table_from_items(items: Sequence[Mapping[str, Any]]) -> BucketTable:
     """NeMo's grouping: key ``(aspect name, resolution)``; the resolution field is chosen from
     the first item (``bucket_resolution`` if present, else ``crop_resolution``)."""
     if not items:
@@ -351,240 +349,7 @@ def _table_from_items(items: Sequence[Mapping[str, Any]]) -> BucketTable:
     )
 
 
-class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
-    """A dataset of samples grouped into resolution buckets, read by the bucket sampler.
-
-    ``BaseMultiresolutionDataset(cache_dir, quantization=64)`` reads NeMo Automodel's
-    preprocessed cache and groups it exactly as NeMo does (key ``(aspect name, resolution)``,
-    buckets sorted by pixels, stable). ``__getitem__`` returns the sample's metadata dict;
-    subclasses load tensors from it. Other sources: :meth:`from_sizes`, :meth:`from_bucket_ids`
-    and :meth:`from_manifest`.
-
-    Args:
-        cache_dir: Directory with ``metadata.json`` (``{"shards": [...]}``) and the shards.
-        quantization: Quantization of the :attr:`calculator` used for dynamic batch sizes.
-
-    Attributes:
-        bucket_table: The :class:`BucketTable` (what the sampler reads).
-        calculator: A ``dataorder.buckets.MultiTierBucketCalculator`` for dynamic batch sizes.
-        metadata: The cache's items (``None`` for array-built datasets).
-        widths: Shape ``(N,)``, image widths (``from_sizes``, ``from_manifest``), else ``None``.
-        heights: Shape ``(N,)``, image heights, likewise.
-        paths: Image paths (``from_manifest``), else ``None``.
-        cache_dir: The cache directory, or ``None``.
-
-    Raises:
-        FileNotFoundError: If the cache is missing.
-        ValueError: If it is malformed or empty.
-    """
-
-    def __init__(self, cache_dir: str | os.PathLike[str], quantization: int = 64) -> None:
-        from dataorder.buckets import MultiTierBucketCalculator
-
-        quantization = check_int("quantization", quantization, min_value=1)
-        items = load_nemo_cache(cache_dir)
-        self._setup(
-            _table_from_items(items),
-            MultiTierBucketCalculator(quantization=quantization),
-            cache_dir=Path(cache_dir),
-            metadata=items,
-        )
-
-    def _setup(
-        self,
-        table: BucketTable,
-        calculator: Any,
-        *,
-        cache_dir: Path | None = None,
-        metadata: list[dict[str, Any]] | None = None,
-        item_ids: IntArray | None = None,
-        id_to_row: IntArray | None = None,
-        widths: IntArray | None = None,
-        heights: IntArray | None = None,
-        paths: list[str] | None = None,
-    ) -> None:
-        self.bucket_table = table
-        self.calculator = calculator
-        self.cache_dir = cache_dir
-        self.metadata = metadata
-        # Per-sample arrays in the narrowest dtype that holds them: bucket ids are 2 bytes for up
-        # to 65,536 buckets, image sides 4 bytes, so 10 M samples cost 20 + 80 MB here.
-        self._item_ids = None if item_ids is None else _narrow(item_ids)
-        self._id_to_row = id_to_row
-        self.widths = None if widths is None else _narrow(widths)
-        self.heights = None if heights is None else _narrow(heights)
-        self.paths = paths
-
-    # -- alternative constructors -----------------------------------------------------------
-    @classmethod
-    def from_bucket_ids(
-        cls,
-        bucket_ids: npt.ArrayLike,
-        resolutions: npt.ArrayLike,
-        *,
-        aspect_ratios: npt.ArrayLike | None = None,
-        calculator: Any = None,
-    ) -> BaseMultiresolutionDataset:
-        """Build from samples already assigned to buckets.
-
-        Args:
-            bucket_ids: Shape ``(N,)``, ints in ``[0, K)``: the bucket of each sample.
-            resolutions: Shape ``(K, 2)``, ``(width, height)`` of each bucket id.
-            aspect_ratios: Shape ``(K,)``; default ``width / height``. Decides the aspect name.
-            calculator: For dynamic batch sizes; default ``MultiTierBucketCalculator()``.
-        """
-        from dataorder.buckets import MultiTierBucketCalculator
-
-        ids = _as_int_array("bucket_ids", bucket_ids, 1)
-        table, id_to_row = _table_from_ids(ids, resolutions, aspect_ratios)
-        obj = cls.__new__(cls)
-        obj._setup(
-            table,
-            calculator if calculator is not None else MultiTierBucketCalculator(),
-            item_ids=ids,
-            id_to_row=id_to_row,
-        )
-        return obj
-
-    @classmethod
-    def from_sizes(
-        cls, widths: npt.ArrayLike, heights: npt.ArrayLike, calculator: Any = None
-    ) -> BaseMultiresolutionDataset:
-        """Build from image sizes: each sample goes to ``calculator.assign(widths, heights)``.
-
-        Args:
-            widths: Shape ``(N,)``, positive ints.
-            heights: Shape ``(N,)``, positive ints.
-            calculator: A ``MultiTierBucketCalculator``; default ``MultiTierBucketCalculator()``.
-        """
-        from dataorder.buckets import MultiTierBucketCalculator
-
-        w = _as_int_array("widths", widths, 1)
-        h = _as_int_array("heights", heights, 1)
-        if w.shape != h.shape:
-            raise ValueError(f"widths and heights must have one shape; got {w.shape}, {h.shape}")
-        if w.size == 0:
-            fail("widths", "a non-empty array (the dataset must hold a sample)", w.tolist())
-        calc = calculator if calculator is not None else MultiTierBucketCalculator()
-        ids = np.asarray(calc.assign(w, h), dtype=np.int64)
-        buckets = calc.get_all_buckets()
-        res, ratios = _bucket_arrays(buckets)
-        table, id_to_row = _table_from_ids(ids, res, ratios)
-        obj = cls.__new__(cls)
-        obj._setup(table, calc, item_ids=ids, id_to_row=id_to_row, widths=w, heights=h)
-        return obj
-
-    @classmethod
-    def from_manifest(
-        cls, manifest: str | os.PathLike[str] | Manifest
-    ) -> BaseMultiresolutionDataset:
-        """Build from a scan manifest (a path, or a ``dataorder.scan.Manifest``).
-
-        The dataset index is the position in ``manifest.paths``; the calculator is rebuilt from
-        the manifest's recorded configuration, so dynamic batch sizes match the scan.
-        """
-        from dataorder.buckets import MultiTierBucketCalculator
-        from dataorder.scan import Manifest, read_manifest
-
-        m = manifest if isinstance(manifest, Manifest) else read_manifest(manifest)
-        res, ratios = _bucket_arrays(m.buckets)
-        ids = _as_int_array("manifest.bucket_ids", m.bucket_ids, 1)
-        table, id_to_row = _table_from_ids(ids, res, ratios)
-        obj = cls.__new__(cls)
-        obj._setup(
-            table,
-            MultiTierBucketCalculator.from_config(m.calculator),
-            item_ids=ids,
-            id_to_row=id_to_row,
-            widths=np.asarray(m.widths, dtype=np.int64),
-            heights=np.asarray(m.heights, dtype=np.int64),
-            paths=list(m.paths),
-        )
-        return obj
-
-    # -- the torch Dataset protocol -----------------------------------------------------------
-    def __len__(self) -> int:
-        return self.bucket_table.num_samples
-
-    def __getitem__(self, idx: int) -> dict[str, Any]:
-        """Return sample ``idx``'s metadata: the cache item, or a dict built from the arrays.
-
-        Array-built datasets give ``{"index", "bucket", "bucket_resolution", "aspect_ratio"}``
-        (``bucket`` is the row of :attr:`bucket_table`), plus ``width``/``height`` and ``path``
-        when known.
-        """
-        idx = check_int("idx", idx, min_value=0, max_value=len(self) - 1)
-        if self.metadata is not None:
-            return self.metadata[idx]
-        ids, id_to_row = self._item_ids, self._id_to_row
-        if ids is None or id_to_row is None:  # pragma: no cover - _setup sets one or the other
-            raise RuntimeError("dataset built without metadata or bucket ids")
-        row = int(id_to_row[ids[idx]])
-        w, h = self.bucket_table.resolutions[row].tolist()
-        item: dict[str, Any] = {
-            "index": idx,
-            "bucket": row,
-            "bucket_resolution": (w, h),
-            "aspect_ratio": float(self.bucket_table.aspect_ratios[row]),
-        }
-        if self.widths is not None and self.heights is not None:
-            item["width"], item["height"] = int(self.widths[idx]), int(self.heights[idx])
-        if self.paths is not None:
-            item["path"] = self.paths[idx]
-        return item
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held in the dataset's numpy arrays (the bucket table and per-sample arrays)."""
-        t = self.bucket_table
-        arrays: list[npt.NDArray[Any] | None] = [t.indices, t.offsets, t.resolutions]
-        arrays += [t.aspect_ratios, self._item_ids, self._id_to_row, self.widths, self.heights]
-        return sum(a.nbytes for a in arrays if a is not None)
-
-    # -- NeMo Automodel's attribute names -------------------------------------------------------
-    @property
-    def sorted_bucket_keys(self) -> list[tuple[str, tuple[int, int]]]:
-        """Bucket keys ``(aspect_name, (width, height))`` in sorted order (NeMo's name)."""
-        t = self.bucket_table
-        return [t.key(j) for j in range(t.num_buckets)]
-
-    @cached_property
-    def bucket_groups(self) -> dict[tuple[str, tuple[int, int]], dict[str, Any]]:
-        """NeMo's dict of buckets with Python lists of indices, built on first access.
-
-        For code written against NeMo only: it costs O(N) Python objects. The sampler reads
-        :attr:`bucket_table` instead.
-        """
-        t = self.bucket_table
-        out: dict[tuple[str, tuple[int, int]], dict[str, Any]] = {}
-        for j in range(t.num_buckets):
-            name, res = t.key(j)
-            out[(name, res)] = {
-                "indices": t.bucket_indices(j).tolist(),
-                "aspect_name": name,
-                "aspect_ratio": float(t.aspect_ratios[j]),
-                "resolution": res,
-                "pixels": res[0] * res[1],
-            }
-        return out
-
-    def get_bucket_info(self) -> dict[str, Any]:
-        """``{"total_buckets": B, "buckets": {"wide/320x192": size, ...}}`` (NeMo's summary)."""
-        t = self.bucket_table
-        return {
-            "total_buckets": t.num_buckets,
-            "buckets": {
-                f"{t.aspect_names[j]}/{w}x{h}": int(t.sizes[j])
-                for j, (w, h) in enumerate(t.resolutions.tolist())
-            },
-        }
-
-    def __repr__(self) -> str:
-        t = self.bucket_table
-        return f"{type(self).__name__}(samples={t.num_samples}, buckets={t.num_buckets})"
-
-
-def _narrow(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+def narrow(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """``values`` (non-negative ints) as uint16 or uint32 if they fit, else int64."""
     if values.size and int(values.min()) >= 0:
         top = int(values.max())
@@ -594,7 +359,7 @@ def _narrow(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return values.astype(np.int64, copy=False)
 
 
-def _bucket_arrays(
+def bucket_arrays(
     buckets: Sequence[Mapping[str, Any]],
 ) -> tuple[IntArray, npt.NDArray[np.float64]]:
     """Resolutions ``(K, 2)`` and aspect ratios ``(K,)`` of calculator bucket dicts, by id."""

@@ -1,0 +1,354 @@
+"""Planning a bucket sampler's epoch: which bucket each step reads, and how each bucket is cut.
+
+An epoch is a sequence of *runs*. A run is a stretch of one bucket's stream of positions: bucket
+``j`` with ``n_j`` samples is a stream ``0, 1, 2, ...`` whose position ``p`` holds the bucket's
+sample at place ``p mod n_j`` of its within-bucket order (positions past the end repeat the
+bucket's own samples, so shapes stay valid). Each run is cut into global batches of
+``b_j x R`` positions (``b_j`` the bucket's per-rank batch size, ``R`` the data-parallel size) by
+the shared partition (:func:`~dataorder.core.partition.plan_segments`), and rank ``r`` takes
+positions ``r, r + R, r + 2R, ...`` of each (strided, NeMo's layout). So at every step every rank
+reads the same bucket with the same batch size, and all ranks have the same number of steps.
+
+The *sequential* order has one run per bucket (the whole bucket), in a keyed or sorted bucket
+order. Everything here is a pure function of the configuration, the seed and the epoch; the
+sampler (:mod:`dataorder.diffusion.bucket_sampler`) holds a cursor over it.
+
+NOTE [ Bucket order strategies ]
+    Which buckets come in which order, how each bucket is shuffled, and how a bucket's end is
+    padded are a :class:`BucketOrder` strategy chosen once when the sampler is built: the default
+    :class:`KeyedBucketOrder` (structured keys, O(1) memory, elastic) here, NeMo Automodel's
+    (``compat="nemo"``) in :mod:`dataorder.diffusion.compat_nemo`. The plan and the iteration
+    code never look at the mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from dataorder._validate import check_int
+from dataorder.core.keys import KEY_DERIVATION_VERSION, derive_key
+from dataorder.core.partition import EpochLayout, SegmentPlan, plan_segments
+from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
+from dataorder.diffusion.table import BucketTable
+
+__all__ = [
+    "BucketEpoch",
+    "BucketEpochPlan",
+    "BucketOrder",
+    "KeyedBucketOrder",
+    "Within",
+    "bucket_batch_sizes",
+    "plan_bucket_epoch",
+]
+
+IntArray = npt.NDArray[np.int64]
+
+#: A within-bucket order: places ``[0, n)`` of a bucket to places of its shuffled order.
+Within = Callable[[IntArray], IntArray]
+
+_STREAM = "sequential_bucket"
+_MAX_SEED = 2**64 - 1  # the state holds the seed: this keeps it within its 512 bytes
+
+
+def identity(local: IntArray) -> IntArray:
+    """The unshuffled within-bucket order."""
+    return local
+
+
+def bucket_batch_sizes(
+    resolutions: npt.ArrayLike,
+    *,
+    base_batch_size: int,
+    base_resolution: tuple[int, int],
+    dynamic: bool,
+    batch_size_fn: Callable[[tuple[int, int], int, tuple[int, int]], int] | None = None,
+) -> IntArray:
+    """Per-rank batch size of each bucket.
+
+    Args:
+        resolutions: Shape ``(B, 2)``, ``(width, height)`` per bucket.
+        base_batch_size: The batch size (fixed), or the one at ``base_resolution`` (dynamic).
+        base_resolution: Reference ``(width, height)`` for dynamic batch sizes.
+        dynamic: Scale the batch size with the bucket's pixels through ``batch_size_fn``.
+        batch_size_fn: ``fn(resolution, base_batch_size, base_resolution) -> int``, e.g. a
+            calculator's ``get_dynamic_batch_size``; required if ``dynamic``.
+
+    Returns:
+        Shape ``(B,)`` int64, every entry ``>= 1``.
+    """
+    res = np.asarray(resolutions, dtype=np.int64).reshape(-1, 2)
+    if not dynamic:
+        return np.full(res.shape[0], base_batch_size, dtype=np.int64)
+    if batch_size_fn is None:
+        raise TypeError("batch_size_fn is required when dynamic=True")
+    out = np.empty(res.shape[0], dtype=np.int64)
+    for j, (w, h) in enumerate(res.tolist()):
+        out[j] = check_int(
+            f"dynamic batch size of bucket {w}x{h}",
+            batch_size_fn((w, h), base_batch_size, base_resolution),
+            min_value=1,
+        )
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class BucketEpochPlan:
+    """One epoch of a bucket sampler: runs of one bucket each, every run cut into global batches.
+
+    Arrays have shape ``(S,)`` over the runs, in visiting order, except ``bucket_sizes``.
+
+    Attributes:
+        buckets: The bucket (row of the dataset's bucket table) each run reads.
+        starts: Where each run starts in its bucket's stream of positions.
+        bucket_sizes: Shape ``(B,)``: samples per bucket, by row.
+        segments: The runs' :class:`~dataorder.core.partition.SegmentPlan`: ``n`` is each run's
+            length, ``per_rank`` its bucket's batch size, ``offsets`` the steps it covers.
+    """
+
+    buckets: IntArray
+    starts: IntArray
+    bucket_sizes: IntArray
+    segments: SegmentPlan
+
+    @property
+    def dp_size(self) -> int:
+        """Number of data-parallel ranks ``R``."""
+        return self.segments.dp_size
+
+    @property
+    def num_runs(self) -> int:
+        """Number of runs ``S``."""
+        return self.segments.num_segments
+
+    @property
+    def num_steps(self) -> int:
+        """Batches every rank yields in the epoch."""
+        return self.segments.num_steps
+
+    @property
+    def samples_dropped(self) -> int:
+        """Samples no rank reads in the epoch."""
+        return self.segments.dropped
+
+    @property
+    def samples_padded(self) -> int:
+        """Padding slots (repeats of the bucket's own samples), summed over ranks."""
+        return self.segments.padded
+
+    def run_layout(self, k: int) -> EpochLayout:
+        """The :class:`~dataorder.core.partition.EpochLayout` of run ``k``."""
+        return self.segments.layout(k)
+
+    def locate(self, step: int) -> tuple[int, int]:
+        """``(run, batch in run)`` of the epoch's step ``step`` (O(log S))."""
+        return self.segments.locate(step)
+
+
+def plan_bucket_epoch(
+    order: npt.ArrayLike,
+    sizes: npt.ArrayLike,
+    batch_sizes: npt.ArrayLike,
+    *,
+    dp_size: int,
+    drop_last: bool,
+    round_to: int = 1,
+) -> BucketEpochPlan:
+    """Plan a sequential epoch: one run per bucket, in ``order``.
+
+    Args:
+        order: Shape ``(B,)``, the bucket rows in visiting order.
+        sizes: Shape ``(B,)``, samples per bucket, by bucket row.
+        batch_sizes: Shape ``(B,)``, per-rank batch size, by bucket row.
+        dp_size: Number of data-parallel ranks.
+        drop_last: Drop each bucket's end that does not fill a whole global batch; if False,
+            end it with one smaller global batch of ``ceil(t / dp_size)`` per rank.
+        round_to: Pad each bucket to a multiple of this many positions first (NeMo pads to a
+            multiple of ``dp_size``, then drops per-rank remainders).
+
+    Raises:
+        ValueError: If the arrays do not match or hold out-of-range values.
+    """
+    o = np.asarray(order, dtype=np.int64).reshape(-1)
+    n = np.asarray(sizes, dtype=np.int64).reshape(-1)
+    b = np.asarray(batch_sizes, dtype=np.int64).reshape(-1)
+    if n.shape != b.shape or o.shape != n.shape:
+        raise ValueError(
+            f"order, sizes and batch_sizes must have one shape; got {o.shape}, {n.shape}, {b.shape}"
+        )
+    if o.size and not np.array_equal(np.sort(o), np.arange(o.size)):
+        raise ValueError(f"order must be a permutation of the bucket rows; got {o.tolist()}")
+    segments = plan_segments(
+        n[o],
+        per_rank=b[o],
+        dp_size=dp_size,
+        tail="drop" if drop_last else "shrink",
+        round_to=round_to,
+    )
+    return BucketEpochPlan(o, np.zeros_like(o), n, segments)
+
+
+class BucketOrder(Protocol):
+    """A bucket order strategy (NOTE [ Bucket order strategies ])."""
+
+    #: The ``compat=`` value it answers to.
+    name: ClassVar[str]
+    #: Whether a state may move to another number of ranks.
+    elastic: ClassVar[bool]
+    #: Largest seed the strategy accepts.
+    max_seed: ClassVar[int]
+
+    def bucket_order(self, num_buckets: int, *, seed: int, epoch: int, shuffle: bool) -> IntArray:
+        """The buckets' visiting order in ``epoch``: shape ``(B,)``, bucket rows."""
+        ...
+
+    def round_to(self, dp_size: int) -> int:
+        """Each bucket is padded to a multiple of this many positions before it is cut."""
+        ...
+
+    def within_orders(
+        self, *, seed: int, epoch: int, shuffle: bool
+    ) -> Callable[[int, BucketEpochPlan], Within]:
+        """``within(run, plan)``: the within-bucket order of the bucket that run reads."""
+        ...
+
+    def config(self, num_replicas: int) -> dict[str, int | str]:
+        """Fields the order depends on, recorded in the state's configuration."""
+        ...
+
+    def batch_size_fn(
+        self, dataset: Any
+    ) -> Callable[[tuple[int, int], int, tuple[int, int]], int] | None:
+        """The dynamic batch size rule, or None to take the dataset calculator's."""
+        ...
+
+
+class KeyedBucketOrder:
+    """dataorder's bucket order: every choice from structured keys, nothing materialised.
+
+    The bucket order is a :class:`~dataorder.core.permutation.Permutation` of ``B`` keyed by
+    ``derive_key(seed, epoch=e, stream="sequential_bucket", purpose="bucket-order")``, and
+    bucket ``j``'s order a Permutation of ``n_j`` keyed with ``purpose="within-bucket",
+    extra=(j,)``, where ``j`` is the bucket's row in the dataset's sorted bucket table. A rank
+    evaluates only its own positions, so a step costs O(batch size) whatever the number of ranks
+    or the bucket size, and memory is O(B). Bucket streams do not depend on the number of ranks,
+    so a state continues on another one (elastic).
+    """
+
+    name: ClassVar[str] = "default"
+    elastic: ClassVar[bool] = True
+    max_seed: ClassVar[int] = _MAX_SEED
+
+    def bucket_order(self, num_buckets: int, *, seed: int, epoch: int, shuffle: bool) -> IntArray:
+        ordinals = np.arange(num_buckets, dtype=np.int64)
+        if not shuffle:
+            return ordinals
+        key = derive_key(seed, epoch=epoch, stream=_STREAM, purpose="bucket-order")
+        return Permutation(num_buckets, key)(ordinals)
+
+    def round_to(self, dp_size: int) -> int:
+        return 1
+
+    def within_orders(
+        self, *, seed: int, epoch: int, shuffle: bool
+    ) -> Callable[[int, BucketEpochPlan], Within]:
+        if not shuffle:
+            return lambda k, plan: identity
+
+        def keyed(k: int, plan: BucketEpochPlan) -> Within:
+            bucket = int(plan.buckets[k])
+            key = derive_key(
+                seed, epoch=epoch, stream=_STREAM, purpose="within-bucket", extra=(bucket,)
+            )
+            return Permutation(int(plan.bucket_sizes[bucket]), key)
+
+        return keyed
+
+    def config(self, num_replicas: int) -> dict[str, int | str]:
+        return {"order_version": 100 * PERMUTATION_VERSION + KEY_DERIVATION_VERSION}
+
+    def batch_size_fn(
+        self, dataset: Any
+    ) -> Callable[[tuple[int, int], int, tuple[int, int]], int] | None:
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class BucketEpoch:
+    """The :class:`~dataorder.core.cursor.EpochPlan` of a bucket sampler: its
+    :class:`BucketEpochPlan` plus the within-bucket orders, built once per run and epoch.
+
+    Progress is ``{"bucket": run, "consumed": positions of that run all ranks have taken}``;
+    after a run's last batch it is ``{"bucket": run + 1, "consumed": 0}``. (With one run per
+    bucket, as in the sequential order, ``bucket`` is the bucket's ordinal in the epoch.)
+    """
+
+    plan: BucketEpochPlan
+    within: Callable[[int, BucketEpochPlan], Within]
+    table: BucketTable
+    _orders: dict[int, Within] = field(default_factory=dict, repr=False)
+
+    @property
+    def num_steps(self) -> int:
+        return self.plan.num_steps
+
+    @property
+    def dp_size(self) -> int:
+        return self.plan.dp_size
+
+    def step_of(self, progress: Mapping[str, int], *, strict: bool = False) -> int:
+        plan = self.plan
+        k, consumed = progress["bucket"], progress["consumed"]
+        if k > plan.num_runs or (k == plan.num_runs and consumed):
+            raise ValueError(
+                f"bucket must be an ordinal in [0, {plan.num_runs}] of the {plan.num_runs} "
+                f"runs (and consumed=0 at the end); got bucket={k}, consumed={consumed}"
+            )
+        if k == plan.num_runs:
+            return plan.num_steps
+        layout = plan.run_layout(k)
+        try:
+            return int(plan.segments.offsets[k]) + layout.step_of(consumed, strict=strict)
+        except ValueError:
+            raise ValueError(
+                f"consumed={consumed} in bucket ordinal {k} (bucket {int(plan.buckets[k])}, "
+                f"{layout.n} samples) is not a multiple of its global batch per-rank batch x "
+                f"num_replicas = {layout.per_rank} x {layout.dp_size} = {layout.block_size}"
+                + (f" up to {layout.total_positions} positions" if strict else "")
+                + ("" if strict else "; resume with a num_replicas whose global batch divides it")
+            ) from None
+
+    def progress_at(self, step: int) -> dict[str, int]:
+        k, b = self.plan.locate(step)
+        if k >= self.plan.num_runs:
+            return {"bucket": k, "consumed": 0}
+        return {"bucket": k, "consumed": b * self.plan.run_layout(k).block_size}
+
+    def _order(self, k: int) -> Within:
+        order = self._orders.get(k)
+        if order is None:
+            order = self._orders[k] = self.within(k, self.plan)
+        return order
+
+    def batches(self, rank: int, start: int, stop: int) -> list[list[int]]:
+        plan, indices, offsets = self.plan, self.table.indices, self.table.offsets
+        out: list[list[int]] = []
+        step = start
+        while step < stop:
+            k, b = plan.locate(step)
+            layout = plan.run_layout(k)
+            end = min(stop - step, layout.num_batches - b) + b
+            bucket = int(plan.buckets[k])
+            n = int(plan.bucket_sizes[bucket])
+            first, base = int(plan.starts[k]), int(offsets[bucket])
+            within = self._order(k)
+            for positions in layout.rank_positions(rank=rank, split="strided", start=b, stop=end):
+                # a position past the bucket's end repeats the bucket's own place p mod n
+                places = within(((first + positions) % n).ravel()).reshape(positions.shape)
+                out += indices[base + places].tolist()
+            step += end - b
+        return out

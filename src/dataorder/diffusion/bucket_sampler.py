@@ -1,0 +1,547 @@
+"""The diffusion bucket sampler: one bucket at a time, every rank in lock-step, exact O(1) resume.
+
+:class:`SequentialBucketSampler` is a drop-in for NeMo Automodel's sampler of the same name, used
+as ``DataLoader(dataset, batch_sampler=sampler)`` over a
+:class:`~dataorder.diffusion.multires.BaseMultiresolutionDataset`. Each item it yields is one
+rank's batch: dataset indices that all share one bucket (one resolution).
+
+How an epoch is laid out is :mod:`dataorder.diffusion.bucket_plan`: the buckets one after
+another, each a stream of positions cut into global batches of ``b_j x R`` (``b_j`` the bucket's
+per-rank batch size, ``R`` the number of data-parallel ranks), rank ``r`` reading positions
+``r, r + R, ...`` of each. So at every step every rank reads the same bucket with the same batch
+size, and all ranks have the same number of steps, by construction. The end of each bucket is
+decided for the whole job:
+
+* ``drop_last=True``: only whole global batches of real samples; the rest of the bucket is
+  dropped. A bucket smaller than one global batch gives no batch at all (a warning says how many
+  buckets and samples that is).
+* ``drop_last=False``: whole global batches, then one smaller global batch of ``ceil(t / R)``
+  per rank for the ``t`` samples left; its fewer than ``R`` padding positions repeat the
+  bucket's own samples (so shapes stay valid). Every sample is read each epoch.
+
+Resume. The cursor is ``(epoch, bucket, consumed)``: the ordinal of the current bucket in this
+epoch's order and the positions of it that all ranks together have taken. Loading a state sets
+the cursor; nothing is replayed. The bucket streams do not depend on ``R``, so in the default
+mode a state saved on 8 ranks continues on 4 (or any ``R'`` with ``b_j x R'`` dividing
+``consumed``); ``compat="nemo"`` (:mod:`dataorder.diffusion.compat_nemo`) records
+``num_replicas`` and refuses another one, as its padding and drop rule depend on it. Epochs,
+``len()`` and checkpoints follow the loop contract of :mod:`dataorder.core.cursor`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import numpy.typing as npt
+from torch.utils.data import Sampler
+
+from dataorder._validate import check_bool, check_choice, check_int, fail
+from dataorder.core.cursor import CursorBatchSampler
+from dataorder.core.state import Scalar, split_state
+from dataorder.core.topology import Topology, resolve_topology
+from dataorder.diffusion.bucket_plan import (
+    BucketEpoch,
+    BucketEpochPlan,
+    BucketOrder,
+    KeyedBucketOrder,
+    bucket_batch_sizes,
+    plan_bucket_epoch,
+)
+from dataorder.diffusion.compat_nemo import NemoBucketOrder
+from dataorder.diffusion.table import BucketTable
+
+__all__ = ["COMPAT_MODES", "SequentialBucketSampler"]
+
+Compat = Literal["default", "nemo"]
+#: Values of ``compat=``.
+COMPAT_MODES: tuple[str, ...] = ("default", "nemo")
+
+IntArray = npt.NDArray[np.int64]
+
+# A rank's next batches are mapped together, up to this many positions: a vectorised
+# Permutation call has a fixed cost, so a chunk amortises it over many steps and still keeps
+# the first batch of an epoch (or of a resume) near a millisecond.
+_CHUNK_POSITIONS = 8192
+
+
+def _dataset_table(dataset: object) -> BucketTable:
+    table = getattr(dataset, "bucket_table", None)
+    if isinstance(table, BucketTable):
+        return table
+    keys = getattr(dataset, "sorted_bucket_keys", None)
+    groups = getattr(dataset, "bucket_groups", None)
+    if keys is not None and groups is not None:
+        return BucketTable.from_nemo_groups(keys, groups)
+    raise TypeError(
+        "dataset must be a BaseMultiresolutionDataset (or have NeMo's sorted_bucket_keys and "
+        f"bucket_groups); got dataset of type {type(dataset).__name__}"
+    )
+
+
+def _digest(values: IntArray) -> str:
+    return hashlib.blake2b(np.ascontiguousarray(values, "<i8").tobytes(), digest_size=8).hexdigest()
+
+
+class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]]):
+    """Batches of one bucket at a time, the same bucket and batch size on every rank at each step.
+
+    Args:
+        dataset: A :class:`~dataorder.diffusion.multires.BaseMultiresolutionDataset`, or any
+            dataset with NeMo's ``sorted_bucket_keys`` and ``bucket_groups`` (converted once).
+        base_batch_size: Per-rank batch size, or its value at ``base_resolution`` if
+            ``dynamic_batch_size``.
+        base_resolution: Reference ``(width, height)`` for dynamic batch sizes.
+        drop_last: Drop each bucket's samples that do not fill a whole global batch; if False,
+            pad each bucket's last global batch with repeats of its own samples.
+        shuffle_buckets: Visit the buckets in a new order every epoch (else fewest pixels first).
+        shuffle_within_bucket: Shuffle each bucket every epoch (else dataset order).
+        dynamic_batch_size: Per-bucket batch size from ``dataset.calculator``'s
+            ``get_dynamic_batch_size`` (NeMo's formula in ``compat="nemo"``).
+        seed: Non-negative int.
+        num_replicas: Data-parallel size; default: from ``mesh``, the process group or the
+            environment (:func:`~dataorder.core.topology.resolve_topology`).
+        rank: Data-parallel rank, in ``[0, num_replicas)``; default as ``num_replicas``.
+        compat: ``"default"`` (structured keys, elastic) or ``"nemo"`` (NeMo Automodel's exact
+            batches; :mod:`dataorder.diffusion.compat_nemo`).
+        mesh: A ``DeviceMesh``: rank and size are the data-parallel group's, not the world's.
+        dp_dims: The mesh's data-parallel dims (default: the dims named ``dp``...).
+        topology: A :class:`~dataorder.core.topology.Topology` value instead of ``rank`` and
+            ``num_replicas`` (or ``mesh``).
+
+    Worked example: samples 0-4 are 256x256 and 5-7 are 320x192, ``base_batch_size=2``, two
+    ranks, no shuffling (the 320x192 bucket has fewer pixels, so it comes first)::
+
+        drop_last=False: rank 0: [5, 7], [0, 2], [4]    rank 1: [6, 5], [1, 3], [0]
+        drop_last=True:  rank 0: [0, 2]                 rank 1: [1, 3]
+
+    With ``drop_last=False`` the 3-sample bucket fills one global batch of 2 x 2 with one
+    padding slot (position 3 repeats sample 5), and the 5-sample bucket ends with a global batch
+    of 1 per rank whose second slot repeats sample 0: ``samples_padded == 2``. With
+    ``drop_last=True`` the 320x192 bucket is smaller than one global batch and is dropped whole
+    (with a warning), as is sample 4: ``samples_dropped == 4``.
+
+    >>> from dataorder.diffusion.multires import BaseMultiresolutionDataset
+    >>> ds = BaseMultiresolutionDataset.from_bucket_ids(
+    ...     [0, 0, 0, 0, 0, 1, 1, 1], resolutions=[(256, 256), (320, 192)])
+    >>> s = SequentialBucketSampler(ds, base_batch_size=2, drop_last=False,
+    ...     shuffle_buckets=False, shuffle_within_bucket=False, num_replicas=2, rank=1)
+    >>> list(s), s.samples_padded
+    ([[6, 5], [1, 3], [0]], 2)
+    >>> s.epoch, s.progress, len(s)  # the pass ran out: epoch 0, at its end; len() is an epoch
+    (0, {'bucket': 2, 'consumed': 0}, 3)
+    >>> s.get_batch_info(2, epoch=0)  # doctest: +NORMALIZE_WHITESPACE
+    {'epoch': 0, 'bucket': 1, 'ordinal': 1, 'batch_in_bucket': 1,
+     'bucket_key': ('square', (256, 256)), 'resolution': (256, 256), 'aspect_name': 'square',
+     'batch_size': 1, 'bucket_batch_size': 2, 'global_batch_size': 2, 'padding': 1,
+     'padding_global': 1}
+
+    Checkpoint schema (after the first batch of epoch 0; bools are 0/1; ``config.dataset`` hashes
+    the buckets and the samples each holds, ``config.batch_sizes`` the per-bucket batch sizes;
+    ``bucket`` is the ordinal in the epoch's bucket order and ``consumed`` the positions of that
+    bucket all ranks have taken; ``layout.num_replicas`` is informational in the default mode):
+
+    >>> s = SequentialBucketSampler(ds, base_batch_size=2, drop_last=False,
+    ...     shuffle_buckets=False, shuffle_within_bucket=False, num_replicas=2, rank=0)
+    >>> _ = next(iter(s))
+    >>> s.state_dict()  # doctest: +NORMALIZE_WHITESPACE
+    {'format': 'dataorder.state', 'version': 1, 'kind': 'sequential_bucket',
+     'fingerprint': 'd49e04d19aab0340', 'epoch': 0, 'bucket': 1, 'consumed': 0,
+     'config.compat': 'default', 'config.seed': 42, 'config.base_batch_size': 2,
+     'config.drop_last': 0, 'config.shuffle_buckets': 0, 'config.shuffle_within_bucket': 0,
+     'config.dynamic_batch_size': 0, 'config.dataset': 'a0736331508c8615',
+     'config.batch_sizes': '79c6c4115855f363',
+     'config.order_version': 101, 'layout.num_replicas': 2}
+
+    Raises:
+        TypeError: If an argument has the wrong type (a bool where an int is meant, too).
+        ValueError: If an argument is out of range (rank outside ``[0, num_replicas)``, a batch
+            size ``<= 0``), the dataset is empty, or ``drop_last=True`` leaves no batch at all.
+    """
+
+    state_kind: ClassVar[str] = "sequential_bucket"
+    progress_keys: ClassVar[tuple[str, ...]] = ("bucket", "consumed")
+
+    def __init__(
+        self,
+        dataset: Any,
+        base_batch_size: int = 32,
+        base_resolution: tuple[int, int] = (512, 512),
+        drop_last: bool = True,
+        shuffle_buckets: bool = True,
+        shuffle_within_bucket: bool = True,
+        dynamic_batch_size: bool = False,
+        seed: int = 42,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        *,
+        compat: Compat = "default",
+        mesh: Any = None,
+        dp_dims: Sequence[str] | None = None,
+        topology: Topology | None = None,
+    ) -> None:
+        CursorBatchSampler.__init__(self)
+        self._compat: Compat = check_choice("compat", compat, COMPAT_MODES)  # type: ignore[assignment]
+        self._base_batch_size = check_int("base_batch_size", base_batch_size, min_value=1)
+        self._base_resolution = _check_resolution(base_resolution)
+        self._drop_last = check_bool("drop_last", drop_last)
+        self._shuffle_buckets = check_bool("shuffle_buckets", shuffle_buckets)
+        self._shuffle_within = check_bool("shuffle_within_bucket", shuffle_within_bucket)
+        self._dynamic = check_bool("dynamic_batch_size", dynamic_batch_size)
+        # NOTE [ Bucket order strategies ]: chosen once, here
+        self._order: BucketOrder = (
+            NemoBucketOrder(self._shuffle_buckets) if self._compat == "nemo" else KeyedBucketOrder()
+        )
+        # capped in every mode: a larger seed would push the state past its 512-byte budget
+        self._seed = check_int("seed", seed, min_value=0, max_value=self._order.max_seed)
+        self._topology = resolve_topology(
+            num_replicas, rank, mesh=mesh, dp_dims=dp_dims, topology=topology
+        )
+        self._dataset = dataset
+        self._table = _dataset_table(dataset)
+        self._batch_sizes = bucket_batch_sizes(
+            self._table.resolutions,
+            base_batch_size=self._base_batch_size,
+            base_resolution=self._base_resolution,
+            dynamic=self._dynamic,
+            batch_size_fn=self._batch_size_fn() if self._dynamic else None,
+        )
+        self._batch_digest = _digest(self._batch_sizes)
+        # Batch counts, drops and pads do not depend on the order, so one plan tells them all.
+        self._check_something_to_train(self.plan(0))
+
+    # -- configuration, read-only (NeMo's attribute names) ----------------------------------------
+    @property
+    def dataset(self) -> Any:
+        """The dataset the buckets come from."""
+        return self._dataset
+
+    @property
+    def compat(self) -> Compat:
+        """``"default"`` or ``"nemo"``."""
+        return self._compat
+
+    @property
+    def elastic(self) -> bool:  # type: ignore[override]
+        """Whether a state saved on another ``num_replicas`` loads (the default mode's does)."""
+        return self._order.elastic
+
+    @property
+    def base_batch_size(self) -> int:
+        """Per-rank batch size (or its value at :attr:`base_resolution` if dynamic)."""
+        return self._base_batch_size
+
+    @property
+    def base_resolution(self) -> tuple[int, int]:
+        """Reference ``(width, height)`` of dynamic batch sizes."""
+        return self._base_resolution
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether each bucket's incomplete global batch is dropped (else padded)."""
+        return self._drop_last
+
+    @property
+    def shuffle_buckets(self) -> bool:
+        """Whether the bucket order changes every epoch."""
+        return self._shuffle_buckets
+
+    @property
+    def shuffle_within_bucket(self) -> bool:
+        """Whether each bucket is shuffled every epoch."""
+        return self._shuffle_within
+
+    @property
+    def dynamic_batch_size(self) -> bool:
+        """Whether batch sizes scale with the bucket's pixels."""
+        return self._dynamic
+
+    @property
+    def seed(self) -> int:
+        """The seed."""
+        return self._seed
+
+    @property
+    def topology(self) -> Topology:
+        """This process's data-parallel place (rank, size, replica group)."""
+        return self._topology
+
+    @property
+    def num_replicas(self) -> int:
+        """Data-parallel size ``R``."""
+        return self._topology.dp_size
+
+    @property
+    def rank(self) -> int:
+        """Data-parallel rank."""
+        return self._topology.dp_rank
+
+    @property
+    def dp_rank(self) -> int:
+        """Data-parallel rank (the same as :attr:`rank`)."""
+        return self._topology.dp_rank
+
+    def _batch_size_fn(self) -> Callable[[tuple[int, int], int, tuple[int, int]], int]:
+        fn = self._order.batch_size_fn(self.dataset)
+        if fn is not None:
+            return fn
+        calculator = getattr(self.dataset, "calculator", None)
+        fn = getattr(calculator, "get_dynamic_batch_size", None)
+        if fn is None:
+            raise TypeError(
+                "dynamic_batch_size=True needs dataset.calculator.get_dynamic_batch_size; got "
+                f"dataset.calculator={calculator!r}"
+            )
+        return fn  # type: ignore[no-any-return]
+
+    def _check_something_to_train(self, plan: BucketEpochPlan) -> None:
+        if not self.drop_last:
+            return  # every bucket yields at least its tail batch
+        empty = plan.segments.full_blocks == 0
+        if not empty.any():
+            return
+        block = (
+            f"per-rank batch x num_replicas = {self.base_batch_size} x {self.num_replicas}"
+            if not self.dynamic_batch_size
+            else f"per-rank batch (dynamic) x num_replicas = b x {self.num_replicas}"
+        )
+        if plan.num_steps == 0:
+            raise ValueError(
+                f"drop_last=True leaves nothing to train on: each of the {plan.num_runs} "
+                f"buckets holds fewer samples than one global batch ({block}; largest bucket "
+                f"{int(plan.bucket_sizes.max())} samples). Use drop_last=False, a smaller "
+                "base_batch_size or a smaller num_replicas"
+            )
+        warnings.warn(
+            f"drop_last=True removes {int(empty.sum())} of {plan.num_runs} buckets entirely "
+            f"({int(plan.segments.n[empty].sum())} of {self._table.num_samples} samples): each "
+            f"holds fewer samples than one global batch ({block}). drop_last=False keeps them, "
+            "with fewer than num_replicas repeated samples per bucket",
+            UserWarning,
+            stacklevel=3,
+        )
+
+    # -- planning ---------------------------------------------------------------------------------
+    def plan(self, epoch: int | None = None) -> BucketEpochPlan:
+        """The :class:`~dataorder.diffusion.bucket_plan.BucketEpochPlan` of ``epoch`` (default:
+        the cursor's epoch) on this layout."""
+        plan = self.epoch_plan(epoch)
+        if not isinstance(plan, BucketEpoch):  # pragma: no cover - what _make_plan builds
+            raise TypeError(f"unexpected epoch plan {plan!r}")
+        return plan.plan
+
+    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BucketEpoch:
+        dp_size = check_int("num_replicas", layout["num_replicas"], min_value=1)
+        order = self._order.bucket_order(
+            self._table.num_buckets, seed=self.seed, epoch=epoch, shuffle=self.shuffle_buckets
+        )
+        plan = plan_bucket_epoch(
+            order,
+            self._table.sizes,
+            self._batch_sizes,
+            dp_size=dp_size,
+            drop_last=self.drop_last,
+            round_to=self._order.round_to(dp_size),
+        )
+        within = self._order.within_orders(
+            seed=self.seed, epoch=epoch, shuffle=self.shuffle_within_bucket
+        )
+        return BucketEpoch(plan, within, self._table)
+
+    def _chunk_steps(self) -> int:
+        return max(1, _CHUNK_POSITIONS // int(self._batch_sizes.max()))
+
+    @property
+    def bucket_table(self) -> BucketTable:
+        """The dataset's :class:`~dataorder.diffusion.table.BucketTable`."""
+        return self._table
+
+    @property
+    def batch_sizes(self) -> IntArray:
+        """Shape ``(B,)``: per-rank batch size of each bucket, by bucket row (a copy)."""
+        out: IntArray = self._batch_sizes.copy()
+        return out
+
+    @property
+    def samples_dropped(self) -> int:
+        """Samples no rank reads in an epoch (``drop_last=True`` only), summed over ranks."""
+        return self.plan(0).samples_dropped
+
+    @property
+    def samples_padded(self) -> int:
+        """Slots per epoch that repeat a sample of their bucket, summed over ranks."""
+        return self.plan(0).samples_padded
+
+    @classmethod
+    def from_state(
+        cls,
+        state: Mapping[str, Any],
+        *,
+        dataset: Any = None,
+        rank: int = 0,
+        dp_size: int | None = None,
+        base_resolution: tuple[int, int] | None = None,
+        **_: Any,
+    ) -> SequentialBucketSampler:
+        """Rebuild the sampler that wrote ``state`` over ``dataset``, on ``rank``.
+
+        A state does not hold the dataset (only its fingerprint), so it must be passed; the
+        fingerprint then proves it is the same one.
+
+        Args:
+            state: A ``state_dict()`` of this class.
+            dataset: The dataset the state was written over.
+            rank: The data-parallel rank to build.
+            dp_size: Another ``num_replicas`` (an elastic resume); default: the state's.
+            base_resolution: The reference resolution of dynamic batch sizes (the state holds a
+                digest of the batch sizes it gave); default ``(512, 512)``.
+
+        Raises:
+            ValueError: If the dataset is missing, or the state belongs to another dataset or
+                configuration, or this layout cannot continue it.
+        """
+        config, layout, _progress = split_state(state)
+        if state.get("kind") != cls.state_kind:
+            fail("state['kind']", repr(cls.state_kind), state.get("kind"))
+        if dataset is None:
+            fail("dataset", "the dataset the state was written over (a state holds none)", None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the saving run warned about dropped buckets
+            sampler = cls(
+                dataset,
+                base_batch_size=config["base_batch_size"],  # type: ignore[arg-type]
+                base_resolution=base_resolution or (512, 512),
+                drop_last=bool(config["drop_last"]),
+                shuffle_buckets=bool(config["shuffle_buckets"]),
+                shuffle_within_bucket=bool(config["shuffle_within_bucket"]),
+                dynamic_batch_size=bool(config["dynamic_batch_size"]),
+                seed=config["seed"],  # type: ignore[arg-type]
+                num_replicas=dp_size or layout["num_replicas"],  # type: ignore[arg-type]
+                rank=rank,
+                compat=config["compat"],  # type: ignore[arg-type]
+            )
+        sampler.load_state_dict(state)
+        return sampler
+
+    def describe_progress(self) -> list[tuple[str, str]]:
+        """Where the cursor is, in buckets."""
+        plan, k = self.plan(), self._position["bucket"]
+        if k >= plan.num_runs:
+            where = f"after the last of {plan.num_runs} buckets of epoch {self._epoch}"
+        else:
+            row = int(plan.buckets[k])
+            w, h = self._table.resolutions[row].tolist()
+            where = (
+                f"bucket {k + 1} of {plan.num_runs} in epoch {self._epoch}'s order (row {row}, "
+                f"{w}x{h}, {int(plan.segments.n[k])} samples): {self._position['consumed']} "
+                "positions taken"
+            )
+        return [
+            ("position", where),
+            (
+                "batches",
+                f"{self.remaining} left on every rank, of {plan.num_steps} in a whole epoch on "
+                f"{self.num_replicas} ranks",
+            ),
+        ]
+
+    # -- CursorSampler ----------------------------------------------------------------------------
+    def order_config(self) -> dict[str, Scalar]:
+        """Fields that fix the order and the batches; a state must match them to load."""
+        config: dict[str, Scalar] = {
+            "compat": self.compat,
+            "seed": self.seed,
+            "base_batch_size": self.base_batch_size,
+            "drop_last": int(self.drop_last),
+            "shuffle_buckets": int(self.shuffle_buckets),
+            "shuffle_within_bucket": int(self.shuffle_within_bucket),
+            "dynamic_batch_size": int(self.dynamic_batch_size),
+            "dataset": self._table.fingerprint,
+            "batch_sizes": self._batch_digest,
+        }
+        config.update(self._order.config(self.num_replicas))
+        return config
+
+    def layout_info(self) -> dict[str, int]:
+        """``num_replicas`` (recorded, never the rank)."""
+        return {"num_replicas": self.num_replicas}
+
+    # -- inspection -------------------------------------------------------------------------------
+    def get_batch_info(self, batch_idx: int, *, epoch: int | None = None) -> dict[str, Any]:
+        """Describe batch ``batch_idx`` of the cursor's epoch (or ``epoch``) as it is yielded.
+
+        ``batch_idx`` counts from the start of the epoch, whatever the cursor, and the answer
+        follows the epoch's real bucket order (shuffled or not). O(log B). Name the epoch when
+        the pass may have run out: that moves the cursor to the next epoch, and a DataLoader with
+        workers runs it out while training still holds the epoch's last batches.
+
+        Returns:
+            ``{"epoch", "bucket" (row of the dataset's bucket table), "ordinal" (place in the
+            epoch's bucket order), "batch_in_bucket", "bucket_key" (NeMo's
+            ``(aspect_name, (w, h))``), "resolution", "aspect_name", "batch_size" (this batch's
+            per-rank size, the same on every rank; smaller for a bucket's last batch with
+            ``drop_last=False``), "bucket_batch_size" (the bucket's per-rank batch size, what
+            NeMo calls ``batch_size``), "global_batch_size" (this batch over all ranks),
+            "padding" (slots of this rank's batch that repeat a sample), "padding_global" (the
+            same over all ranks)}``.
+
+        Raises:
+            ValueError: If ``batch_idx`` is outside ``[0, len)`` of a whole epoch (NeMo returns
+                ``{}`` past the end and the first bucket for a negative index; both are errors
+                here, in every mode).
+        """
+        e = self._epoch if epoch is None else check_int("epoch", epoch, min_value=0)
+        plan = self.plan(e)
+        batch_idx = check_int("batch_idx", batch_idx, min_value=0, max_value=plan.num_steps - 1)
+        k, b = plan.locate(batch_idx)
+        layout = plan.run_layout(k)
+        bucket = int(plan.buckets[k])
+        per = layout.batch_size_at(b)
+        start = layout.batch_start(b)
+        # this rank's slots are start + rank + R * i, i < per; those >= n are padding
+        first_pad = max(0, -(-(layout.n - start - self.rank) // layout.dp_size))
+        name, res = self._table.key(bucket)
+        return {
+            "epoch": e,
+            "bucket": bucket,
+            "ordinal": k,
+            "batch_in_bucket": b,
+            "bucket_key": (name, res),
+            "resolution": res,
+            "aspect_name": name,
+            "batch_size": per,
+            "bucket_batch_size": layout.per_rank,
+            "global_batch_size": per * layout.dp_size,
+            "padding": max(0, per - first_pad),
+            "padding_global": min(
+                per * layout.dp_size, max(0, start + per * layout.dp_size - layout.n)
+            ),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"SequentialBucketSampler(buckets={self._table.num_buckets}, "
+            f"samples={self._table.num_samples}, base_batch_size={self.base_batch_size}, "
+            f"drop_last={self.drop_last}, shuffle_buckets={self.shuffle_buckets}, "
+            f"shuffle_within_bucket={self.shuffle_within_bucket}, "
+            f"dynamic_batch_size={self.dynamic_batch_size}, seed={self.seed}, "
+            f"rank={self.rank}, num_replicas={self.num_replicas}, compat={self.compat!r}; "
+            f"epoch={self._epoch}, bucket={self._position['bucket']}, "
+            f"consumed={self._position['consumed']})"
+        )
+
+
+def _check_resolution(value: object) -> tuple[int, int]:
+    what = "a (width, height) pair of positive ints"
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        fail("base_resolution", what, value, TypeError)
+    w, h = value
+    for v in (w, h):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            fail("base_resolution", what, value, TypeError)
+        if v <= 0:
+            fail("base_resolution", what, value)
+    return int(w), int(h)

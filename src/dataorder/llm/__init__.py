@@ -1,0 +1,1 @@
+"""LLM pretraining: Megatron-style micro-batch samplers, batch-size schedules and mixtures."""

@@ -1,0 +1,255 @@
+"""The demo's configuration, shipped data and report: what the parent and every process share.
+
+See :mod:`dataorder.tools.demo` for what the demo does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dataorder._validate import check_int, fail
+
+__all__ = [
+    "BUGS",
+    "CHECKS",
+    "SAMPLERS",
+    "DemoConfig",
+    "DemoError",
+    "DemoReport",
+    "MeshShape",
+    "SamplerResult",
+    "load_image_sizes",
+    "load_tokens",
+]
+
+#: The samplers the demo trains with, in report order.
+SAMPLERS: tuple[str, ...] = ("megatron-single", "megatron-cyclic", "buckets", "distributed")
+#: Mistakes :class:`DemoConfig` can make on purpose (``inject_bug``), to show the checks fail.
+BUGS: tuple[str, ...] = ("global-world", "no-resume")
+
+_MESH_DIMS = ("dp", "tp", "cp")
+_VOCAB = 64  # tokens.npy holds ids below this (see data/generate.py)
+_LATENT_CHANNELS = 4
+_LATENT_DOWNSCALE = 64  # a bucket of w x h pixels gives a latent of (w / 64) x (h / 64)
+_LEARNING_RATE = 0.5
+# Imported once by the forkserver, so that no worker process imports them again (a missing one is
+# skipped by multiprocessing and imported by the worker that needs it).
+_PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "torch.distributed.device_mesh",
+    "torchdata.stateful_dataloader",
+    "dataorder.tools.demo_job",
+    "dataorder.llm.megatron",
+    "dataorder.parallel.distributed",
+    "dataorder.diffusion.bucket_sampler",
+    "dataorder.diffusion.buckets",
+    "dataorder.diffusion.multires",
+    "dataorder.parallel.verify",
+)
+
+
+class DemoError(RuntimeError):
+    """The demo could not run to the end (a process failed or timed out)."""
+
+
+@dataclass(frozen=True)
+class MeshShape:
+    """A ``(dp, tp, cp)`` device mesh shape; the job has ``dp * tp * cp`` processes."""
+
+    dp: int
+    tp: int
+    cp: int
+
+    def __post_init__(self) -> None:
+        for name in _MESH_DIMS:
+            check_int(name, getattr(self, name), min_value=1)
+
+    @classmethod
+    def parse(cls, text: str, *, name: str = "mesh") -> MeshShape:
+        """Parse ``"2,2,2"`` (dp, tp, cp).
+
+        Raises:
+            ValueError: If ``text`` is not three positive ints separated by commas.
+        """
+        parts = text.replace("x", ",").split(",")
+        try:
+            values = [int(p) for p in parts]
+        except ValueError:
+            values = []
+        if len(values) != 3 or min(values) < 1:
+            fail(name, "three positive ints dp,tp,cp such as 2,2,2", text)
+        return cls(*values)
+
+    @property
+    def world(self) -> int:
+        """Number of processes."""
+        return self.dp * self.tp * self.cp
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(dp, tp, cp)``."""
+        return (self.dp, self.tp, self.cp)
+
+    def __str__(self) -> str:
+        return f"dp={self.dp} tp={self.tp} cp={self.cp}"
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """What the demo runs.
+
+    Attributes:
+        first_mesh: Mesh of the phase before the restart.
+        mesh: Mesh of the phase after it (another data-parallel size, to show an elastic resume).
+        micro_batch_size: Samples per rank and micro-batch, for every sampler.
+        seed: The seed of every sampler and of the model initialisation.
+        timeout: Seconds each phase may take before its processes are killed.
+        samplers: Which samplers to train with (a subset of :data:`SAMPLERS`).
+        inject_bug: None, or a classic mistake to make on purpose, to see the checks fail
+            (:data:`BUGS`): ``"global-world"`` builds every sampler with the global rank and
+            world size instead of the data-parallel ones (TP/CP peers then read different
+            data); ``"no-resume"`` restarts without loading the checkpoint (the first half of
+            the epoch is read twice).
+    """
+
+    first_mesh: MeshShape = field(default_factory=lambda: MeshShape(4, 2, 1))
+    mesh: MeshShape = field(default_factory=lambda: MeshShape(2, 2, 2))
+    micro_batch_size: int = 4
+    seed: int = 1234
+    timeout: float = 120.0
+    samplers: tuple[str, ...] = SAMPLERS
+    inject_bug: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("first_mesh", "mesh"):
+            if not isinstance(getattr(self, name), MeshShape):
+                fail(name, "a MeshShape", getattr(self, name), TypeError)
+        check_int("micro_batch_size", self.micro_batch_size, min_value=1)
+        check_int("seed", self.seed, min_value=0)
+        if isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float):
+            fail("timeout", "a positive number of seconds", self.timeout, TypeError)
+        if not self.timeout > 0:
+            fail("timeout", "a positive number of seconds", self.timeout)
+        unknown = [s for s in self.samplers if s not in SAMPLERS]
+        if unknown or not self.samplers or len(set(self.samplers)) != len(self.samplers):
+            fail("samplers", "distinct names among " + ", ".join(SAMPLERS), self.samplers)
+        if self.inject_bug is not None and self.inject_bug not in BUGS:
+            fail("inject_bug", "None or one of " + ", ".join(BUGS), self.inject_bug)
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per optimizer step in both phases: ``micro_batch_size x lcm(dp before, after)``.
+
+        The phase with fewer data-parallel ranks accumulates gradients over more micro-batches.
+        """
+        return self.micro_batch_size * math.lcm(self.first_mesh.dp, self.mesh.dp)
+
+    def accumulation(self, mesh: MeshShape) -> int:
+        """Micro-batches per optimizer step on ``mesh``."""
+        return self.global_batch_size // (self.micro_batch_size * mesh.dp)
+
+
+# -- the shipped data -----------------------------------------------------------------------------
+def _data_file(name: str) -> Any:
+    return resources.files("dataorder").joinpath("data").joinpath(name)
+
+
+def load_tokens() -> npt.NDArray[np.uint8]:
+    """The shipped token dataset: ``uint8`` array ``(samples, sequence length)``."""
+    with _data_file("tokens.npy").open("rb") as f:
+        tokens: npt.NDArray[np.uint8] = np.load(f, allow_pickle=False)
+    return tokens
+
+
+def load_image_sizes() -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The shipped image sizes: ``(widths, heights)``, each int64 of shape ``(N,)``."""
+    text = _data_file("image_sizes.csv").read_text(encoding="ascii")
+    rows = np.array(
+        [[int(v) for v in line.split(",")] for line in text.splitlines()[1:] if line],
+        dtype=np.int64,
+    )
+    return rows[:, 0].copy(), rows[:, 1].copy()
+
+
+# -- results --------------------------------------------------------------------------------------
+@dataclass
+class SamplerResult:
+    """What one sampler did over both phases, and the verdict of every check.
+
+    Attributes:
+        name: One of :data:`SAMPLERS`.
+        steps: Optimizer steps before and after the restart.
+        micro_batches: Micro-batches per rank before and after the restart.
+        checks: Check name -> passed.
+        details: Check name -> one line saying what was found.
+        dataset_size: Samples in the dataset.
+        lost: Samples never read beyond what the sampler reports as dropped.
+        repeated: Extra reads beyond what the sampler reports as padding.
+        dropped: Samples the sampler reports as dropped in the epoch.
+        padded: Padding slots the sampler reports in the epoch.
+        loss: Mean training loss of the first and of the last step.
+    """
+
+    name: str
+    steps: tuple[int, int]
+    micro_batches: tuple[int, int]
+    checks: dict[str, bool]
+    details: dict[str, str]
+    dataset_size: int
+    lost: int
+    repeated: int
+    dropped: int
+    padded: int
+    loss: tuple[float, float]
+
+    @property
+    def ok(self) -> bool:
+        """True if every check passed."""
+        return all(self.checks.values())
+
+
+@dataclass
+class DemoReport:
+    """The outcome of :func:`run_demo`.
+
+    Attributes:
+        config: What ran.
+        results: One per sampler.
+        seconds: Wall time of each phase and in total.
+        outputs: Name -> path of what was written (report, plot, checkpoints).
+    """
+
+    config: DemoConfig
+    results: list[SamplerResult]
+    seconds: dict[str, float]
+    outputs: dict[str, str]
+
+    @property
+    def ok(self) -> bool:
+        """True if every check of every sampler passed."""
+        return all(r.ok for r in self.results)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable dict of the report."""
+        out = asdict(self)
+        out["ok"] = self.ok
+        out["config"]["global_batch_size"] = self.config.global_batch_size
+        return out
+
+
+#: Check names, in report order, with the column title the CLI shows.
+CHECKS: dict[str, str] = {
+    "dp_disjoint": "DP disjoint",
+    "replicas_identical": "TP/CP same",
+    "equal_batches": "equal batches",
+    "lock_step": "lock-step",
+    "one_checkpoint": "one ckpt",
+    "exactly_once": "each once",
+}

@@ -1,0 +1,178 @@
+"""``dataorder inspect STATE.json``: what a saved sampler state means, and the next batch.
+
+The state is found wherever it sits (alone, inside a torchdata loader state, inside a training
+checkpoint), the sampler that wrote it rebuilds itself from it (``from_state``), says where its
+cursor is (``describe_progress``) and what each rank reads next (``batch_at``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from dataorder.core.state import find_sampler_states
+from dataorder.tools.output import EXIT_USAGE, Output, calculator_from_args, one_line
+
+__all__ = ["cmd_inspect"]
+
+
+def _sampler_classes() -> dict[str, Any]:
+    """The samplers ``inspect`` can rebuild, by the ``kind`` their states record."""
+    from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+    from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
+    from dataorder.parallel.distributed import DistributedSampler
+
+    classes: list[Any] = [
+        MegatronPretrainingSampler,
+        MegatronPretrainingRandomSampler,
+        DistributedSampler,
+        SequentialBucketSampler,
+    ]
+    return {cls.state_kind: cls for cls in classes}
+
+
+def _bucket_dataset(args: argparse.Namespace) -> Any:
+    from dataorder.diffusion.multires import BaseMultiresolutionDataset
+
+    if args.manifest:
+        return BaseMultiresolutionDataset.from_manifest(args.manifest)
+    if args.sizes:
+        import numpy as np
+
+        table = np.loadtxt(args.sizes, delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
+        if table.shape[1] != 2:
+            raise ValueError(f"--sizes must be a CSV of width,height rows; got {args.sizes}")
+        return BaseMultiresolutionDataset.from_sizes(
+            table[:, 0], table[:, 1], calculator=calculator_from_args(args)
+        )
+    return None
+
+
+def _inspect_ranks(args: argparse.Namespace, world: int) -> list[int]:
+    if args.rank is not None:
+        if not 0 <= args.rank < world:
+            raise ValueError(f"--rank must be an int in [0, {world - 1}]; got --rank={args.rank}")
+        return [args.rank]
+    if world <= 8:
+        return list(range(world))
+    return [0, 1, 2, world - 1]
+
+
+def _next_items(sampler: Any, count: int) -> tuple[list[Any], int]:
+    """The next batch (or ``count`` indices of a per-index sampler) and its epoch: asked of the
+    order, so the sampler's cursor does not move."""
+    epoch, step = sampler.next_start()
+    steps = sampler.epoch_plan(epoch).num_steps
+    if step >= steps:  # a state at an epoch's end: the job's next data is the next epoch's
+        epoch, step = epoch + 1, 0
+        steps = sampler.epoch_plan(epoch).num_steps
+    first = sampler.batch_at(step, epoch=epoch)
+    if isinstance(first, list):
+        return first, epoch
+    return [sampler.batch_at(k, epoch=epoch) for k in range(step, min(steps, step + count))], epoch
+
+
+def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
+    path = Path(args.state)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not JSON: {err}") from None
+    found = find_sampler_states(raw)
+    if not found:
+        raise ValueError(
+            f"{path} holds no dataorder sampler state (a dict with "
+            '"format": "dataorder.state", alone or inside a loader state)'
+        )
+    reports = [_inspect_one(where, state, args) for where, state in found]
+    if args.json:
+        out.json(reports if len(reports) > 1 else reports[0])
+    else:
+        for report in reports:
+            out.fields(f"{path}: {report['fields']['found at']}", list(report["fields"].items()))
+            if report["next"]:
+                out.table(
+                    f"next {report['next_what']} on each rank",
+                    ["rank", "epoch", "items"],
+                    [[r["rank"], r["epoch"], r["items"]] for r in report["next"]],
+                )
+            if report["note"]:
+                out.line(report["note"])
+    errors = [r["error"] for r in reports if r["error"]]
+    if errors:  # the explanation above still stands; what failed is rebuilding the sampler
+        print(f"dataorder: error: {one_line(ValueError(errors[0]))}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+def _inspect_one(where: str, state: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    from dataorder.core.state import config_fingerprint, split_state
+
+    kind = str(state.get("kind"))
+    config, layout, progress = split_state(state)
+    fields: dict[str, object] = {
+        "found at": where,
+        "kind": kind,
+        "version": state.get("version"),
+        "epoch": state.get("epoch"),
+        "progress": ", ".join(f"{k}={v}" for k, v in progress.items()),
+        "layout": ", ".join(f"{k}={v}" for k, v in layout.items()) or "-",
+        "config": ", ".join(f"{k}={v}" for k, v in config.items()),
+    }
+    intact = state.get("fingerprint") == config_fingerprint(config)  # type: ignore[arg-type]
+    fields["fingerprint"] = (
+        f"{state.get('fingerprint')} (matches the config)"
+        if intact
+        else f"{state.get('fingerprint')} DOES NOT match the config: edited or corrupted"
+    )
+    next_rows: list[dict[str, Any]] = []
+    note = error = ""
+    what = f"{args.count} indices" if kind == "distributed" else "batch"
+    cls = _sampler_classes().get(kind)
+    try:
+        if cls is None:
+            raise ValueError(f"dataorder does not know how to rebuild a {kind!r} sampler")
+        needs_dataset = "dataset" in cls.from_state.__code__.co_varnames
+        dataset = _bucket_dataset(args) if needs_dataset else None
+        if needs_dataset and dataset is None:
+            note = (
+                "next batch: not shown; a bucket sampler needs its dataset: pass --manifest "
+                "MANIFEST or --sizes CSV"
+            )
+        else:
+            context = {
+                "dp_size": args.num_replicas,
+                "micro_batch_size": args.micro_batch_size,
+                "dataset": dataset,
+                "base_resolution": args.base_resolution,
+            }
+            probe = cls.from_state(state, **context)  # ValueError naming what does not match
+            samplers = {
+                r: cls.from_state(state, rank=r, **context)
+                for r in _inspect_ranks(args, probe.topology.dp_size)
+            }
+            fields.update(probe.describe_progress())
+            if args.num_replicas or args.micro_batch_size:
+                fields["shown on"] = (
+                    f"{probe.topology.dp_size} ranks (an elastic resume of the saved layout)"
+                )
+            for r, s in samplers.items():
+                items, epoch = _next_items(s, args.count)
+                next_rows.append({"rank": r, "epoch": epoch, "items": items})
+    except (ValueError, TypeError, KeyError) as err:
+        # KeyError: a config field this dataorder does not know, from an edited state
+        error = f"cannot rebuild the {kind} sampler from this state: {err}"
+    return {
+        "fields": fields,
+        "next": next_rows,
+        "next_what": what,
+        "note": note,
+        "error": error,
+        "state": state,
+    }
+
+
+# -- plan -----------------------------------------------------------------------------------------

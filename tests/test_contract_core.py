@@ -20,7 +20,7 @@ import numpy.typing as npt
 import pytest
 
 from dataorder.core.blockplan import BlockPlan
-from dataorder.core.cursor import CursorSampler
+from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import derive_key
 from dataorder.core.partition import plan_epoch
 from dataorder.core.permutation import Permutation
@@ -35,8 +35,8 @@ from dataorder.testing import (
     check_epoch_partition,
     check_forgotten_set_epoch,
     check_loop_recipes,
+    check_passes_and_placement,
     check_peek,
-    check_placement_ends_a_pass,
     check_repeated_resume,
     check_resume_at_every_step,
     check_state_round_trip,
@@ -45,7 +45,7 @@ from dataorder.testing import (
 Batch = list[int | None]
 
 
-class MiniSampler(CursorSampler[Batch]):
+class MiniSampler(CursorBatchSampler[Batch]):
     """Shuffled micro-batches, contiguous split, the last block padded with None."""
 
     state_kind = "mini"
@@ -193,10 +193,45 @@ class RepeatsEpoch(MiniSampler):
 
 
 class LivePassIgnoresPlacement(MiniSampler):
-    def _place(self, epoch: int, origin: Mapping[str, int]) -> None:
-        live = self._live
-        super()._place(epoch, origin)
-        self._live = live
+    def _place(self, epoch: int, origin: Mapping[str, int], **kw: Any) -> None:
+        placements = self._placements
+        super()._place(epoch, origin, **kw)
+        self._placements = placements
+
+
+class NewPassEndsRunning(MiniSampler):
+    """Every new pass stops the running one (a peek inside the loop cuts the epoch)."""
+
+    def __iter__(self) -> Iterator[Batch]:
+        self._placements += 1
+        return super().__iter__()
+
+
+class SetEpochStopsItsOwnPass(MiniSampler):
+    """set_epoch of the current epoch stops the running pass: a loader that started its
+    workers before the loop's set_epoch trains only what they prefetched."""
+
+    def set_epoch(self, epoch: int) -> None:
+        same = epoch == self._epoch
+        super().set_epoch(epoch)
+        if same:
+            self._placements += 1
+
+
+class RunOutLoadedEpochReplays(MiniSampler):
+    """Every pass over a loaded epoch restarts at the loaded position."""
+
+    def _start_step(self, plan: Any) -> int:
+        return int(plan.step_of(self._origin))
+
+
+class StateBeatsTheLoopsEpoch(MiniSampler):
+    """A state loaded after the loop's set_epoch always wins, even one of an earlier epoch."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        owns, self._loop_owns_epoch = self._loop_owns_epoch, False
+        super().load_state_dict(state_dict)
+        self._loop_owns_epoch = owns
 
 
 class BatchAtOffByOne(MiniSampler):
@@ -227,7 +262,7 @@ class LoadedEpochMovesOn(MiniSampler):
     while it restores a finished iterator, and the loop then reads the next epoch early."""
 
     def _moves_on(self) -> bool:
-        return self._started and self._at_end()
+        return self._step is not None and self._at_end()
 
 
 @pytest.mark.parametrize(
@@ -244,7 +279,11 @@ class LoadedEpochMovesOn(MiniSampler):
         (EndStateNamesTheNextEpoch, check_resume_at_every_step, "says epoch 1|remaining=4"),
         (PeekConsumes, check_peek, "a peek"),
         (RepeatsEpoch, check_forgotten_set_epoch, "without set_epoch is not epoch 1"),
-        (LivePassIgnoresPlacement, check_placement_ends_a_pass, "went on after set_epoch"),
+        (LivePassIgnoresPlacement, check_passes_and_placement, "went on after set_epoch"),
+        (NewPassEndsRunning, check_passes_and_placement, "did not go on after a peek"),
+        (SetEpochStopsItsOwnPass, check_passes_and_placement, "did not go on after a peek"),
+        (RunOutLoadedEpochReplays, check_passes_and_placement, "gave 3 more batches"),
+        (StateBeatsTheLoopsEpoch, check_passes_and_placement, "did not read epoch 1"),
         (BatchAtOffByOne, check_batch_at, "differs from iteration"),
     ],
 )
@@ -276,6 +315,18 @@ def test_recipes_catch_what_direct_checks_miss() -> None:
         check_loop_recipes(_case(LenIsRemaining), ["lightning"])
     with pytest.raises(ContractViolation, match="a peek before the loop"):
         check_loop_recipes(_case(PeekConsumes), ["peek"])
+    with pytest.raises(ContractViolation, match="a peek inside the loop"):
+        check_loop_recipes(_case(NewPassEndsRunning), ["peek"])
+    # a loader whose workers start before the loop's set_epoch: the first epoch is cut short,
+    # which the uninterrupted run shows against the sampler's own epochs
+    for recipe in ("accelerate-workers", "lightning-workers"):
+        with pytest.raises(ContractViolation, match="uninterrupted, does not train"):
+            check_loop_recipes(_case(SetEpochStopsItsOwnPass), [recipe])
+    with pytest.raises(ContractViolation, match="recipe 'snapshot-2'"):
+        # 5 steps an epoch: the after-the-loop snapshot is a step before the end
+        check_loop_recipes(_case(RunOutLoadedEpochReplays, n=29), ["snapshot-2"])
+    with pytest.raises(ContractViolation, match="recipe 'stateful-0'"):
+        check_loop_recipes(_case(StateBeatsTheLoopsEpoch), ["stateful-0"])
     with pytest.raises(ValueError, match="recipes must be names from"):
         check_loop_recipes(_case(MiniSampler), ["torchrun"])
 

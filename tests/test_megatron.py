@@ -320,9 +320,20 @@ def test_set_epoch_restarts_the_epoch_at_its_origin() -> None:
     it = iter(s)
     head = [next(it) for _ in range(4)]
     state = s.state_dict()
-    s.set_epoch(0)  # a peek, then the loop: nothing was consumed, the live pass is over
-    assert (len(s), s.remaining, list(it)) == (10, 10, [])
-    assert list(s) == full
+    s.set_epoch(0)  # the loop says the current epoch: the position goes back to the origin
+    assert (len(s), s.remaining, s.progress) == (10, 10, {"consumed": 0})
+    assert list(s) == full  # a new pass reads the whole epoch
+    s = Random(40, 2, 0, 2, seed=3)
+    it = iter(s)
+    head = [next(it) for _ in range(4)]
+    s.set_epoch(0)  # a loader started its pass (workers prefetch) before the loop's set_epoch:
+    assert head + list(it) == full  # the running pass goes on and reads the rest of the epoch
+    assert s.progress == {"consumed": 40}
+    s = Random(40, 2, 0, 2, seed=3)
+    it = iter(s)
+    head = [next(it) for _ in range(4)]
+    s.set_epoch(1)  # another epoch places the cursor: the running pass stops
+    assert list(it) == []
     t = Random(40, 2, 0, 2, seed=3)
     t.load_state_dict(state)  # a resumed epoch restarts at the resumed position
     t.set_epoch(0)

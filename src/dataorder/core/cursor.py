@@ -19,21 +19,33 @@ NOTE [ The loop contract ]
     ``len(sampler)``                batches of a whole epoch on this rank, wherever the cursor
                                     is (torch's convention, which Lightning and NeMo rely on)
     ``sampler.remaining``           batches the next ``iter()`` yields
-    a pass starts (first ``next``)  it runs from ``origin``
+    a pass starts (first ``next``)  it runs from ``origin``; a pass already running goes on
+                                    (a peek inside the loop, a validation loop over the same
+                                    loader)
     each batch                      ``position`` advances *before* the batch is handed out, so
                                     ``state_dict()`` means "after the batches produced so far"
+                                    by the pass that handed out the latest one
     the pass reaches the end        nothing moves: a state saved now still describes epoch
                                     ``e``, at its end
     the next pass after that        starts epoch ``e + 1`` (a forgotten ``set_epoch`` never
                                     repeats an epoch), unless a state was loaded into a loop
-                                    that owns the epoch: then epoch ``e`` stays, its passes
-                                    empty, until ``set_epoch`` moves it
+                                    that owns the epoch: then epoch ``e`` stays, and once a
+                                    pass has run it out every further pass is empty, until
+                                    ``set_epoch`` moves it
     an abandoned pass (a peek)      costs nothing: the next pass starts at ``origin`` again
-    ``set_epoch(e)``                ``e`` is the current epoch: ``position`` goes back to
-                                    ``origin``; another epoch: it starts at 0. The cursor is
-                                    *placed*, and a live pass stops
+    ``set_epoch(e)``, same epoch    ``position`` goes back to ``origin``; a running pass goes
+                                    on (Lightning and Accelerate start the loader, and its
+                                    workers, before they call ``set_epoch``)
+    ``set_epoch(e)``, other epoch   the cursor is *placed* at ``e``'s start; a running pass
+                                    stops
     ``load_state_dict(s)``          ``epoch`` and ``origin = position`` come from ``s``; the
-                                    cursor is placed, and a live pass stops
+                                    cursor is placed, and a running pass stops. Exception: a
+                                    state of an earlier epoch, loaded after the loop said
+                                    ``set_epoch(e)`` and before any batch, keeps ``e``'s start
+                                    (a loader's state had not seen the new epoch yet), and
+                                    every pass starts there until the cursor is placed again
+                                    (torchdata's loader runs a restore pass of its own first);
+                                    a warning counts the steps the state had left, if any
     a copy (pickle, deepcopy)       is a saved state: it continues from the position
     live vs loaded                  a loaded position becomes the origin; a live pass's does
                                     not (a live sampler replays from its origin where a
@@ -45,15 +57,23 @@ NOTE [ The loop contract ]
     loop and after a loader read ahead to the end, is exact at every checkpoint: the resumed
     loop reads what is left of epoch ``e`` (possibly nothing), then epoch ``e + 1``.
 
-    One case it cannot see: a loop that never calls ``set_epoch``, restored from a state taken
-    after the loader ran out, with worker processes. torchdata's loader then runs one pass of
-    its own while restoring (it primes its workers) before it starts the loop's pass, and that
-    pass reads the next epoch. Call ``set_epoch`` (or checkpoint inside the loop).
+    A loop that resumes at ``e + 1`` from a state saved after epoch ``e``'s loop (Accelerate's
+    ``epoch_{e}`` folders, ``global_step // len(loader)``) is exact too, whichever of
+    ``set_epoch`` and ``load_state_dict`` it calls first.
+
+    What the sampler cannot see (docs/design.md lists them with the loops that meet them):
+
+    * a loop that never calls ``set_epoch``, restored from a state taken after the loader ran
+      out, with worker processes: torchdata's loader runs one pass of its own while restoring
+      (it primes its workers), and that pass reads the next epoch;
+    * a checkpoint taken after a peek and before the loop's next batch records the peek's
+      position: the peeked batches count as read.
 """
 
 from __future__ import annotations
 
 import abc
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -64,8 +84,10 @@ __all__ = ["CursorBatchSampler", "CursorSampler", "EpochPlan"]
 
 T_co = TypeVar("T_co", covariant=True)
 
-#: How many epoch plans a sampler keeps (the current epoch's, plus one a reader asked for).
-_PLAN_CACHE = 4
+#: How many epoch plans a sampler keeps, least recently used first out: the cursor's epoch and
+#: one more (the next epoch, or another layout's plan while a state is checked). A compat order
+#: materialises a permutation per plan, so each one kept costs 8 bytes per sample.
+_PLAN_CACHE = 2
 
 
 class EpochPlan(Protocol[T_co]):
@@ -124,16 +146,17 @@ class CursorSampler(abc.ABC, Generic[T_co]):
     def __init__(self) -> None:
         self._epoch = 0
         self._origin: dict[str, int] = dict.fromkeys(self.progress_keys, 0)
-        # Steps the latest pass has handed out, or None if no pass started since the cursor was
-        # placed (then the position is the origin). The progress dict is derived when asked.
+        # Steps handed out by the pass that handed out the latest batch, or None if no pass
+        # started since the cursor was placed (then the position is the origin). The progress
+        # dict is derived when asked.
         self._step: int | None = None
-        # How this process got here; never saved (NOTE [ The loop contract ]). Whether a pass
-        # has started since the cursor was last placed, whether the last placement was a loaded
-        # state, and whether the loop ever called set_epoch (then it owns the epoch).
-        self._started = False
+        # How this process got here; never saved (NOTE [ The loop contract ]): whether the last
+        # placement was a loaded state, whether the loop ever called set_epoch (then it owns the
+        # epoch), and how many placements have stopped the passes running at the time.
         self._loaded = False
         self._loop_owns_epoch = False
-        self._live: object | None = None  # the running pass; placing the cursor stops it
+        self._placements = 0
+        self._restart = False  # every pass starts at the origin (the loop's epoch kept on load)
         self._plans: dict[tuple[int, tuple[tuple[str, int], ...]], EpochPlan[T_co]] = {}
 
     # -- what subclasses provide ----------------------------------------------------------------
@@ -173,12 +196,12 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         e = self._epoch if epoch is None else check_int("epoch", epoch, min_value=0)
         lay = self.layout_info() if layout is None else dict(layout)
         key = (e, tuple(sorted(lay.items())))
-        plan = self._plans.get(key)
+        plan = self._plans.pop(key, None)
         if plan is None:
             plan = self._make_plan(e, lay)
-            if len(self._plans) >= _PLAN_CACHE:
-                self._plans.pop(next(iter(self._plans)))
-            self._plans[key] = plan
+            while len(self._plans) >= _PLAN_CACHE:
+                self._plans.pop(next(iter(self._plans)))  # the least recently used
+        self._plans[key] = plan  # (re)inserted last: the most recently used
         return plan
 
     @property
@@ -227,19 +250,32 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         step = plan.step_of(self._origin) if self._step is None else self._step
         return step >= plan.num_steps
 
-    def _place(self, epoch: int, origin: Mapping[str, int], *, loaded: bool = False) -> None:
+    def _place(
+        self, epoch: int, origin: Mapping[str, int], *, loaded: bool = False, stop: bool = True
+    ) -> None:
         self._epoch = epoch
         self._origin = dict(origin)
         self._step = None
-        self._started = False
         self._loaded = loaded
-        self._live = None
+        self._restart = False
+        if stop:
+            self._placements += 1  # every running pass sees it and stops
+
+    def _pinned(self) -> bool:
+        """Whether the epoch is a loaded one the loop owns: only ``set_epoch`` moves it."""
+        return self._loaded and self._loop_owns_epoch
 
     def _moves_on(self) -> bool:
         """Whether the next pass starts the next epoch (NOTE [ The loop contract ])."""
-        if self._loaded and self._loop_owns_epoch:
+        if self._restart or self._pinned():
             return False
-        return self._started and self._at_end()
+        return self._step is not None and self._at_end()
+
+    def _start_step(self, plan: EpochPlan[T_co]) -> int:
+        """Where the next pass over the cursor's epoch starts (``plan`` is that epoch's)."""
+        if not self._restart and self._pinned() and self._step is not None and self._at_end():
+            return plan.num_steps  # a pinned epoch already run out: further passes are empty
+        return plan.step_of(self._origin)
 
     def set_epoch(self, epoch: int) -> None:
         """Place the cursor at ``epoch``: its origin if it is the current epoch, else its start.
@@ -250,7 +286,9 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         epoch = check_int("epoch", epoch, min_value=0)
         self._loop_owns_epoch = True
         if epoch == self._epoch:
-            self._place(epoch, self._origin)
+            # A running pass reads what a new one would: it goes on. Lightning and Accelerate
+            # start the loader (and its workers' prefetch) before they call set_epoch.
+            self._place(epoch, self._origin, stop=False)
         else:
             self._place(epoch, dict.fromkeys(self.progress_keys, 0))
 
@@ -262,7 +300,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         """``(epoch, step)`` where the next ``iter()`` starts; the cursor does not move."""
         if self._moves_on():
             return self._epoch + 1, 0
-        return self._epoch, self.epoch_plan().step_of(self._origin)
+        return self._epoch, self._start_step(self.epoch_plan())
 
     @property
     def remaining(self) -> int:
@@ -276,20 +314,18 @@ class CursorSampler(abc.ABC, Generic[T_co]):
     def _pass(self) -> Iterator[T_co]:
         # A generator: nothing here runs before the first next(). torchdata's loaders call
         # iter() once before loading a state and once after, and only advance the second.
-        token = object()
         if self._moves_on():
             self._place(self._epoch + 1, dict.fromkeys(self.progress_keys, 0))
-        self._started = True
-        self._live = token
+        placements = self._placements
         epoch, rank = self._epoch, self.dp_rank
         plan = self.epoch_plan(epoch)
-        step = plan.step_of(self._origin)
+        step = self._start_step(plan)
         self._step = step
         chunk = 1
         while step < plan.num_steps:
             stop = min(plan.num_steps, step + chunk)
             for batch in plan.batches(rank, step, stop):
-                if self._live is not token:
+                if self._placements != placements:
                     return  # the cursor was placed elsewhere: this pass is over
                 step += 1
                 self._step = step
@@ -316,9 +352,8 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         state.update(
             _origin=self._position,
             _step=None,
-            _started=False,
             _loaded=True,
-            _live=None,
+            _restart=False,
             _plans={},
         )
         return state
@@ -364,11 +399,33 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         self._check_reachable(epoch, progress, saved_layout)
         plan = self.epoch_plan(epoch)
         try:
-            plan.step_of(progress)
+            step = plan.step_of(progress)
         except ValueError as err:
             raise ValueError(
                 f"cannot resume epoch {epoch} on this layout ({layout}): {err}"
             ) from None
+        if (
+            self._loop_owns_epoch
+            and self._step is None
+            and epoch < self._epoch
+            and self.epoch_plan().step_of(self._origin) == 0
+        ):
+            # The loop has said a later epoch and read nothing since: the loop's epoch wins. A
+            # loader's state taken between set_epoch(e) and e's first batch is its last
+            # iterator's, in e - 1; so is the state a loop that resumes at e after a finished
+            # e - 1 loads. A loader that drops a short last batch leaves that batch's indices.
+            left = plan.num_steps - step
+            if left:
+                warnings.warn(
+                    f"the loop set epoch {self._epoch} before loading a state of epoch {epoch} "
+                    f"with {left} of its {plan.num_steps} steps left on this rank; following the "
+                    f"loop, they are skipped (call set_epoch({epoch}) first to finish epoch "
+                    f"{epoch})",
+                    stacklevel=2,
+                )
+            self._place(self._epoch, self._origin, loaded=True)
+            self._restart = True
+            return
         self._place(epoch, progress, loaded=True)
 
     def _check_reachable(

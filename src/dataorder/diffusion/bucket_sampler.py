@@ -475,8 +475,8 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
 
         ``batch_idx`` counts from the start of the epoch, whatever the cursor, and the answer
         follows the epoch's real bucket order (shuffled or not). O(log B). Name the epoch when
-        the pass may have run out: that moves the cursor to the next epoch, and a DataLoader with
-        workers runs it out while training still holds the epoch's last batches.
+        a new pass may have started: the pass after one that ran out starts the next epoch, and
+        a DataLoader with workers starts it while training still holds the last batches.
 
         Returns:
             ``{"epoch", "bucket" (row of the dataset's bucket table), "ordinal" (place in the

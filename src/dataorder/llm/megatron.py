@@ -521,7 +521,7 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
         compat="nemo", epoch 1: rank 0: [1, 3], [2, 0]   rank 1: [5, 7], [6, 4]
 
     >>> s = MegatronPretrainingRandomSampler(10, 2, data_parallel_rank=1, data_parallel_size=2)
-    >>> list(s), list(s)  # epoch 0, then epoch 1 (a pass that runs out moves the cursor on)
+    >>> list(s), list(s)  # epoch 0, then epoch 1 (the pass after one that ran out moves on)
     ([[6, 2], [5, 8]], [[5, 7], [9, 8]])
 
     Checkpoint schema (after the first micro-batch of epoch 0; ``config.data_parallel_size``

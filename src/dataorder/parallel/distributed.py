@@ -181,13 +181,11 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
     ``num_samples x num_replicas = total_size``; rank ``r`` takes global positions
     ``r, r + num_replicas, r + 2 * num_replicas, ...``; with ``drop_last=False`` the epoch is
     padded to ``total_size`` by wrapping around to its first positions, with ``drop_last=True``
-    its tail is cut. The cursor rules are :class:`~dataorder.core.cursor.CursorSampler`'s:
-    ``set_epoch(e)`` keeps the position when ``e`` is the current epoch and starts ``e`` from
-    the beginning otherwise; a pass that runs to the end of its epoch moves the cursor to the
-    start of the next one (a forgotten ``set_epoch`` never replays an epoch, and a state saved
-    after the pass resumes there), while a state saved after the last index but before the
-    iterator ran out resumes into an empty pass for its epoch, then the next one; ``len()`` is
-    what the next ``iter()`` yields (``num_samples`` at the start of an epoch).
+    its tail is cut. The epoch and iteration rules are NOTE [ The loop contract ] in
+    :mod:`dataorder.core.cursor`: ``len()`` is ``num_samples``, a whole epoch, wherever the
+    cursor is (:attr:`remaining` is what the next ``iter()`` yields); a state saved anywhere in
+    epoch ``e``, after its last index included, describes epoch ``e``; the pass after one that
+    ran out starts the next epoch, so a forgotten ``set_epoch`` never replays an epoch.
 
     Args:
         dataset: The dataset (only ``len(dataset)`` is used).

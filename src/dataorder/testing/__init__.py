@@ -16,19 +16,25 @@ from dataorder.testing.contract import (
     check_elastic_resume,
     check_epoch_partition,
     check_forgotten_set_epoch,
+    check_passes_and_placement,
     check_peek,
-    check_placement_ends_a_pass,
     check_repeated_resume,
     check_resume_at_every_step,
     check_state_round_trip,
     flatten,
     run_epoch,
 )
-from dataorder.testing.recipes import RECIPES, available_recipes, check_loop_recipes
+from dataorder.testing.recipes import (
+    RECIPES,
+    WORKER_RECIPES,
+    available_recipes,
+    check_loop_recipes,
+)
 
 __all__ = [
     "MAX_STATE_BYTES",
     "RECIPES",
+    "WORKER_RECIPES",
     "ContractViolation",
     "SamplerCase",
     "available_recipes",
@@ -39,8 +45,8 @@ __all__ = [
     "check_epoch_partition",
     "check_forgotten_set_epoch",
     "check_loop_recipes",
+    "check_passes_and_placement",
     "check_peek",
-    "check_placement_ends_a_pass",
     "check_repeated_resume",
     "check_resume_at_every_step",
     "check_state_round_trip",

@@ -52,8 +52,8 @@ __all__ = [
     "check_elastic_resume",
     "check_epoch_partition",
     "check_forgotten_set_epoch",
+    "check_passes_and_placement",
     "check_peek",
-    "check_placement_ends_a_pass",
     "check_repeated_resume",
     "check_resume_at_every_step",
     "check_state_round_trip",
@@ -362,19 +362,55 @@ def check_forgotten_set_epoch(case: SamplerCase, passes: int = 3) -> None:
             )
 
 
-def check_placement_ends_a_pass(case: SamplerCase) -> None:
-    """``set_epoch`` and ``load_state_dict`` end a live pass; ``len()`` never moves."""
-    s = case.make(0, case.dp_size)
+def check_passes_and_placement(case: SamplerCase) -> None:
+    """Which events end a running pass (NOTE [ The loop contract ]); ``len()`` never moves.
+
+    A second pass (a peek inside the loop) and ``set_epoch`` of the current epoch (Lightning and
+    Accelerate start the loader before they call it) leave a running pass alone; ``set_epoch``
+    of another epoch and ``load_state_dict`` end it. A loaded epoch the loop owns, once a pass
+    has run it out, gives empty passes (a loader replaying its restore); a state of an earlier
+    epoch loaded after the loop said ``set_epoch(e)`` keeps ``e``'s start.
+    """
     full0, full1 = _epochs(case, 0, 2)
-    if not full0:
+    if len(full0) < 2:
         return  # nothing to interrupt
+    s = case.make(0, case.dp_size)
+    it = iter(s)
+    head = [next(it)]
+    _require(len(s) == len(full0), f"{case.name}: len() changed during a pass")
+    peek = next(iter(s))
+    _require(peek == full0[0], f"{case.name}: a second pass did not start at the origin")
+    s.set_epoch(0)
+    _require(
+        head + list(it) == full0,
+        f"{case.name}: a running pass did not go on after a peek and set_epoch of its own epoch",
+    )
+    s = case.make(0, case.dp_size)
     it = iter(s)
     next(it)
-    _require(len(s) == len(full0), f"{case.name}: len() changed during a pass")
     s.set_epoch(1)
     rest = list(itertools.islice(it, 1))
     _require(rest == [], f"{case.name}: a pass went on after set_epoch placed the cursor")
     _require(run_epoch(s) == full1, f"{case.name}: set_epoch(1) did not read epoch 1")
+    # a loaded epoch the loop owns: after a pass ran it out, further passes are empty
+    saved = case.make(0, case.dp_size)
+    run_epoch(saved, limit=1)
+    t = case.make(0, case.dp_size)
+    t.set_epoch(0)
+    t.load_state_dict(saved.state_dict())
+    _require(run_epoch(t) == full0[1:], f"{case.name}: a loaded epoch did not resume")
+    again = run_epoch(t)
+    _require(again == [], f"{case.name}: a run-out loaded epoch gave {len(again)} more batches")
+    # the loop said epoch 1 before it loaded the end of epoch 0: epoch 1 is read
+    done = case.make(0, case.dp_size)
+    run_epoch(done)
+    u = case.make(0, case.dp_size)
+    u.set_epoch(1)
+    u.load_state_dict(done.state_dict())
+    _require(
+        run_epoch(u) == full1,
+        f"{case.name}: the end of epoch 0 loaded after set_epoch(1) did not read epoch 1",
+    )
 
 
 def check_batch_at(case: SamplerCase, epoch: int = 0) -> None:
@@ -503,7 +539,7 @@ def check_contract(
     check_repeated_resume(case)
     check_peek(case)
     check_forgotten_set_epoch(case)
-    check_placement_ends_a_pass(case)
+    check_passes_and_placement(case)
     check_batch_at(case)
     for w in case.elastic_dp_sizes:
         check_elastic_resume(case, w)

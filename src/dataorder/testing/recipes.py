@@ -4,9 +4,17 @@ A sampler that is exact when driven directly can still lose or repeat data in a 
 DataLoader's workers run it ahead, torchdata's ``StatefulDataLoader`` snapshots it, HF
 Accelerate reads one batch ahead, Lightning sizes an epoch by ``len()``, and people peek with
 ``next(iter(loader))``. Each recipe here runs a short multi-epoch job the way its framework is
-documented to be used (docs/integrations.md), checkpoints after **every** batch (and after each
-epoch's loop), resumes from every checkpoint in a fresh loader and sampler, and requires the
-resumed run's ``(epoch, batch)`` sequence to equal the uninterrupted one exactly.
+documented to be used (docs/integrations.md) and requires two things:
+
+* the uninterrupted run trains exactly the sampler's epochs (what a plain ``DataLoader`` without
+  workers reads), so a loader that cuts or stretches an epoch fails even without a resume;
+* resumed from every checkpoint, in a fresh loader and sampler, the run continues exactly:
+  its ``(epoch, batch)`` sequence equals the rest of the uninterrupted one.
+
+The checkpoints are taken after **every** batch, between ``set_epoch`` and an epoch's first batch
+(a loader's state is then still the last epoch's), and after each epoch's loop twice: with the
+loop's epoch, and with the next one (loops that resume at ``e + 1`` after a finished epoch:
+Accelerate's ``epoch_{e}`` folders, ``global_step // len(loader)``).
 
 ================  ==========================================================================
 recipe            the loop
@@ -16,17 +24,27 @@ recipe            the loop
 ``stateful-0``    torchdata ``StatefulDataLoader``, no workers; checkpoint
                   ``{"epoch": e, "loader": loader.state_dict()}``
 ``stateful-2``    the same with two worker processes (the sampler runs ahead)
+``snapshot-2``    ``StatefulDataLoader(snapshot_every_n_steps=2)`` with a worker: the state is
+                  a snapshot plus batches to replay
 ``read-ahead``    ``StatefulDataLoader`` read one batch ahead, the state taken before each
                   read-ahead and again when it hits the end (what Accelerate does)
 ``no-set-epoch``  ``StatefulDataLoader`` in a loop that never calls ``set_epoch`` (Megatron's)
 ``accelerate``    HF Accelerate's ``prepare_data_loader(..., use_stateful_dataloader=True)``,
-                  ``loader.set_epoch(e)`` each epoch
+                  ``loader.set_epoch(e)`` each epoch; ``accelerate-workers`` the same with a
+                  worker process (Accelerate starts the loader before it calls ``set_epoch``)
 ``lightning``     PyTorch Lightning ``Trainer.fit`` with a ``StatefulDataLoader``, a checkpoint
                   every step, resumed with ``fit(ckpt_path=...)``; ``lightning-reload`` the
-                  same with ``reload_dataloaders_every_n_epochs=1``
+                  same with ``reload_dataloaders_every_n_epochs=1``; ``lightning-workers`` with
+                  a worker process, resumed from every checkpoint but those at an epoch's last
+                  step (Lightning then runs the restored loader, whose workers have already
+                  read the finished epoch, as the next epoch: torchdata's samplers lose it too)
 ``peek``          ``next(iter(loader))`` before the loop, for ``DataLoader`` and
-                  ``StatefulDataLoader`` with 0, 2 and 4 workers: the run is unchanged
+                  ``StatefulDataLoader`` with 0, 2 and 4 workers, and inside the loop
+                  mid-epoch (no workers): the run is unchanged
 ================  ==========================================================================
+
+The worker recipes use one worker with ``prefetch_factor=1`` unless said otherwise, so a loader
+that reads ahead of ``set_epoch`` shows within an epoch of two batches.
 
 Every recipe checkpoints with the loop's own epoch, which is what most loops save. A per-index
 sampler is batched by the loader with ``case.loader_batch_size`` and both ``drop_last`` values;
@@ -48,34 +66,51 @@ from typing import Any
 
 from dataorder.testing.contract import ContractViolation, SamplerCase
 
-__all__ = ["RECIPES", "available_recipes", "check_loop_recipes"]
+__all__ = ["RECIPES", "WORKER_RECIPES", "available_recipes", "check_loop_recipes"]
 
 #: Every recipe, in the order :func:`check_loop_recipes` runs them.
 RECIPES: tuple[str, ...] = (
     "dataloader",
     "stateful-0",
     "stateful-2",
+    "snapshot-2",
     "read-ahead",
     "no-set-epoch",
     "peek",
     "accelerate",
+    "accelerate-workers",
     "lightning",
     "lightning-reload",
+    "lightning-workers",
+)
+
+#: The recipes whose loaders run worker processes: each costs seconds per case.
+WORKER_RECIPES: tuple[str, ...] = (
+    "stateful-2",
+    "snapshot-2",
+    "accelerate-workers",
+    "lightning-workers",
 )
 
 _NEEDS = {
     "stateful-0": "torchdata",
     "stateful-2": "torchdata",
+    "snapshot-2": "torchdata",
     "read-ahead": "torchdata",
     "no-set-epoch": "torchdata",
     "peek": "torchdata",
     "accelerate": "accelerate",
+    "accelerate-workers": "accelerate",
     "lightning": "lightning",
     "lightning-reload": "lightning",
+    "lightning-workers": "lightning",
 }
 
 #: Epochs every recipe runs.
 EPOCHS = 3
+
+#: A loader's options in the worker recipes: one worker, one batch in flight.
+_ONE_WORKER: dict[str, Any] = {"workers": 1, "prefetch_factor": 1}
 
 Record = tuple[int, tuple[int, ...]]
 
@@ -128,11 +163,13 @@ class _Job:
     def sampler(self) -> Any:
         return self.case.make(self.rank, self.case.dp_size)
 
-    def loader(self, sampler: Any, *, workers: int = 0, stateful: bool = True) -> Any:
+    def loader(
+        self, sampler: Any, *, workers: int = 0, stateful: bool = True, **options: Any
+    ) -> Any:
         import torch.utils.data
 
         dataset: Any = _IndexDataset(self.case.dataset_size)
-        kwargs: dict[str, Any] = {"collate_fn": _collate, "num_workers": workers}
+        kwargs: dict[str, Any] = {"collate_fn": _collate, "num_workers": workers, **options}
         if self.case.batched:
             kwargs["batch_sampler"] = sampler
         elif stateful:
@@ -180,14 +217,20 @@ def _epoch_loop(
     checkpoints: list[tuple[int, Checkpoint]] = []
     for epoch in range(first, EPOCHS):
         if set_epoch:
-            target = getattr(loader, "set_epoch", None) if job.recipe == "accelerate" else None
+            accelerate = job.recipe.startswith("accelerate")
+            target = getattr(loader, "set_epoch", None) if accelerate else None
             (target or sampler.set_epoch)(epoch)
+            # before the epoch's first batch: the loader's state still describes the last epoch
+            checkpoints.append((len(records), {"epoch": epoch, "state": save(sampler, loader)}))
         pairs = batches(loader, sampler) if batches is not None else _plain(loader, sampler)
         for batch, state in pairs:
             records.append(_record(epoch, batch))
             checkpoints.append((len(records), {"epoch": epoch, "state": state()}))
-        # a checkpoint after the epoch's loop, with the loop's own epoch
-        checkpoints.append((len(records), {"epoch": epoch, "state": save(sampler, loader)}))
+        # after the epoch's loop, with the loop's own epoch, and with the next one
+        state = save(sampler, loader)
+        checkpoints.append((len(records), {"epoch": epoch, "state": state}))
+        if set_epoch and epoch + 1 < EPOCHS:
+            checkpoints.append((len(records), {"epoch": epoch + 1, "state": state}))
     return records, checkpoints
 
 
@@ -230,18 +273,22 @@ def _loop_for(recipe: str) -> Loop:
             load=lambda s, loader, state: s.load_state_dict(state),
             batches=_sampler_state,
         )
-    if recipe in ("stateful-0", "stateful-2", "read-ahead", "no-set-epoch"):
-        workers = 2 if recipe == "stateful-2" else 0
+    if recipe in ("stateful-0", "stateful-2", "snapshot-2", "read-ahead", "no-set-epoch"):
+        options: dict[str, Any] = {}
+        if recipe == "stateful-2":
+            options["workers"] = 2
+        if recipe == "snapshot-2":
+            options.update(_ONE_WORKER, snapshot_every_n_steps=2)
         return lambda job, start: _epoch_loop(
             job,
             start,
-            make=lambda s: job.loader(s, workers=workers),
+            make=lambda s: job.loader(s, **options),
             save=lambda s, loader: loader.state_dict(),
             load=lambda s, loader, state: loader.load_state_dict(state),
             set_epoch=recipe != "no-set-epoch",
             batches=_read_ahead if recipe == "read-ahead" else None,
         )
-    if recipe == "accelerate":
+    if recipe.startswith("accelerate"):
         return _accelerate_loop
     raise ValueError(f"recipe must be one of {RECIPES}; got recipe={recipe!r}")
 
@@ -251,17 +298,21 @@ def _accelerate_loop(
 ) -> tuple[list[Record], list[tuple[int, Checkpoint]]]:
     from accelerate.data_loader import prepare_data_loader  # type: ignore[import-untyped]
 
+    workers = _ONE_WORKER if job.recipe == "accelerate-workers" else {}
+
     def make(sampler: Any) -> Any:
-        base = job.loader(sampler, stateful=False) if job.case.batched else None
+        base = job.loader(sampler, stateful=False, **workers) if job.case.batched else None
         if base is None:
             import torch.utils.data
             from torchdata.stateful_dataloader.sampler import BatchSampler
 
             dataset: Any = _IndexDataset(job.case.dataset_size)
+            extra: dict[str, Any] = {"num_workers": 1, "prefetch_factor": 1} if workers else {}
             base = torch.utils.data.DataLoader(
                 dataset,
                 batch_sampler=BatchSampler(sampler, job.case.loader_batch_size, job.drop_last),
                 collate_fn=_collate,
+                **extra,
             )
         return prepare_data_loader(
             base,
@@ -287,12 +338,33 @@ def _accelerate_loop(
     )
 
 
+def _sampler_epochs(job: _Job) -> list[Record]:
+    """What the loop must train: the sampler's epochs through a plain loader, no workers."""
+    sampler = job.sampler()
+    loader = job.loader(sampler, stateful=False)
+    out = []
+    for epoch in range(EPOCHS):
+        sampler.set_epoch(epoch)
+        out += [_record(epoch, b) for b in loader]
+    return out
+
+
+def _check_reference(job: _Job, reference: list[Record], what: str) -> None:
+    expected = _sampler_epochs(job)
+    if not reference:
+        raise ContractViolation(f"{job.case.name}: {what} trained on nothing")
+    if reference != expected:
+        raise ContractViolation(
+            f"{job.case.name}: {what}, uninterrupted, does not train the sampler's epochs: it "
+            f"trains {_diff(expected, reference)}"
+        )
+
+
 def _check_resumes(case: SamplerCase, recipe: str, drop_last: bool) -> None:
     job = _Job(case, recipe, drop_last)
     loop = _loop_for(recipe)
     reference, checkpoints = loop(job, None)
-    if not reference:
-        raise ContractViolation(f"{case.name}: recipe {recipe!r} trained on nothing")
+    _check_reference(job, reference, f"recipe {recipe!r} (loader drop_last={drop_last})")
     for done, checkpoint in checkpoints:
         resumed, _ = loop(job, checkpoint)
         if reference[done:] != resumed:
@@ -332,6 +404,12 @@ def _check_peek(case: SamplerCase, drop_last: bool) -> None:
         return out
 
     reference = run(False, 0, peek=False)
+    mid = _mid_loop_peeks(job)
+    if mid != reference:
+        raise ContractViolation(
+            f"{case.name}: a peek inside the loop (next(iter(loader)) mid-epoch) changed the "
+            f"run: {_diff(reference, mid)}"
+        )
     long_epochs = len(reference) >= 2 * EPOCHS
     for stateful in (False, True):
         for workers, set_epoch in ((0, True), (2, True), (4, True), (0, False)):
@@ -347,12 +425,34 @@ def _check_peek(case: SamplerCase, drop_last: bool) -> None:
                 )
 
 
+def _mid_loop_peeks(job: _Job) -> list[Record]:
+    """The loop with a ``next(iter(loader))`` after each epoch's first batch (a callback logging
+    an example batch), over a DataLoader and a StatefulDataLoader: what the loop trains."""
+    out: list[Record] = []
+    for stateful in (False, True):
+        sampler = job.sampler()
+        loader = job.loader(sampler, stateful=stateful)
+        trained = []
+        for epoch in range(EPOCHS):
+            sampler.set_epoch(epoch)
+            for i, batch in enumerate(loader):
+                trained.append(_record(epoch, batch))
+                if i == 0:
+                    next(iter(loader), None)
+        if stateful and trained != out:
+            return trained
+        out = trained
+    return out
+
+
 # -- Lightning --------------------------------------------------------------------------------
-def _check_lightning(case: SamplerCase, reload: bool, drop_last: bool) -> None:
+def _check_lightning(case: SamplerCase, variant: str, drop_last: bool) -> None:
     import lightning.pytorch as pl
     import torch
 
-    job = _Job(case, "lightning", drop_last)
+    reload = variant == "lightning-reload"
+    workers = _ONE_WORKER if variant == "lightning-workers" else {}
+    job = _Job(case, variant, drop_last)
     seen: list[Record] = []
 
     class Module(pl.LightningModule):
@@ -369,7 +469,7 @@ def _check_lightning(case: SamplerCase, reload: bool, drop_last: bool) -> None:
 
     class Data(pl.LightningDataModule):
         def train_dataloader(self) -> Any:
-            return job.loader(job.sampler())
+            return job.loader(job.sampler(), **workers)
 
     def fit(root: Path, ckpt: str | None) -> list[Record]:
         seen.clear()
@@ -393,18 +493,25 @@ def _check_lightning(case: SamplerCase, reload: bool, drop_last: bool) -> None:
         trainer.fit(Module(), datamodule=Data(), ckpt_path=ckpt)
         return list(seen)
 
+    what = f"Lightning ({variant}, loader drop_last={drop_last})"
     with tempfile.TemporaryDirectory() as tmp, _quiet():
         root = Path(tmp)
         reference = fit(root / "ref", None)
+        _check_reference(job, reference, what)
+        # an epoch's last step: with workers, Lightning runs the restored loader (already run
+        # out by its workers) as the next epoch; torchdata's own samplers lose that epoch too
+        epoch_ends = {
+            i + 1 for i in range(len(reference) - 1) if reference[i][0] != reference[i + 1][0]
+        }
         for ckpt in sorted((root / "ref").glob("step=*.ckpt"), key=lambda p: int(p.stem[5:])):
             done = int(ckpt.stem[5:])
+            if workers and done in epoch_ends:
+                continue
             got = fit(root / "resumed", str(ckpt))
             if got != reference[done:]:
                 raise ContractViolation(
-                    f"{case.name}: Lightning (reload_dataloaders_every_n_epochs="
-                    f"{int(reload)}, loader drop_last={drop_last}): resuming from the checkpoint "
-                    f"after step {done} of {len(reference)} trains "
-                    f"{_diff(reference[done:], got)}"
+                    f"{case.name}: {what}: resuming from the checkpoint after step {done} of "
+                    f"{len(reference)} trains {_diff(reference[done:], got)}"
                 )
 
 
@@ -451,7 +558,7 @@ def check_loop_recipes(case: SamplerCase, recipes: Sequence[str] | None = None) 
                 if recipe == "peek":
                     _check_peek(case, drop_last)
                 elif recipe.startswith("lightning"):
-                    _check_lightning(case, recipe == "lightning-reload", drop_last)
+                    _check_lightning(case, recipe, drop_last)
                 else:
                     _check_resumes(case, recipe, drop_last)
         ran.append(recipe)

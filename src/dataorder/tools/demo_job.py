@@ -332,8 +332,8 @@ def _train(name: str, spec: PhaseSpec, mesh: Any, rank: int) -> dict[str, Any]:
     losses: list[float] = []
     it: Iterator[dict[str, Any]] = iter(job.loader)
     # The epoch this phase reads (it never crosses into the next one), taken before the first
-    # batch: the pass that runs out moves the sampler's cursor on to the next epoch, possibly
-    # before the last micro-batches of a step are accounted for.
+    # batch: the cursor's epoch may change under the loop (a loader with workers starts its next
+    # pass early), possibly before the last micro-batches of a step are accounted for.
     epoch = int(job.sampler.epoch)
     first_index = job.next_batch_index()
     while stop is None or len(losses) < stop:

@@ -270,7 +270,9 @@ def test_plan_prefix_sums_and_locate() -> None:
 
 
 def test_planning_functions_check_their_input() -> None:
-    with pytest.raises(ValueError, match="dp_size must be a positive int; got dp_size=0"):
+    with pytest.raises(
+        ValueError, match=r"dp_size must be an int in \[1, 2147483648\]; got dp_size=0"
+    ):
         plan_segments([3], per_rank=1, dp_size=0, tail="drop")
     with pytest.raises(ValueError, match=r"order, sizes and batch_sizes must have one shape"):
         plan_bucket_epoch([0, 1], [3, 4], [1], dp_size=1, drop_last=True)
@@ -583,27 +585,27 @@ def test_get_batch_info_range_and_padding() -> None:
         (
             {"num_replicas": 0},
             ValueError,
-            "num_replicas must be a positive int; got num_replicas=0",
+            r"num_replicas must be an int in \[1, 2147483648\]; got num_replicas=0",
         ),
         (
             {"base_batch_size": 0},
             ValueError,
-            "base_batch_size must be a positive int; got base_batch_size=0",
+            r"base_batch_size must be an int in \[1, 2147483648\]; got base_batch_size=0",
         ),
         (
             {"base_batch_size": -2},
             ValueError,
-            "base_batch_size must be a positive int; got base_batch_size=-2",
+            r"base_batch_size must be an int in \[1, 2147483648\]; got base_batch_size=-2",
         ),
         (
             {"base_batch_size": True},
             TypeError,
-            "base_batch_size must be a positive int; got base_batch_size=True",
+            r"base_batch_size must be an int in \[1, 2147483648\]; got base_batch_size=True",
         ),
         (
             {"base_batch_size": 2.0},
             TypeError,
-            "base_batch_size must be a positive int; got base_batch_size=2.0",
+            r"base_batch_size must be an int in \[1, 2147483648\]; got base_batch_size=2.0",
         ),
         (
             {"base_resolution": (512, 0)},

@@ -71,13 +71,23 @@ BAD_CONSTRUCTOR = [
         TypeError,
         "quantization must be a positive int; got quantization=64.0",
     ),
-    ({"max_pixels": 0}, ValueError, "max_pixels must be a positive int; got max_pixels=0"),
-    ({"max_pixels": -5}, ValueError, "max_pixels must be a positive int; got max_pixels=-5"),
-    ({"max_pixels": False}, TypeError, "max_pixels must be a positive int; got max_pixels=False"),
+    *(
+        (
+            {"max_pixels": v},
+            exc,
+            f"max_pixels must be an int in [4096, 1099511627776]; got max_pixels={v}",
+        )
+        for v, exc in (
+            (0, ValueError),
+            (-5, ValueError),
+            (False, TypeError),
+            (2**40 + 1, ValueError),
+        )
+    ),
     (
         {"quantization": 64, "max_pixels": 4095},
         ValueError,
-        "max_pixels must be an int >= quantization**2 = 4096; got max_pixels=4095",
+        "max_pixels must be an int in [4096, 1099511627776]; got max_pixels=4095",
     ),
     ({"debug_mode": 1}, TypeError, "debug_mode must be a bool; got debug_mode=1"),
     ({"no_upscale": "yes"}, TypeError, "no_upscale must be a bool; got no_upscale='yes'"),

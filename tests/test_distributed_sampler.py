@@ -365,8 +365,18 @@ class Unsized:
     ("args", "kwargs", "exc", "match"),
     [
         ((Unsized(), 2, 0), {}, TypeError, r"dataset must be a sized dataset \(with __len__\)"),
-        ((range(4), 0, 0), {}, ValueError, "num_replicas must be a positive int; got num_rep"),
-        ((range(4), True, 0), {}, TypeError, "num_replicas must be a positive int; got num_r"),
+        (
+            (range(4), 0, 0),
+            {},
+            ValueError,
+            r"num_replicas must be an int in \[1, 2147483648\]; got num_rep",
+        ),
+        (
+            (range(4), True, 0),
+            {},
+            TypeError,
+            r"num_replicas must be an int in \[1, 2147483648\]; got num_r",
+        ),
         ((range(4), 4, 4), {}, ValueError, r"rank must be an int in \[0, 3\]; got rank=4"),
         ((range(4), 4, -1), {}, ValueError, r"rank must be an int in \[0, 3\]; got rank=-1"),
         ((range(4), 4, False), {}, TypeError, r"rank must be an int in \[0, 3\]; got rank=False"),

@@ -147,17 +147,17 @@ BASE = {
         (
             {"micro_batch_size": 0},
             ValueError,
-            "micro_batch_size must be a positive int; got micro_batch_size=0",
+            "micro_batch_size must be an int in [1, 2147483648]; got micro_batch_size=0",
         ),
         (
             {"micro_batch_size": 2.0},
             TypeError,
-            "micro_batch_size must be a positive int; got micro_batch_size=2.0",
+            "micro_batch_size must be an int in [1, 2147483648]; got micro_batch_size=2.0",
         ),
         (
             {"data_parallel_size": 0},
             ValueError,
-            "data_parallel_size must be a positive int; got data_parallel_size=0",
+            "data_parallel_size must be an int in [1, 2147483648]; got data_parallel_size=0",
         ),
         (
             {"global_batch_size": 0},
@@ -244,9 +244,9 @@ def test_bad_arguments(
         ({"seed": 2**64}, ValueError, "seed must be an int in [0, 18446744073709551615]"),
         ({"seed": False}, TypeError, "seed must be an int in [0, 18446744073709551615]"),
         (
-            {"compat": "megatron"},
+            {"compat": "megatron-lm"},
             ValueError,
-            "compat must be None or 'nemo'; got compat='megatron'",
+            "compat must be None, 'nemo' or 'megatron'; got compat='megatron-lm'",
         ),
         ({"data_sharding": 1}, TypeError, "data_sharding must be a bool; got data_sharding=1"),
     ],
@@ -296,8 +296,8 @@ def test_factory_forwards_everything() -> None:
             "dataloader_type must be one of 'single', 'cyclic'; got dataloader_type='batch'",
         ),
         ({"seed": -2}, ValueError, "seed must be an int in [0, 18446744073709551615]; got seed=-2"),
-        ({"world_size": 0}, ValueError, "data_parallel_size must be a positive int"),
-        ({"rank": 2, "world_size": 2}, ValueError, "data_parallel_rank must be an int in [0, 1]"),
+        ({"world_size": 0}, ValueError, "world_size must be an int in [1, 2147483648]"),
+        ({"rank": 2, "world_size": 2}, ValueError, "rank must be an int in [0, 1]; got rank=2"),
     ],
 )
 def test_factory_errors(kwargs: dict[str, Any], exc: type[Exception], message: str) -> None:

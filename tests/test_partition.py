@@ -97,8 +97,16 @@ def test_offsets_are_numpy() -> None:
     ("kwargs", "exc", "match"),
     [
         ({"n": -1}, ValueError, "n must be a non-negative int; got n=-1"),
-        ({"per_rank": 0}, ValueError, "per_rank must be a positive int; got per_rank=0"),
-        ({"dp_size": False}, TypeError, "dp_size must be a positive int; got dp_size=False"),
+        (
+            {"per_rank": 0},
+            ValueError,
+            r"per_rank must be an int in \[1, 2147483648\]; got per_rank=0",
+        ),
+        (
+            {"dp_size": False},
+            TypeError,
+            r"dp_size must be an int in \[1, 2147483648\]; got dp_size=False",
+        ),
         (
             {"tail": "cut"},
             ValueError,

@@ -110,7 +110,11 @@ def test_env_and_default(monkeypatch: pytest.MonkeyPatch) -> None:
             ValueError,
             r"rank must be an int in \[0, 3\]; got rank=-1",
         ),
-        ({"num_replicas": 0, "rank": 0}, ValueError, "num_replicas must be a positive int"),
+        (
+            {"num_replicas": 0, "rank": 0},
+            ValueError,
+            r"num_replicas must be an int in \[1, 2147483648\]",
+        ),
         ({"num_replicas": True, "rank": 0}, TypeError, "got num_replicas=True"),
         ({"dp_dims": ("dp",)}, ValueError, "dp_dims needs a mesh"),
     ],

@@ -49,6 +49,8 @@ import numpy.typing as npt
 from dataorder._validate import check_choice, check_int
 
 __all__ = [
+    "MAX_BATCH_SIZE",
+    "MAX_POSITIONS",
     "SPLITS",
     "TAILS",
     "EpochLayout",
@@ -66,6 +68,14 @@ SPLITS: tuple[str, ...] = ("contiguous", "strided")
 TAILS: tuple[str, ...] = ("drop", "pad", "shrink")
 
 IntArray = npt.NDArray[np.int64]
+
+#: Largest per-rank batch a sampler accepts, and (``dataorder.core.topology.MAX_DP_SIZE``) the
+#: largest data-parallel size: a global block then has at most 2**62 positions, so every global
+#: position of an epoch of up to :data:`MAX_POSITIONS` samples is an exact int64.
+MAX_BATCH_SIZE = 2**31
+
+#: Largest number of samples in a segment (an epoch, a bucket).
+MAX_POSITIONS = 2**62
 
 
 def rank_offsets(per_rank: int, dp_size: int, rank: int, split: Split) -> IntArray:
@@ -219,8 +229,8 @@ class EpochLayout:
 def _check_args(
     per_rank: int, dp_size: int, tail: str, unit: int | None, round_to: int
 ) -> tuple[int, int, Tail, int, int]:
-    per_rank = check_int("per_rank", per_rank, min_value=1)
-    dp_size = check_int("dp_size", dp_size, min_value=1)
+    per_rank = check_int("per_rank", per_rank, min_value=1, max_value=MAX_BATCH_SIZE)
+    dp_size = check_int("dp_size", dp_size, min_value=1, max_value=MAX_BATCH_SIZE)
     checked: Tail = check_choice("tail", tail, TAILS)  # type: ignore[assignment]
     block = per_rank * dp_size
     unit = block if unit is None else check_int("unit", unit, min_value=1)

@@ -33,11 +33,16 @@ from dataorder._validate import check_int, fail
 
 __all__ = [
     "DP_DIM_NAMES",
+    "MAX_DP_SIZE",
     "Topology",
     "data_parallel_dims",
     "data_parallel_topology",
     "resolve_topology",
 ]
+
+#: Largest data-parallel size a sampler accepts: global positions stay exact int64 with any
+#: per-rank batch up to the same bound.
+MAX_DP_SIZE = 2**31
 
 #: Mesh dimension names taken as data-parallel when ``dp_dims`` is not given (in mesh order).
 DP_DIM_NAMES = ("dp", "dp_replicate", "dp_shard", "data_parallel")
@@ -200,7 +205,7 @@ def resolve_topology(
     """
     size_name, rank_name = names
     if num_replicas is not None:
-        num_replicas = check_int(size_name, num_replicas, min_value=1)
+        num_replicas = check_int(size_name, num_replicas, min_value=1, max_value=MAX_DP_SIZE)
     if rank is not None:
         # with the size known, the message gives the whole range, whatever is wrong
         top = None if num_replicas is None else num_replicas - 1

@@ -41,6 +41,7 @@ from torch.utils.data import Sampler
 
 from dataorder._validate import check_bool, check_choice, check_int, fail
 from dataorder.core.cursor import CursorBatchSampler
+from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.core.state import Scalar, split_state
 from dataorder.core.topology import Topology, resolve_topology
 from dataorder.diffusion.bucket_plan import (
@@ -185,7 +186,9 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
     ) -> None:
         CursorBatchSampler.__init__(self)
         self._compat: Compat = check_choice("compat", compat, COMPAT_MODES)  # type: ignore[assignment]
-        self._base_batch_size = check_int("base_batch_size", base_batch_size, min_value=1)
+        self._base_batch_size = check_int(
+            "base_batch_size", base_batch_size, min_value=1, max_value=MAX_BATCH_SIZE
+        )
         self._base_resolution = _check_resolution(base_resolution)
         self._drop_last = check_bool("drop_last", drop_last)
         self._shuffle_buckets = check_bool("shuffle_buckets", shuffle_buckets)
@@ -283,6 +286,64 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
     def dp_rank(self) -> int:
         """Data-parallel rank (the same as :attr:`rank`)."""
         return self._topology.dp_rank
+
+    # NOTE [ NeMo bucket states ]
+    #     NeMo Automodel's sampler saves ``{"epoch": e, "batches_yielded": k}`` and, on load,
+    #     skips ``k`` batches of the next pass. With ``compat="nemo"`` (NeMo's order) such a state
+    #     loads here and the cursor goes to step ``k`` of epoch ``e``, which is where NeMo's
+    #     sampler continues in a loop that calls ``set_epoch(e)`` (NeMo applies the skip to
+    #     whatever epoch is set when the pass starts: B2). ``k`` is taken as NeMo wrote it: after
+    #     a NeMo resume its count restarts from 0 (B1), so such a checkpoint resumes where NeMo
+    #     would, not where the run really was. Our states carry ``batches_yielded`` in that mode
+    #     (counted from the epoch's start), so NeMo's sampler can load them too.
+
+    #: The keys of NeMo's bucket-sampler state (NOTE [ NeMo bucket states ]).
+    _NEMO_KEYS: ClassVar[frozenset[str]] = frozenset({"epoch", "batches_yielded"})
+
+    def state_dict(self) -> dict[str, Scalar]:
+        """The cursor (see :class:`~dataorder.core.cursor.CursorSampler`); with
+        ``compat="nemo"`` also NeMo's ``batches_yielded`` (NOTE [ NeMo bucket states ])."""
+        state = super().state_dict()
+        if self._compat == "nemo":
+            state["batches_yielded"] = self.epoch_plan().step_of(self._position)
+        return state
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Place the cursor where ``state_dict`` says (see
+        :meth:`~dataorder.core.cursor.CursorSampler.load_state_dict`). With ``compat="nemo"``
+        NeMo's ``{"epoch", "batches_yielded"}`` loads too (NOTE [ NeMo bucket states ]).
+
+        Raises:
+            ValueError: As the base class; also for a NeMo state without ``compat="nemo"``.
+        """
+        if isinstance(state_dict, Mapping) and set(state_dict) == self._NEMO_KEYS:
+            self._load_nemo(state_dict)
+            return
+        if isinstance(state_dict, Mapping) and "batches_yielded" in state_dict:
+            ours = {k: v for k, v in state_dict.items() if k != "batches_yielded"}
+            super().load_state_dict(ours)
+            step = self.epoch_plan().step_of(self._origin)
+            if self.layout_info() == {"num_replicas": ours.get("layout.num_replicas")} and (
+                state_dict["batches_yielded"] != step
+            ):
+                raise ValueError(
+                    f"state['batches_yielded'] must be the steps done at state['bucket'], "
+                    f"state['consumed'] = {step}; got {state_dict['batches_yielded']!r}"
+                )
+            return
+        super().load_state_dict(state_dict)
+
+    def _load_nemo(self, state: Mapping[str, Any]) -> None:
+        if self._compat != "nemo":
+            raise ValueError(
+                f"a NeMo Automodel sampler state ({dict(state)!r}) continues NeMo's order: build "
+                "this sampler with compat='nemo' to load it"
+            )
+        epoch = check_int("state['epoch']", state["epoch"], min_value=0)
+        plan = self.epoch_plan(epoch)
+        k = check_int("state['batches_yielded']", state["batches_yielded"], min_value=0)
+        # NeMo skips min(k, the epoch's batches): a count past the end leaves an empty pass
+        self._place(epoch, plan.progress_at(min(k, plan.num_steps)), loaded=True)
 
     def _batch_size_fn(self) -> Callable[[tuple[int, int], int, tuple[int, int]], int]:
         fn = self._order.batch_size_fn(self.dataset)

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar, Protocol
@@ -97,6 +98,7 @@ __all__ = [
     "DEFAULT_MAX_BATCH_FACTOR",
     "DEFAULT_MAX_PIXELS",
     "MAX_IMAGE_SIDE",
+    "MAX_PIXELS",
     "NEMO_ASPECT_RATIOS",
     "PRESETS",
     "AspectRatio",
@@ -127,6 +129,9 @@ PRESETS: Mapping[str, int] = MappingProxyType(
 
 #: NeMo's budget when ``max_pixels`` is None, kept in both modes.
 DEFAULT_MAX_PIXELS = 256 * 256
+
+#: Largest pixel budget (a 1 Tpx image): larger budgets only exhaust memory in the lookup tables.
+MAX_PIXELS = 2**40
 
 #: Default upper clamp of a dynamic batch size, as a multiple of ``base_batch_size``.
 DEFAULT_MAX_BATCH_FACTOR = 4
@@ -223,7 +228,7 @@ class MultiTierBucketCalculator:
         quantization: Both sides of every bucket are multiples of this (64 for Flux/SDXL
             latents with patching; 8 or 16 for finer lattices).
         max_pixels: The pixel budget; no bucket has more pixels. None means 65,536. Must be at
-            least ``quantization**2``.
+            least ``quantization**2`` and at most :data:`MAX_PIXELS`.
         debug_mode: Log the bucket table at INFO level after construction.
         compat: ``"default"`` or ``"nemo"`` (NeMo Automodel 0.7.0's exact buckets and choices).
         aspect_ratios: Nominal aspect ratios of the default mode (floats ``w / h``, ``(w, h)``
@@ -268,9 +273,8 @@ class MultiTierBucketCalculator:
         if max_pixels is None:
             budget = DEFAULT_MAX_PIXELS
         else:
-            budget = check_int("max_pixels", max_pixels, min_value=1)
-        if budget < q * q:
-            fail("max_pixels", f"an int >= quantization**2 = {q * q}", max_pixels)
+            # at least one bucket of quantization**2 pixels
+            budget = check_int("max_pixels", max_pixels, min_value=q * q, max_value=MAX_PIXELS)
         self._debug = check_bool("debug_mode", debug_mode)
         self._compat = check_choice("compat", compat, COMPATS)
         self._max_batch_size = (
@@ -312,7 +316,13 @@ class MultiTierBucketCalculator:
         Raises:
             ValueError: For an unknown preset.
         """
-        preset = check_choice("preset", preset, tuple(PRESETS))
+        if not isinstance(preset, str) or preset not in PRESETS:
+            names = ", ".join(repr(p) for p in PRESETS)
+            # NeMo's wording first: code written for NeMo matches on "Unknown preset"
+            raise ValueError(
+                f"Unknown preset {preset!r}. Available: {list(PRESETS)} (preset must be one of "
+                f"{names}; got preset={preset!r})"
+            )
         if "max_pixels" in kwargs:
             raise TypeError("from_preset() sets max_pixels from the preset; do not pass it")
         return cls(quantization, PRESETS[preset], **kwargs)
@@ -406,6 +416,21 @@ class MultiTierBucketCalculator:
     def num_buckets(self) -> int:
         """Number of buckets."""
         return len(self._resolutions)
+
+    @property
+    def buckets(self) -> list[Bucket]:
+        """All buckets in id order (NeMo's attribute; the same as :meth:`get_all_buckets`)."""
+        return self.get_all_buckets()
+
+    @property
+    def buckets_by_resolution(self) -> dict[tuple[int, int], Bucket]:
+        """``(w, h) -> bucket`` for every bucket (NeMo's attribute; fresh dicts)."""
+        return {b["resolution"]: b for b in self.get_all_buckets()}
+
+    @property
+    def debug_mode(self) -> bool:
+        """Whether the bucket table was logged at construction (NeMo's attribute)."""
+        return self._debug
 
     def __len__(self) -> int:
         return len(self._resolutions)
@@ -564,6 +589,15 @@ class MultiTierBucketCalculator:
             Default mode keeps the input's type; ``compat="nemo"`` returns a PIL image, as NeMo
             does (it passes any input through ``Image.fromarray``).
         """
+        if self._compat == "nemo" and crop_mode == "random" and seed is None and rng is None:
+            # NeMo draws from Python's global random; code written for it passes no seed
+            warnings.warn(
+                "resize_and_crop(crop_mode='random') without seed= or rng= under "
+                "compat='nemo': the offsets come from an unseeded generator and are not "
+                "reproducible (NeMo's are not either); pass seed= or rng= to fix them",
+                stacklevel=2,
+            )
+            rng = np.random.default_rng()
         result = resize_and_crop(image, target_width, target_height, crop_mode, seed=seed, rng=rng)
         if self._compat == "nemo":
             pil = require_pillow("resize_and_crop")

@@ -31,6 +31,7 @@ from dataorder.diffusion.table import (
     BucketTable,
     IntArray,
     as_int_array,
+    aspect_name,
     bucket_arrays,
     load_nemo_cache,
     narrow,
@@ -53,6 +54,12 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
     subclasses load tensors from it. Other sources: :meth:`from_sizes`, :meth:`from_bucket_ids`
     and :meth:`from_manifest`.
 
+    Subclasses written for NeMo work unchanged (NOTE [ NeMo's subclass protocol ]): the
+    constructor sets ``cache_dir``, then calls ``self._load_metadata()`` and, if the subclass
+    overrides it, ``self._group_by_bucket()``, which fills ``bucket_groups`` and assigns
+    ``sorted_bucket_keys`` as NeMo's does; the sampler then reads the buckets in that order.
+    ``_aspect_ratio_to_name`` is there for them too.
+
     Args:
         cache_dir: Directory with ``metadata.json`` (``{"shards": [...]}``) and the shards.
         quantization: Quantization of the :attr:`calculator` used for dynamic batch sizes.
@@ -72,17 +79,63 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
         ValueError: If it is malformed or empty.
     """
 
+    cache_dir: Path | None
+    metadata: list[dict[str, Any]] | None
+
+    # NOTE [ NeMo's subclass protocol ]
+    #     NeMo's base class reads its cache through two overridable methods, and subclasses
+    #     (NeMo's own ImageEditDataset, for one) replace them: ``_load_metadata()`` returns the
+    #     items, ``_group_by_bucket()`` fills ``self.bucket_groups`` (key -> {"indices",
+    #     "aspect_name", "aspect_ratio", "resolution", "pixels", ...}) and assigns
+    #     ``self.sorted_bucket_keys``. A subclass's grouping is converted once into the
+    #     BucketTable the sampler reads, in the subclass's key order; without an override the
+    #     items are grouped by NeMo's rule straight into arrays, and the two NeMo attributes are
+    #     derived from the table when someone reads them.
+
     def __init__(self, cache_dir: str | os.PathLike[str], quantization: int = 64) -> None:
         from dataorder.diffusion.buckets import MultiTierBucketCalculator
 
-        quantization = check_int("quantization", quantization, min_value=1)
-        items = load_nemo_cache(cache_dir)
+        self.quantization = check_int("quantization", quantization, min_value=1)
+        self.cache_dir = Path(cache_dir)
+        self._keys: list[Any] | None = None
+        items = self._load_metadata()
+        if not isinstance(items, list):
+            raise TypeError(f"_load_metadata() must return a list of items; got {type(items)}")
+        if not items:
+            raise ValueError(
+                f"dataset must hold at least one sample; got an empty cache in {self.cache_dir}"
+            )
+        self.metadata = items
+        if type(self)._group_by_bucket is not BaseMultiresolutionDataset._group_by_bucket:
+            self._group_by_bucket()
+            table = BucketTable.from_nemo_groups(self.sorted_bucket_keys, self.bucket_groups)
+        else:
+            table = table_from_items(items)
         self._setup(
-            table_from_items(items),
-            MultiTierBucketCalculator(quantization=quantization),
-            cache_dir=Path(cache_dir),
+            table,
+            MultiTierBucketCalculator(quantization=self.quantization),
+            cache_dir=self.cache_dir,
             metadata=items,
         )
+
+    def _load_metadata(self) -> list[dict[str, Any]]:
+        """The cache's items (NOTE [ NeMo's subclass protocol ]); NeMo's format by default."""
+        if self.cache_dir is None:
+            raise ValueError(
+                "_load_metadata() needs a cache_dir; this dataset was built from arrays"
+            )
+        return load_nemo_cache(self.cache_dir)
+
+    def _group_by_bucket(self) -> None:
+        """Group :attr:`metadata` by NeMo's rule into ``bucket_groups`` and
+        ``sorted_bucket_keys`` (NOTE [ NeMo's subclass protocol ]); subclasses may override."""
+        table = table_from_items(self.metadata or [])
+        self.bucket_groups = _groups_of(table)
+        self.sorted_bucket_keys = [table.key(j) for j in range(table.num_buckets)]
+
+    def _aspect_ratio_to_name(self, aspect_ratio: float) -> str:
+        """``"tall"``, ``"square"`` or ``"wide"`` by NeMo's thresholds (its method name)."""
+        return aspect_name(aspect_ratio)
 
     def _setup(
         self,
@@ -100,6 +153,8 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
         self.bucket_table = table
         self.calculator = calculator
         self.cache_dir = cache_dir
+        if not hasattr(self, "_keys"):
+            self._keys = None
         self.metadata = metadata
         # Per-sample arrays in the narrowest dtype that holds them: bucket ids are 2 bytes for up
         # to 65,536 buckets, image sides 4 bytes, so 10 M samples cost 20 + 80 MB here.
@@ -237,30 +292,33 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
 
     # -- NeMo Automodel's attribute names -------------------------------------------------------
     @property
-    def sorted_bucket_keys(self) -> list[tuple[str, tuple[int, int]]]:
-        """Bucket keys ``(aspect_name, (width, height))`` in sorted order (NeMo's name)."""
+    def sorted_bucket_keys(self) -> list[Any]:
+        """Bucket keys in the order the sampler reads them (NeMo's name): ``(aspect_name,
+        (width, height))``, or a subclass's own keys.
+
+        Assigning a reordering of the keys reorders :attr:`bucket_table` to match, as NeMo's
+        sampler follows this list.
+        """
+        if self._keys is not None:
+            return list(self._keys)
         t = self.bucket_table
         return [t.key(j) for j in range(t.num_buckets)]
 
+    @sorted_bucket_keys.setter
+    def sorted_bucket_keys(self, keys: Any) -> None:
+        self._keys = list(keys)
+        if getattr(self, "bucket_table", None) is not None:  # after construction: reorder
+            self.bucket_table = BucketTable.from_nemo_groups(self._keys, self.bucket_groups)
+
     @cached_property
-    def bucket_groups(self) -> dict[tuple[str, tuple[int, int]], dict[str, Any]]:
-        """NeMo's dict of buckets with Python lists of indices, built on first access.
+    def bucket_groups(self) -> dict[Any, dict[str, Any]]:
+        """NeMo's dict of buckets with Python lists of indices, built on first access (or
+        filled by a subclass's ``_group_by_bucket``).
 
         For code written against NeMo only: it costs O(N) Python objects. The sampler reads
         :attr:`bucket_table` instead.
         """
-        t = self.bucket_table
-        out: dict[tuple[str, tuple[int, int]], dict[str, Any]] = {}
-        for j in range(t.num_buckets):
-            name, res = t.key(j)
-            out[(name, res)] = {
-                "indices": t.bucket_indices(j).tolist(),
-                "aspect_name": name,
-                "aspect_ratio": float(t.aspect_ratios[j]),
-                "resolution": res,
-                "pixels": res[0] * res[1],
-            }
-        return out
+        return _groups_of(self.bucket_table)
 
     def get_bucket_info(self) -> dict[str, Any]:
         """``{"total_buckets": B, "buckets": {"wide/320x192": size, ...}}`` (NeMo's summary)."""
@@ -276,3 +334,18 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
     def __repr__(self) -> str:
         t = self.bucket_table
         return f"{type(self).__name__}(samples={t.num_samples}, buckets={t.num_buckets})"
+
+
+def _groups_of(table: BucketTable) -> dict[Any, dict[str, Any]]:
+    """NeMo's ``bucket_groups`` of a table, in its bucket order."""
+    out: dict[Any, dict[str, Any]] = {}
+    for j in range(table.num_buckets):
+        name, res = table.key(j)
+        out[(name, res)] = {
+            "indices": table.bucket_indices(j).tolist(),
+            "aspect_name": name,
+            "aspect_ratio": float(table.aspect_ratios[j]),
+            "resolution": res,
+            "pixels": res[0] * res[1],
+        }
+    return out

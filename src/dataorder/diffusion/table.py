@@ -278,33 +278,62 @@ def table_from_ids(
     return table, id_to_row
 
 
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        with path.open(encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{err.lineno}: {what} is not valid JSON ({err.msg})") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: {what} is not UTF-8 text ({err.reason})") from None
+
+
 def load_nemo_cache(cache_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Read NeMo Automodel's cache: ``metadata.json`` with a ``"shards"`` list of JSON files.
 
     Returns the items of all shards, concatenated in the listed order (a dataset index is the
-    position in that concatenation).
+    position in that concatenation). Errors start with NeMo's own wording ("No metadata.json
+    found in", "Invalid metadata format in"), which code written for NeMo may match on.
 
     Raises:
-        FileNotFoundError: If ``metadata.json`` or a shard is missing.
-        ValueError: If the files do not have the expected shape.
+        FileNotFoundError: If ``metadata.json`` or a shard is missing (the message names it).
+        ValueError: If a file is not valid JSON (naming the file and line) or does not have the
+            expected shape (naming the file and the field).
     """
     root = Path(cache_dir)
     meta_file = root / "metadata.json"
     if not meta_file.is_file():
-        raise FileNotFoundError(f"no metadata.json in cache_dir={str(root)!r}")
-    with meta_file.open() as f:
-        meta = json.load(f)
-    if not isinstance(meta, dict) or not isinstance(meta.get("shards"), list):
+        raise FileNotFoundError(
+            f"No metadata.json found in {root} (cache_dir must hold NeMo's metadata.json; got "
+            f"cache_dir={str(root)!r})"
+        )
+    meta = _read_json(meta_file, "metadata.json")
+    shards = meta.get("shards") if isinstance(meta, dict) else None
+    if not isinstance(shards, list) or not all(isinstance(x, str) for x in shards):
+        got = (
+            f"shards={shards!r}"[:200]
+            if isinstance(meta, dict) and "shards" in meta
+            else f"{type(meta).__name__} with keys {sorted(meta) if isinstance(meta, dict) else []}"
+        )
         raise ValueError(
-            f"{meta_file} must be a JSON object with a 'shards' list; got "
-            f"{type(meta).__name__} with keys {sorted(meta) if isinstance(meta, dict) else []}"
+            f"Invalid metadata format in {meta_file}. Expected dict with 'shards' key (a list of "
+            f"shard file names); got {got}"
         )
     items: list[dict[str, Any]] = []
-    for shard in meta["shards"]:
-        with (root / shard).open() as f:
-            data = json.load(f)
+    for shard in shards:
+        path = root / shard
+        if not path.is_file():
+            raise FileNotFoundError(f"{meta_file}: shard {shard!r} does not exist ({path})")
+        data = _read_json(path, f"shard {shard!r}")
         if not isinstance(data, list):
-            raise ValueError(f"shard {shard!r} must be a JSON list of items; got {type(data)}")
+            raise ValueError(
+                f"{path}: shard {shard!r} must be a JSON list of items; got {type(data).__name__}"
+            )
+        bad = next((i for i, item in enumerate(data) if not isinstance(item, dict)), None)
+        if bad is not None:
+            raise ValueError(
+                f"{path}: item {bad} must be a JSON object; got {type(data[bad]).__name__}"
+            )
         items.extend(data)
     return items
 

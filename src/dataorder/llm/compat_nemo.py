@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from dataorder._validate import fail
 from dataorder.core.state import Scalar
-from dataorder.llm.orders import EpochSpec, SampleMap, rank_sequence_offsets
+from dataorder.llm.orders import EpochSpec, SampleMap, rank_sequence_offsets, torch_randperm
 
 __all__ = ["NemoOrder"]
 
@@ -34,15 +34,6 @@ def _nemo_map(start: int, perm: npt.NDArray[np.int64], mbs: int, dp: int, rank: 
         return start + perm[j]
 
     return sample
-
-
-def _nemo_randperm(size: int, seed: int) -> npt.NDArray[np.int64]:
-    # torch is imported here only: the default orders never need it.
-    import torch
-
-    generator = torch.Generator()
-    generator.manual_seed(seed)
-    return torch.randperm(size, generator=generator).numpy()
 
 
 class NemoOrder:
@@ -102,5 +93,5 @@ class NemoOrder:
             )
         mbs, dp = spec.micro_batch_size, spec.data_parallel_size
         shard = spec.total_samples // (mbs * dp) * mbs
-        perm = _nemo_randperm(shard, self.seed + epoch)
+        perm = torch_randperm(shard, self.seed + epoch)
         return _nemo_map(rank * shard, perm, mbs, dp, rank)

@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from dataorder._validate import check_choice, check_int
@@ -63,8 +64,18 @@ def create_megatron_sampler(
     """
     check_choice("dataloader_type", dataloader_type, DATALOADER_TYPES)
     seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
-    if dataloader_type == "single":
-        return MegatronPretrainingSampler(
+    try:
+        if dataloader_type == "single":
+            return MegatronPretrainingSampler(
+                dataset_len,
+                micro_batch_size,
+                data_parallel_rank=rank,
+                data_parallel_size=world_size,
+                drop_last=drop_last,
+                global_batch_size=global_batch_size,
+                pad_samples_to_global_batch_size=pad_samples_to_global_batch_size,
+            )
+        return MegatronPretrainingRandomSampler(
             dataset_len,
             micro_batch_size,
             data_parallel_rank=rank,
@@ -72,14 +83,21 @@ def create_megatron_sampler(
             drop_last=drop_last,
             global_batch_size=global_batch_size,
             pad_samples_to_global_batch_size=pad_samples_to_global_batch_size,
+            seed=seed,
         )
-    return MegatronPretrainingRandomSampler(
-        dataset_len,
-        micro_batch_size,
-        data_parallel_rank=rank,
-        data_parallel_size=world_size,
-        drop_last=drop_last,
-        global_batch_size=global_batch_size,
-        pad_samples_to_global_batch_size=pad_samples_to_global_batch_size,
-        seed=seed,
-    )
+    except (TypeError, ValueError) as err:
+        # the sampler names its own parameters; the caller passed this factory's
+        raise type(err)(_caller_names(str(err))) from None
+
+
+_RENAMES = (
+    ("total_samples", "dataset_len"),
+    ("data_parallel_rank", "rank"),
+    ("data_parallel_size", "world_size"),
+)
+
+
+def _caller_names(message: str) -> str:
+    for inner, outer in _RENAMES:
+        message = re.sub(rf"\b{inner}\b", outer, message)
+    return message

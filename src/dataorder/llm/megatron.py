@@ -45,7 +45,7 @@ during training (:mod:`dataorder.llm.schedule`) needs no change here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -54,10 +54,11 @@ import numpy.typing as npt
 from dataorder._validate import check_bool, check_int, fail
 from dataorder.core.blockplan import BlockPlan
 from dataorder.core.cursor import CursorBatchSampler
-from dataorder.core.partition import EpochLayout
+from dataorder.core.partition import MAX_BATCH_SIZE, EpochLayout
 from dataorder.core.permutation import MAX_DOMAIN
 from dataorder.core.state import Scalar, split_state
 from dataorder.core.topology import Topology, resolve_topology
+from dataorder.llm.compat_megatron import MegatronLMOrder
 from dataorder.llm.compat_nemo import NemoOrder
 from dataorder.llm.orders import (
     EpochSpec,
@@ -140,7 +141,9 @@ class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
         super().__init__()
         # positions are int64 and permutations work on 63-bit words: 2**62 keeps both exact
         self._n = check_int("total_samples", total_samples, min_value=1, max_value=MAX_DOMAIN)
-        self._mbs = check_int("micro_batch_size", micro_batch_size, min_value=1)
+        self._mbs = check_int(
+            "micro_batch_size", micro_batch_size, min_value=1, max_value=MAX_BATCH_SIZE
+        )
         self._topology = resolve_topology(
             data_parallel_size,
             data_parallel_rank,
@@ -500,6 +503,13 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
       ``global_batch_size`` must divide NeMo's epoch, because NeMo does not drop whole global
       batches). It costs O(shard) time and memory per epoch, depends on torch's ``randperm``
       (pin the torch version of the NeMo run), and is not elastic.
+    * ``compat="megatron"``: exactly NVIDIA Megatron-LM's sequences (its ``cyclic`` sampler), in
+      both of its modes: ``data_sharding=True`` (Megatron's default: NeMo's shards with the
+      epoch as the only seed) and ``data_sharding=False`` (one ``torch.randperm`` of the
+      dataset per epoch, read with a rank stride). ``seed`` must be 0, the tail is dropped,
+      and the layouts where Megatron-LM gives ranks unequal micro-batch counts are refused
+      (:mod:`dataorder.llm.compat_megatron`). Resume a Megatron-LM run with
+      ``consumed_samples=`` its ``consumed_train_samples``. Not elastic.
 
     The class attribute ``elastic`` is True because the default order is elastic; the two
     other orders put ``data_parallel_size`` (and, for ``compat="nemo"``, ``micro_batch_size``)
@@ -509,7 +519,11 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
     Args:
         seed: Any int in ``[0, 2**64)``; every seed gives an unrelated order.
         data_sharding: Keep each rank inside its contiguous shard (see above).
-        compat: None, or ``"nemo"`` for NeMo Automodel's exact sequences.
+        compat: None, ``"nemo"`` for NeMo Automodel's exact sequences, or ``"megatron"`` for
+            Megatron-LM's.
+        dataset: Optional; if it has ``set_epoch`` (Megatron-LM's ``RandomSeedDataset``), it is
+            called with the epoch of each pass before the pass's first micro-batch is handed
+            out, as Megatron-LM's sampler does.
         *others: See :class:`BaseMegatronSampler`; ``global_batch_size`` and padding are honoured
             exactly as by :class:`MegatronPretrainingSampler`.
 
@@ -554,17 +568,19 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
         seed: int = 0,
         *,
         data_sharding: bool = False,
-        compat: Literal["nemo"] | None = None,
+        compat: Literal["nemo", "megatron"] | None = None,
         consumed_samples: int = 0,
+        dataset: Any = None,
         mesh: Any = None,
         dp_dims: Sequence[str] | None = None,
         topology: Topology | None = None,
     ) -> None:
         self._seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
         self._data_sharding = check_bool("data_sharding", data_sharding)
-        if compat is not None and compat != "nemo":
-            fail("compat", "None or 'nemo'", compat)
+        if compat is not None and compat not in ("nemo", "megatron"):
+            fail("compat", "None, 'nemo' or 'megatron'", compat)
         self._compat = compat
+        self._dataset = dataset
         super().__init__(
             total_samples,
             micro_batch_size,
@@ -581,17 +597,20 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
 
     @classmethod
     def _from_config(cls, config: Mapping[str, object]) -> dict[str, Any]:
-        order = config["order"]
+        order = str(config["order"])
+        megatron = order.startswith(MegatronLMOrder.name)
         return {
             "seed": config["seed"],
-            "data_sharding": order == ShardedOrder.name,
-            "compat": "nemo" if order == NemoOrder.name else None,
+            "data_sharding": order in (ShardedOrder.name, f"{MegatronLMOrder.name}-sharded"),
+            "compat": "nemo" if order == NemoOrder.name else "megatron" if megatron else None,
         }
 
     def _choose_order(self) -> MegatronOrder:
         # chosen once: the samplers never branch on the mode again
         if self._compat == "nemo":
             return NemoOrder(self._seed, self._spec, data_sharding=self._data_sharding)
+        if self._compat == "megatron":
+            return MegatronLMOrder(self._seed, self._spec, data_sharding=self._data_sharding)
         if self._data_sharding:
             return ShardedOrder(self._seed)
         return GlobalOrder(self._seed)
@@ -608,5 +627,18 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
 
     @property
     def compat(self) -> str | None:
-        """``"nemo"`` in NeMo compatibility mode, else None."""
+        """``"nemo"`` or ``"megatron"`` in a compatibility mode, else None."""
         return self._compat
+
+    def _pass(self) -> Iterator[MicroBatch]:
+        # Megatron-LM's epoch hook: its RandomSeedDataset reseeds augmentation per epoch
+        hook = getattr(self._dataset, "set_epoch", None)
+        if not callable(hook):
+            yield from super()._pass()
+            return
+        first = True
+        for batch in super()._pass():
+            if first:
+                hook(self._epoch)
+                first = False
+            yield batch

@@ -74,6 +74,7 @@ __all__ = [
     "plan_megatron_epoch",
     "rank_sequence_offsets",
     "shard_bounds",
+    "torch_randperm",
 ]
 
 #: One rank's micro-batch: dataset indices, ``None`` in a padding slot.
@@ -200,6 +201,20 @@ def _sharded_map(
         return out
 
     return sample
+
+
+def torch_randperm(size: int, seed: int) -> npt.NDArray[np.int64]:
+    """``torch.randperm(size)`` from a fresh CPU generator seeded with ``seed``, as numpy.
+
+    The compatibility orders that reproduce torch-based samplers use it; torch is imported here
+    only, so the default orders never need it. The result depends on torch's ``randperm``
+    implementation: pin the torch version of the run being reproduced.
+    """
+    import torch
+
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return torch.randperm(size, generator=generator).numpy()
 
 
 def micro_batches(samples: npt.NDArray[np.int64]) -> list[MicroBatch]:

@@ -42,7 +42,7 @@ from dataorder.core.blockplan import BlockPlan
 from dataorder.core.cursor import CursorSampler
 from dataorder.core.keys import KEY_DERIVATION_VERSION, derive_key
 from dataorder.core.partition import EpochLayout, plan_epoch
-from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
+from dataorder.core.permutation import MAX_DOMAIN, PERMUTATION_VERSION, Permutation
 from dataorder.core.state import Scalar, split_state
 from dataorder.core.topology import Topology, resolve_topology
 from dataorder.parallel.compat_torch import TorchOrder
@@ -168,7 +168,8 @@ _ORDERS: dict[str, Callable[[], IndexOrder]] = {"default": KeyedOrder, "torch": 
 def _dataset_size(dataset: object) -> int:
     if not isinstance(dataset, Sized):
         fail("dataset", "a sized dataset (with __len__)", dataset, TypeError)
-    return check_int("len(dataset)", len(dataset), min_value=0)
+    # positions are int64 and the permutation works on 63-bit words: 2**62 keeps both exact
+    return check_int("len(dataset)", len(dataset), min_value=0, max_value=MAX_DOMAIN)
 
 
 class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
@@ -244,6 +245,8 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
     state_kind: ClassVar[str] = "distributed"
     #: The global order does not depend on ``num_replicas``: states load on another one.
     elastic: ClassVar[bool] = True
+    #: The key of torchdata's ``StatefulDistributedSampler`` state (NOTE [ torchdata states ]).
+    _YIELDED: ClassVar[str] = "yielded"
 
     def __init__(
         self,
@@ -270,9 +273,18 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
             "compat", compat, COMPAT_MODES
         )
         self._order = _ORDERS[self._compat]()  # NOTE [ Index order strategies ]
-        self._topology = resolve_topology(
-            num_replicas, rank, mesh=mesh, dp_dims=dp_dims, topology=topology
-        )
+        try:
+            self._topology = resolve_topology(
+                num_replicas, rank, mesh=mesh, dp_dims=dp_dims, topology=topology
+            )
+        except ValueError as err:
+            if str(err).startswith("rank must be an int in [0, "):
+                # torch's words too: code written for torch's sampler matches on them
+                top = str(err)[len("rank must be an int in [0, ") :].split("]")[0]
+                raise ValueError(
+                    f"{err} (Invalid rank {rank}, rank should be in the interval [0, {top}])"
+                ) from None
+            raise
         self.dataset = dataset  # type: ignore[assignment]  # torch types it Dataset; only len() is used
         self._layout = distributed_layout(self._n, self._topology.dp_size, self._drop_last)
 
@@ -320,6 +332,82 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
     @epoch.setter
     def epoch(self, value: int) -> None:
         self.set_epoch(value)
+
+    # NOTE [ torchdata states ]
+    #     torchdata's StatefulDistributedSampler saves ``{"yielded": k}``: the indices this rank
+    #     has handed out in the epoch the loop set. With ``compat="torch"`` (torch's order, which
+    #     that sampler shares) such a state loads here: the cursor goes to position ``k x
+    #     num_replicas`` of the current epoch, which is where torchdata's sampler continues. Our
+    #     own states carry ``yielded`` in that mode too, so torchdata's sampler can load them:
+    #     a job can switch either way between two checkpoints.
+
+    @property
+    def yielded(self) -> int:
+        """Indices this rank has taken in the cursor's epoch (torchdata's attribute)."""
+        return self._position["consumed"] // self.num_replicas
+
+    @yielded.setter
+    def yielded(self, value: int) -> None:
+        self._load_torchdata({self._YIELDED: value})
+
+    @property
+    def next_yielded(self) -> int | None:
+        """Where the next pass starts on this rank after a load, until it starts; else None
+        (torchdata's attribute)."""
+        if self._loaded and self._step is None:
+            return self._origin["consumed"] // self.num_replicas
+        return None
+
+    def state_dict(self) -> dict[str, Scalar]:
+        """The cursor (see :class:`~dataorder.core.cursor.CursorSampler`); with
+        ``compat="torch"`` also torchdata's ``yielded`` (NOTE [ torchdata states ])."""
+        state = super().state_dict()
+        if self._compat == "torch":
+            state[self._YIELDED] = self.yielded
+        return state
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Place the cursor where ``state_dict`` says (see
+        :meth:`~dataorder.core.cursor.CursorSampler.load_state_dict`). With ``compat="torch"``
+        a torchdata ``StatefulDistributedSampler`` state ``{"yielded": k}`` loads too (NOTE
+        [ torchdata states ]).
+
+        Raises:
+            ValueError: As the base class; also for a torchdata state without
+                ``compat="torch"``, or a ``yielded`` outside ``[0, num_samples]``.
+        """
+        foreign = isinstance(state_dict, Mapping) and "format" not in state_dict
+        if foreign and set(state_dict) == {self._YIELDED}:
+            self._load_torchdata(state_dict)
+            return
+        if isinstance(state_dict, Mapping) and self._YIELDED in state_dict:
+            ours = {k: v for k, v in state_dict.items() if k != self._YIELDED}
+            super().load_state_dict(ours)
+            layout = ours.get("layout.num_replicas")
+            expected = int(ours.get("consumed", 0)) // int(layout) if layout else None
+            if state_dict[self._YIELDED] != expected:
+                raise ValueError(
+                    f"state['yielded'] must be consumed // layout.num_replicas = {expected}; got "
+                    f"state['yielded']={state_dict[self._YIELDED]!r}"
+                )
+            return
+        super().load_state_dict(state_dict)
+
+    def _load_torchdata(self, state: Mapping[str, Any]) -> None:
+        if self._compat != "torch":
+            raise ValueError(
+                f"a torchdata StatefulDistributedSampler state ({dict(state)!r}) continues torch's "
+                "order: build this sampler with compat='torch' to load it"
+            )
+        k = state[self._YIELDED]
+        # torchdata's own words first, then our template
+        if isinstance(k, int) and not isinstance(k, bool) and k < 0:
+            raise ValueError(
+                f"Cannot load state_dict with negative yielded value {k} (yielded must be an int "
+                f"in [0, {self.num_samples}]; got yielded={k})"
+            )
+        k = check_int("yielded", k, min_value=0, max_value=self.num_samples)
+        self._place(self._epoch, {"consumed": k * self.num_replicas}, loaded=True)
 
     # -- dataorder's attributes -------------------------------------------------------------------
     @property

@@ -108,6 +108,43 @@ CASES: list[tuple[str, BaseMultiresolutionDataset, dict[str, Any], int, tuple[in
     ),
     ("nemo-drop", MANY, {"base_batch_size": 2, "compat": "nemo", "seed": 1}, 2, (), True),
     (
+        "small-interleaved-keep",
+        SMALL,
+        {
+            "base_batch_size": 2,
+            "drop_last": False,
+            "bucket_order": "interleaved",
+            "interleave_unit": 2,
+        },
+        2,
+        (1,),
+        False,
+    ),
+    (
+        "skewed-interleaved-drop-unit4",
+        SKEWED,
+        {"base_batch_size": 2, "bucket_order": "interleaved", "interleave_unit": 4},
+        2,
+        (4, 1),
+        True,
+    ),
+    (
+        "many-interleaved-dynamic-fixed",
+        MANY,
+        {
+            "base_batch_size": 2,
+            "drop_last": False,
+            "dynamic_batch_size": True,
+            "base_resolution": (128, 64),
+            "bucket_order": "interleaved",
+            "interleave_unit": 8,
+            "shuffle_buckets": False,
+        },
+        4,
+        (8, 2, 1),
+        False,
+    ),
+    (
         "nemo-keep-dynamic-sorted",
         MANY,
         {
@@ -128,7 +165,7 @@ CASES: list[tuple[str, BaseMultiresolutionDataset, dict[str, Any], int, tuple[in
 # The loop-recipe matrix (dataorder.testing.recipes) resumes at every batch of a 3-epoch run
 # under each training-loop recipe: it runs on the cases with short epochs, at least one per
 # mode; the direct checks run on every case.
-RECIPE_CASES = {"small-keep-shuffled", "small-nemo-keep"}
+RECIPE_CASES = {"small-keep-shuffled", "small-nemo-keep", "small-interleaved-keep"}
 # the recipes with worker processes cost seconds each: they run on one case
 WORKER_CASE = "small-keep-shuffled"
 

@@ -381,6 +381,15 @@ class CursorSampler(abc.ABC, Generic[T_co]):
                 layout never reaches or this layout cannot continue from. The sampler is
                 unchanged when it raises.
         """
+        epoch, progress = self._checked_state(state_dict)
+        self._apply_state(epoch, progress)
+
+    def _checked_state(self, state_dict: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
+        """Validate ``state_dict`` for :meth:`load_state_dict` without changing anything.
+
+        Returns:
+            ``(epoch, progress)``: where the state puts the cursor.
+        """
         layout = self.layout_info()
         epoch, progress, saved_layout = parse_state(
             state_dict,
@@ -397,13 +406,18 @@ class CursorSampler(abc.ABC, Generic[T_co]):
                         f"{saved_layout[key]} in the state but {ours} here"
                     )
         self._check_reachable(epoch, progress, saved_layout)
-        plan = self.epoch_plan(epoch)
         try:
-            step = plan.step_of(progress)
+            self.epoch_plan(epoch).step_of(progress)
         except ValueError as err:
             raise ValueError(
                 f"cannot resume epoch {epoch} on this layout ({layout}): {err}"
             ) from None
+        return epoch, dict(progress)
+
+    def _apply_state(self, epoch: int, progress: Mapping[str, int]) -> None:
+        """Place the cursor at a validated ``(epoch, progress)`` (NOTE [ The loop contract ])."""
+        plan = self.epoch_plan(epoch)
+        step = plan.step_of(progress)
         if (
             self._loop_owns_epoch
             and self._step is None
@@ -421,7 +435,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
                     f"with {left} of its {plan.num_steps} steps left on this rank; following the "
                     f"loop, they are skipped (call set_epoch({epoch}) first to finish epoch "
                     f"{epoch})",
-                    stacklevel=2,
+                    stacklevel=3,
                 )
             self._place(self._epoch, self._origin, loaded=True)
             self._restart = True

@@ -10,8 +10,27 @@ positions ``r, r + R, r + 2R, ...`` of each (strided, NeMo's layout). So at ever
 reads the same bucket with the same batch size, and all ranks have the same number of steps.
 
 The *sequential* order has one run per bucket (the whole bucket), in a keyed or sorted bucket
-order. Everything here is a pure function of the configuration, the seed and the epoch; the
-sampler (:mod:`dataorder.diffusion.bucket_sampler`) holds a cursor over it.
+order (:func:`plan_bucket_epoch`). The *interleaved* order (:func:`plan_interleaved_epoch`) cuts
+every bucket into chunks of ``unit`` global batches and spreads the chunks of all buckets evenly
+through the epoch (NOTE [ Interleaved buckets ]). Everything here is a pure function of the
+configuration, the seed and the epoch; the sampler (:mod:`dataorder.diffusion.bucket_sampler`)
+holds a cursor over it.
+
+NOTE [ Interleaved buckets ]
+    A sequential epoch runs each bucket to its end before the next: long stretches of training
+    see one shape, and the last steps of an epoch are whatever bucket came last. The interleaved
+    order keeps every rank on one shape per step (lock-step) but mixes shapes through the epoch.
+    Bucket ``j`` with ``n_j`` samples and per-rank batch ``b_j`` is cut into ``C_j =
+    ceil(n_j / (b_j x U))`` chunks of ``b_j x U`` consecutive positions of its stream (the last
+    one shorter), where ``U`` (``interleave_unit``, by default the number of ranks the sampler
+    was built for) is fixed in the configuration. The order of the ``sum C_j`` chunks is an
+    :class:`~dataorder.core.apportion.Apportionment` with weights ``C_j``: every window of
+    chunks holds each bucket's share within ``2 x 1.75`` chunks, and chunk ``t`` is found in
+    O(depth) without replaying the epoch. On ``R`` ranks with ``R`` dividing ``U`` a full chunk
+    is ``U / R`` global batches, so the chunk sequence, and with it every position, is the
+    same on all those layouts (elastic for divisors of ``U``); the last chunk of a bucket is
+    cut like the end of a sequential bucket, so an epoch drops and pads exactly what the
+    sequential order does on the same layout, in another order.
 
 NOTE [ Bucket order strategies ]
     Which buckets come in which order, how each bucket is shuffled, and how a bucket's end is
@@ -31,20 +50,27 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_int
+from dataorder.core.apportion import Apportionment
 from dataorder.core.keys import KEY_DERIVATION_VERSION, derive_key
 from dataorder.core.partition import EpochLayout, SegmentPlan, plan_segments
 from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
 from dataorder.diffusion.table import BucketTable
 
 __all__ = [
+    "BUCKET_ORDERS",
     "BucketEpoch",
     "BucketEpochPlan",
     "BucketOrder",
     "KeyedBucketOrder",
     "Within",
     "bucket_batch_sizes",
+    "longest_shape_run",
     "plan_bucket_epoch",
+    "plan_interleaved_epoch",
 ]
+
+#: The ``bucket_order=`` values of the bucket sampler.
+BUCKET_ORDERS: tuple[str, ...] = ("sequential", "interleaved")
 
 IntArray = npt.NDArray[np.int64]
 
@@ -190,6 +216,71 @@ def plan_bucket_epoch(
         round_to=round_to,
     )
     return BucketEpochPlan(o, np.zeros_like(o), n, segments)
+
+
+def plan_interleaved_epoch(
+    sizes: npt.ArrayLike,
+    batch_sizes: npt.ArrayLike,
+    *,
+    unit: int,
+    dp_size: int,
+    drop_last: bool,
+    key: int,
+) -> BucketEpochPlan:
+    """Plan an interleaved epoch (NOTE [ Interleaved buckets ]): chunks of ``unit`` global
+    batches of every bucket, spread evenly by an apportionment keyed by ``key``.
+
+    Args:
+        sizes: Shape ``(B,)``, samples per bucket, by bucket row.
+        batch_sizes: Shape ``(B,)``, per-rank batch size, by bucket row.
+        unit: ``U``, the chunk size in global batches of ``U`` ranks.
+        dp_size: ``R``, the number of data-parallel ranks; must divide ``unit``.
+        drop_last: As for :func:`plan_bucket_epoch` (it applies to each bucket's last chunk).
+        key: The apportionment's key.
+
+    Returns:
+        A :class:`BucketEpochPlan` whose runs are the chunks, in order.
+
+    Raises:
+        ValueError: If ``dp_size`` does not divide ``unit``, or the arrays do not match.
+
+    Example:
+        >>> plan = plan_interleaved_epoch([6, 2], [1, 1], unit=2, dp_size=2, drop_last=True, key=0)
+        >>> plan.buckets.tolist(), plan.starts.tolist()  # 3 chunks of bucket 0, 1 of bucket 1
+        ([0, 1, 0, 0], [0, 0, 2, 4])
+    """
+    n = np.asarray(sizes, dtype=np.int64).reshape(-1)
+    b = np.asarray(batch_sizes, dtype=np.int64).reshape(-1)
+    if n.shape != b.shape:
+        raise ValueError(f"sizes and batch_sizes must have one shape; got {n.shape}, {b.shape}")
+    unit = check_int("interleave_unit", unit, min_value=1)
+    dp_size = check_int("num_replicas", dp_size, min_value=1)
+    if unit % dp_size:
+        raise ValueError(
+            f"bucket_order='interleaved' runs on a num_replicas that divides interleave_unit="
+            f"{unit}; got num_replicas={dp_size}"
+        )
+    chunk = b * unit
+    counts = -(-n // chunk)
+    parties, ordinals = Apportionment(counts.tolist(), key).party_slots(0, int(counts.sum()))
+    starts = ordinals * chunk[parties]
+    lengths = np.minimum(chunk[parties], n[parties] - starts)
+    segments = plan_segments(
+        lengths, per_rank=b[parties], dp_size=dp_size, tail="drop" if drop_last else "shrink"
+    )
+    return BucketEpochPlan(parties, starts, n, segments)
+
+
+def longest_shape_run(plan: BucketEpochPlan) -> int:
+    """The longest stretch of consecutive steps that read one bucket."""
+    steps = np.diff(plan.segments.offsets)
+    keep = steps > 0
+    buckets, steps = plan.buckets[keep], steps[keep]
+    if steps.size == 0:
+        return 0
+    change = np.flatnonzero(np.diff(buckets)) + 1
+    bounds = np.concatenate(([0], change, [steps.size]))
+    return int(np.add.reduceat(steps, bounds[:-1]).max())
 
 
 class BucketOrder(Protocol):

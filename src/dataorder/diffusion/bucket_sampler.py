@@ -41,16 +41,20 @@ from torch.utils.data import Sampler
 
 from dataorder._validate import check_bool, check_choice, check_int, fail
 from dataorder.core.cursor import CursorBatchSampler
+from dataorder.core.keys import derive_key
 from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.core.state import Scalar, split_state
 from dataorder.core.topology import Topology, resolve_topology
 from dataorder.diffusion.bucket_plan import (
+    BUCKET_ORDERS,
     BucketEpoch,
     BucketEpochPlan,
     BucketOrder,
     KeyedBucketOrder,
     bucket_batch_sizes,
+    longest_shape_run,
     plan_bucket_epoch,
+    plan_interleaved_epoch,
 )
 from dataorder.diffusion.compat_nemo import NemoBucketOrder
 from dataorder.diffusion.table import BucketTable
@@ -90,6 +94,15 @@ def _digest(values: IntArray) -> str:
 class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]]):
     """Batches of one bucket at a time, the same bucket and batch size on every rank at each step.
 
+    Two bucket orders (NOTE [ Interleaved buckets ] in :mod:`dataorder.diffusion.bucket_plan`):
+    ``"sequential"`` (the default, what the class name promises, and NeMo's) runs each bucket
+    to its end before the next; ``"interleaved"`` spreads chunks of ``interleave_unit`` global
+    batches of every bucket evenly through the epoch, so every stretch of training sees the
+    dataset's mixture of shapes (each step still reads one shape on every rank). Choose
+    interleaved for training from scratch or fine-tuning on many shapes, where long runs of one
+    shape bias the updates; sequential when a bucket's batches should stay together (profiling
+    one shape, or reproducing NeMo).
+
     Args:
         dataset: A :class:`~dataorder.diffusion.multires.BaseMultiresolutionDataset`, or any
             dataset with NeMo's ``sorted_bucket_keys`` and ``bucket_groups`` (converted once).
@@ -108,6 +121,12 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
         rank: Data-parallel rank, in ``[0, num_replicas)``; default as ``num_replicas``.
         compat: ``"default"`` (structured keys, elastic) or ``"nemo"`` (NeMo Automodel's exact
             batches; :mod:`dataorder.diffusion.compat_nemo`).
+        bucket_order: ``"sequential"`` or ``"interleaved"`` (see above). With
+            ``"interleaved"``, ``shuffle_buckets`` draws a new arrangement every epoch (else
+            the same one), and ``compat`` must be ``"default"``.
+        interleave_unit: ``U``, the chunk size in global batches of ``U`` ranks (interleaved
+            only); default ``num_replicas``. A state resumes on any ``num_replicas`` that
+            divides it: pick the largest job size you may run on (e.g. 64) to stay elastic.
         mesh: A ``DeviceMesh``: rank and size are the data-parallel group's, not the world's.
         dp_dims: The mesh's data-parallel dims (default: the dims named ``dp``...).
         topology: A :class:`~dataorder.core.topology.Topology` value instead of ``rank`` and
@@ -183,9 +202,16 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
         mesh: Any = None,
         dp_dims: Sequence[str] | None = None,
         topology: Topology | None = None,
+        bucket_order: str = "sequential",
+        interleave_unit: int | None = None,
     ) -> None:
         CursorBatchSampler.__init__(self)
         self._compat: Compat = check_choice("compat", compat, COMPAT_MODES)  # type: ignore[assignment]
+        self._bucket_order = check_choice("bucket_order", bucket_order, BUCKET_ORDERS)
+        if self._bucket_order == "interleaved" and self._compat != "default":
+            fail("bucket_order", "'sequential' with compat='nemo' (NeMo's order)", bucket_order)
+        if interleave_unit is not None and self._bucket_order != "interleaved":
+            fail("interleave_unit", "None unless bucket_order='interleaved'", interleave_unit)
         self._base_batch_size = check_int(
             "base_batch_size", base_batch_size, min_value=1, max_value=MAX_BATCH_SIZE
         )
@@ -203,6 +229,21 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
         self._topology = resolve_topology(
             num_replicas, rank, mesh=mesh, dp_dims=dp_dims, topology=topology
         )
+        self._unit = 0
+        if self._bucket_order == "interleaved":
+            dp = self._topology.dp_size
+            self._unit = (
+                dp
+                if interleave_unit is None
+                else check_int("interleave_unit", interleave_unit, min_value=1, max_value=2**31)
+            )
+            if self._unit % dp:
+                fail(
+                    "interleave_unit",
+                    f"a multiple of num_replicas={dp} (each chunk is interleave_unit / "
+                    "num_replicas global batches)",
+                    interleave_unit,
+                )
         self._dataset = dataset
         self._table = _dataset_table(dataset)
         self._batch_sizes = bucket_batch_sizes(
@@ -226,6 +267,20 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
     def compat(self) -> Compat:
         """``"default"`` or ``"nemo"``."""
         return self._compat
+
+    @property
+    def bucket_order(self) -> str:
+        """``"sequential"`` or ``"interleaved"``."""
+        return self._bucket_order
+
+    @property
+    def interleave_unit(self) -> int | None:
+        """``U`` of the interleaved order (chunks of ``U`` global batches of ``U`` ranks)."""
+        return self._unit or None
+
+    def longest_shape_run(self, epoch: int | None = None) -> int:
+        """The longest stretch of consecutive steps of ``epoch`` that read one bucket."""
+        return longest_shape_run(self.plan(epoch))
 
     @property
     def elastic(self) -> bool:  # type: ignore[override]
@@ -321,15 +376,15 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
             return
         if isinstance(state_dict, Mapping) and "batches_yielded" in state_dict:
             ours = {k: v for k, v in state_dict.items() if k != "batches_yielded"}
-            super().load_state_dict(ours)
-            step = self.epoch_plan().step_of(self._origin)
-            if self.layout_info() == {"num_replicas": ours.get("layout.num_replicas")} and (
-                state_dict["batches_yielded"] != step
-            ):
-                raise ValueError(
-                    f"state['batches_yielded'] must be the steps done at state['bucket'], "
-                    f"state['consumed'] = {step}; got {state_dict['batches_yielded']!r}"
-                )
+            epoch, progress = self._checked_state(ours)
+            if ours.get("layout.num_replicas") == self.num_replicas:
+                step = self.epoch_plan(epoch).step_of(progress)
+                if state_dict["batches_yielded"] != step:
+                    raise ValueError(
+                        "state['batches_yielded'] must be the steps done at state['bucket'], "
+                        f"state['consumed'] = {step}; got {state_dict['batches_yielded']!r}"
+                    )
+            self._apply_state(epoch, progress)
             return
         super().load_state_dict(state_dict)
 
@@ -396,6 +451,25 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
 
     def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BucketEpoch:
         dp_size = check_int("num_replicas", layout["num_replicas"], min_value=1)
+        within = self._order.within_orders(
+            seed=self.seed, epoch=epoch, shuffle=self.shuffle_within_bucket
+        )
+        if self._bucket_order == "interleaved":
+            key = derive_key(
+                self.seed,
+                epoch=epoch if self.shuffle_buckets else 0,
+                stream="sequential_bucket",
+                purpose="interleave",
+            )
+            plan = plan_interleaved_epoch(
+                self._table.sizes,
+                self._batch_sizes,
+                unit=self._unit,
+                dp_size=dp_size,
+                drop_last=self.drop_last,
+                key=key,
+            )
+            return BucketEpoch(plan, within, self._table)
         order = self._order.bucket_order(
             self._table.num_buckets, seed=self.seed, epoch=epoch, shuffle=self.shuffle_buckets
         )
@@ -406,9 +480,6 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
             dp_size=dp_size,
             drop_last=self.drop_last,
             round_to=self._order.round_to(dp_size),
-        )
-        within = self._order.within_orders(
-            seed=self.seed, epoch=epoch, shuffle=self.shuffle_within_bucket
         )
         return BucketEpoch(plan, within, self._table)
 
@@ -483,6 +554,8 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
                 num_replicas=dp_size or layout["num_replicas"],  # type: ignore[arg-type]
                 rank=rank,
                 compat=config["compat"],  # type: ignore[arg-type]
+                bucket_order=str(config.get("bucket_order", "sequential")),
+                interleave_unit=config.get("interleave_unit"),  # type: ignore[arg-type]
             )
         sampler.load_state_dict(state)
         return sampler
@@ -524,6 +597,8 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
             "batch_sizes": self._batch_digest,
         }
         config.update(self._order.config(self.num_replicas))
+        if self._bucket_order == "interleaved":
+            config.update(bucket_order="interleaved", interleave_unit=self._unit)
         return config
 
     def layout_info(self) -> dict[str, int]:

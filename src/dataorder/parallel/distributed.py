@@ -382,14 +382,14 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
             return
         if isinstance(state_dict, Mapping) and self._YIELDED in state_dict:
             ours = {k: v for k, v in state_dict.items() if k != self._YIELDED}
-            super().load_state_dict(ours)
-            layout = ours.get("layout.num_replicas")
-            expected = int(ours.get("consumed", 0)) // int(layout) if layout else None
+            epoch, progress = self._checked_state(ours)
+            expected = progress["consumed"] // int(ours["layout.num_replicas"])
             if state_dict[self._YIELDED] != expected:
                 raise ValueError(
                     f"state['yielded'] must be consumed // layout.num_replicas = {expected}; got "
                     f"state['yielded']={state_dict[self._YIELDED]!r}"
                 )
+            self._apply_state(epoch, progress)
             return
         super().load_state_dict(state_dict)
 

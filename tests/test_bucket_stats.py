@@ -212,3 +212,28 @@ def test_missing_optional_dependencies_name_their_extra(
     with pytest.raises(ImportError, match=re.escape("pip install 'dataorder[cli]'")):
         rich_bucket_table(stats)
     assert "| 2 | 256x256 |" in format_bucket_table(stats)  # markdown needs neither
+
+
+def test_longest_run_is_the_samplers() -> None:
+    import warnings
+
+    from dataorder import BaseMultiresolutionDataset, SequentialBucketSampler
+
+    rng = np.random.default_rng(5)
+    w, h = rng.integers(200, 1500, 3000), rng.integers(200, 1500, 3000)
+    calc = MultiTierBucketCalculator.from_preset("512p")
+    ds = BaseMultiresolutionDataset.from_sizes(w, h, calc)
+    for order in ("sequential", "interleaved"):
+        st = bucket_stats(
+            w, h, calc, num_replicas=4, batch_size=3, bucket_order=order, interleave_unit=8, seed=7
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            s = SequentialBucketSampler(
+                ds, base_batch_size=3, num_replicas=4, rank=0, seed=7, bucket_order=order,
+                interleave_unit=8 if order == "interleaved" else None,
+            )  # fmt: skip
+        assert st.overall["longest_run"] == s.longest_shape_run(0)
+        assert st.overall["batches"] == len(s)
+    with pytest.raises(ValueError, match="bucket_order must be one of 'sequential', "):
+        bucket_stats(w, h, calc, bucket_order="random")

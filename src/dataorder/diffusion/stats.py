@@ -15,7 +15,9 @@
   bucket of ``n`` images is one segment of :func:`~dataorder.core.partition.plan_segments`,
   the sampler's own partition, with ``tail="drop"``
   when ``drop_last`` (the remainder is **dropped**) and ``tail="shrink"`` otherwise (one smaller
-  final batch, **padded** by fewer than ``num_replicas`` repeated samples).
+  final batch, **padded** by fewer than ``num_replicas`` repeated samples);
+* the **longest run** of steps that read one shape, for the sampler's ``bucket_order``
+  (sequential: the largest bucket's steps; interleaved: NOTE [ Interleaved buckets ]).
 
 :func:`format_bucket_table` renders the result as markdown, :func:`rich_bucket_table` as a rich
 table, and :func:`plot_bucket_stats` as a PNG (matplotlib, imported only there, drawn on an Agg
@@ -43,10 +45,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_bool, check_int, fail
+from dataorder._validate import check_bool, check_choice, check_int, fail
+from dataorder.core.keys import derive_key
 from dataorder.core.partition import Tail, plan_segments
+from dataorder.diffusion.bucket_plan import (
+    BUCKET_ORDERS,
+    longest_shape_run,
+    plan_interleaved_epoch,
+)
 from dataorder.diffusion.buckets import MultiTierBucketCalculator
 from dataorder.diffusion.scan import Manifest
+from dataorder.diffusion.table import group_by_bucket
 
 __all__ = [
     "BucketStats",
@@ -104,7 +113,8 @@ class BucketStats:
             ``share_over_10``, ``upscaled``, ``budget_mean_abs_dev`` (mean over images of
             ``|pixels / max_pixels - 1|``), ``budget_max_over`` (largest
             ``pixels / max_pixels - 1`` over buckets, 0 if none is over), ``batches``,
-            ``dropped``, ``padded``, ``empty_buckets``, ``buckets_below_one_global_batch``.
+            ``dropped``, ``padded``, ``empty_buckets``, ``buckets_below_one_global_batch``,
+            ``longest_run`` (steps of one shape in a row, epoch 0).
     """
 
     buckets: list[dict[str, Any]]
@@ -139,6 +149,9 @@ def bucket_stats(
     num_replicas: int = 1,
     batch_size: int | Sequence[int] | npt.NDArray[np.integer[Any]] = 1,
     drop_last: bool = True,
+    bucket_order: str = "sequential",
+    interleave_unit: int | None = None,
+    seed: int = 42,
 ) -> BucketStats:
     """Measure a bucketing of a dataset (see the module docstring).
 
@@ -153,6 +166,10 @@ def bucket_stats(
         batch_size: Per-rank batch size ``b``: one int, or one per bucket (e.g. from
             ``calculator.get_dynamic_batch_size``).
         drop_last: The sampler's ``drop_last``.
+        bucket_order: The sampler's ``bucket_order``: ``"sequential"`` or ``"interleaved"``;
+            only the longest run depends on it (both orders read the same batches).
+        interleave_unit: The sampler's ``interleave_unit`` (default ``num_replicas``).
+        seed: The sampler's seed: it arranges the interleaved chunks (epoch 0 is reported).
 
     Returns:
         A :class:`BucketStats`.
@@ -180,6 +197,13 @@ def bucket_stats(
         budget = calculator.max_pixels
     dp_size = check_int("num_replicas", num_replicas, min_value=1)
     drop = check_bool("drop_last", drop_last)
+    arrangement = check_choice("bucket_order", bucket_order, BUCKET_ORDERS)
+    unit = (
+        dp_size
+        if interleave_unit is None
+        else check_int("interleave_unit", interleave_unit, min_value=1)
+    )
+    seed = check_int("seed", seed, min_value=0)
     k = len(buckets)
     if isinstance(batch_size, Sequence | np.ndarray):
         if len(batch_size) != k:
@@ -212,6 +236,16 @@ def bucket_stats(
     tail: Tail = "drop" if drop else "shrink"
     segments = plan_segments(counts, per_rank=sizes, dp_size=dp_size, tail=tail)
     batches = np.diff(segments.offsets)
+    if arrangement == "interleaved" and counts.any():
+        # the dataset's bucket table order (fewest pixels first), which the sampler apportions
+        rows, _, _ = group_by_bucket(ids, bw * bh)
+        key = derive_key(seed, epoch=0, stream="sequential_bucket", purpose="interleave")
+        plan = plan_interleaved_epoch(
+            counts[rows], sizes[rows], unit=unit, dp_size=dp_size, drop_last=drop, key=key
+        )
+        longest = longest_shape_run(plan)
+    else:
+        longest = int(batches.max()) if batches.size else 0
     covered = segments.total_positions()
     dropped = np.maximum(counts - covered, 0)
     padded = np.maximum(covered - counts, 0)
@@ -229,6 +263,7 @@ def bucket_stats(
         "padded": float(padded.sum()),
         "empty_buckets": float((counts == 0).sum()),
         "buckets_below_one_global_batch": float(((counts > 0) & (counts < sizes * dp_size)).sum()),
+        "longest_run": float(longest),
     }
     return BucketStats(
         buckets=[dict(b) for b in buckets],

@@ -135,7 +135,11 @@ def quantize_weights(weights: Sequence[float], total: int = MAX_TOTAL) -> tuple[
     total = check_int("total", total, min_value=1, max_value=MAX_TOTAL)
     if isinstance(weights, (str, bytes)) or not isinstance(weights, (Sequence, np.ndarray)):
         fail("weights", "a sequence of non-negative reals", weights, TypeError)
-    fracs = []
+    # Exact and integer-only: every weight is a ratio n_j / d_j (a float's d_j is a power of
+    # two), so with D = lcm(d_j) the weights are the integers n_j * D / d_j, and every quota
+    # total * w_j / sum(w) is the exact ratio prod_j / wsum of two Python ints.
+    nums: list[int] = []
+    dens: list[int] = []
     for j, value in enumerate(list(weights)):
         if not _is_real(value):
             fail(f"weights[{j}]", "a real number", value, TypeError)
@@ -143,20 +147,29 @@ def quantize_weights(weights: Sequence[float], total: int = MAX_TOTAL) -> tuple[
         finite = isinstance(real, numbers.Integral) or math.isfinite(float(real))
         if not finite or real < 0:
             fail(f"weights[{j}]", "a finite non-negative real", value)
-        fracs.append(Fraction(value))  # exact: a float is a dyadic rational
-    wsum = sum(fracs)
+        if isinstance(real, numbers.Integral):
+            n, d = int(real), 1
+        elif isinstance(real, Fraction):
+            n, d = real.numerator, real.denominator
+        else:  # floats and numpy floats: a dyadic rational, converted exactly
+            n, d = float(real).as_integer_ratio()
+        nums.append(n)
+        dens.append(d)
+    common = math.lcm(*dens) if dens else 1
+    ints = [n * (common // d) for n, d in zip(nums, dens, strict=True)]
+    wsum = sum(ints)
     if wsum == 0:
         fail("weights", "a non-empty sequence with a positive entry", weights)
-    n_pos = sum(1 for f in fracs if f > 0)
+    n_pos = sum(1 for x in ints if x > 0)
     if n_pos > total:
         fail("total", f"at least the number of positive weights ({n_pos})", total)
-    quotas = [f * total / wsum for f in fracs]
-    units = [max(math.floor(q), 1) if q > 0 else 0 for q in quotas]
+    prod = [x * total for x in ints]  # quota_j = prod_j / wsum
+    units = [max(x // wsum, 1) if x > 0 else 0 for x in prod]
     short = total - sum(units)
     k = len(units)
     if short >= 0:
         # Largest remainder; ties to the lower index. short < number of positive weights.
-        order = sorted(range(k), key=lambda j: (-(quotas[j] - units[j]), j))
+        order = sorted(range(k), key=lambda j: (-(prod[j] - units[j] * wsum), j))
         for j in order[:short]:
             units[j] += 1
     else:
@@ -164,7 +177,8 @@ def quantize_weights(weights: Sequence[float], total: int = MAX_TOTAL) -> tuple[
         # over-served parties that keep at least one unit; ties to the higher index.
         while short < 0:
             order = sorted(
-                (j for j in range(k) if units[j] > 1), key=lambda j: (quotas[j] - units[j], -j)
+                (j for j in range(k) if units[j] > 1),
+                key=lambda j: (prod[j] - units[j] * wsum, -j),
             )
             for j in order[:-short]:
                 units[j] -= 1
@@ -285,40 +299,25 @@ class Apportionment:
         depth = tree.depths()
         self._depth = max(depth)
 
+        # Per internal node v (index v - n): its children and the split's integers, as arrays.
+        weight = np.array(tree.weight, dtype=_I64)
+        first = np.array(tree.first, dtype=_I64)
+        second = np.array(tree.second, dtype=_I64)
+        inner = np.arange(n, self._num_nodes, dtype=_I64)
+        w_first, w_node = weight[first], weight[inner]
+        half = w_node // 2
+
         # Scalar path: (node, first, second, w_first, h, w_node) top-down, pure Python ints.
-        self._scalar_nodes = tuple(
-            (
-                v,
-                tree.first[v - n],
-                tree.second[v - n],
-                tree.weight[tree.first[v - n]],
-                tree.weight[v] // 2,
-                tree.weight[v],
-            )
-            for v in range(tree.root, n - 1, -1)
-        )
+        rows = np.stack([inner, first, second, w_first, half, w_node], axis=1)[::-1].tolist()
+        self._scalar_nodes = tuple(tuple(r) for r in rows)
 
         # Vector counts: internal nodes grouped by depth, top-down; one numpy pass per level.
-        by_level: dict[int, list[int]] = {}
-        for v in range(n, self._num_nodes):
-            by_level.setdefault(depth[v], []).append(v)
+        inner_depth = np.array(depth, dtype=_I64)[n:]
         self._levels = []
-        for d in sorted(by_level):
-            nodes = by_level[d]
-            first = [tree.first[v - n] for v in nodes]
-            wv = [tree.weight[v] for v in nodes]
+        for d in np.unique(inner_depth).tolist():
+            at = np.flatnonzero(inner_depth == d)
             self._levels.append(
-                tuple(
-                    np.array(x, dtype=_I64)
-                    for x in (
-                        nodes,
-                        first,
-                        [tree.second[v - n] for v in nodes],
-                        [tree.weight[f] for f in first],
-                        [w // 2 for w in wv],
-                        wv,
-                    )
-                )
+                (inner[at], first[at], second[at], w_first[at], half[at], w_node[at])
             )
 
         # Vector descent: one row per node (w_first, h, w_node, first, second); a leaf is
@@ -327,9 +326,7 @@ class Apportionment:
         table[0, :n] = 1
         table[2, :n] = 1
         table[3, :n] = table[4, :n] = np.arange(n)
-        for v in range(n, self._num_nodes):
-            a, b = tree.first[v - n], tree.second[v - n]
-            table[:, v] = (tree.weight[a], tree.weight[v] // 2, tree.weight[v], a, b)
+        table[:, n:] = np.stack([w_first, half, w_node, first, second])
         self._node_table = table
         # counts c with c * W + W < 2**63 can use the one-product path of _split_floor.
         self._fast_limit = (2**63 - 1) // total - 1

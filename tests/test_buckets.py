@@ -7,23 +7,29 @@ import itertools
 import json
 import logging
 import math
+import pickle
 import re
 import subprocess
 import sys
 from fractions import Fraction
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import dataorder.diffusion.bucket_rules as bucket_rules_module
 import dataorder.diffusion.buckets as buckets_module
+from dataorder.diffusion.bucket_rules import BucketRule, CostModelBatchSizes, DefaultBucketRule
 from dataorder.diffusion.buckets import (
     DEFAULT_MAX_PIXELS,
     MAX_IMAGE_SIDE,
     PRESETS,
     MultiTierBucketCalculator,
 )
+from dataorder.diffusion.compat_nemo import NemoBucketRule
+from dataorder.diffusion.cost import CostModel, image_tokens
 from dataorder.diffusion.lattice import best_resolution
 
 QUANTS = (8, 16, 32, 64)
@@ -46,30 +52,35 @@ def test_module_imports_neither_torch_nor_pillow() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-def test_docstring_examples() -> None:
-    result = doctest.testmod(buckets_module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 5
+@pytest.mark.parametrize("module", [buckets_module, bucket_rules_module], ids=lambda m: m.__name__)
+def test_docstring_examples(module: Any) -> None:
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 3
     assert result.failed == 0
 
 
 # -- validation: each message names the argument and the value, and matches its check ----------
 
 BAD_CONSTRUCTOR = [
-    ({"quantization": 0}, ValueError, "quantization must be a positive int; got quantization=0"),
+    (
+        {"quantization": 0},
+        ValueError,
+        "quantization must be an int in [1, 1048576]; got quantization=0",
+    ),
     (
         {"quantization": -64},
         ValueError,
-        "quantization must be a positive int; got quantization=-64",
+        "quantization must be an int in [1, 1048576]; got quantization=-64",
     ),
     (
         {"quantization": True},
         TypeError,
-        "quantization must be a positive int; got quantization=True",
+        "quantization must be an int in [1, 1048576]; got quantization=True",
     ),
     (
         {"quantization": 64.0},
         TypeError,
-        "quantization must be a positive int; got quantization=64.0",
+        "quantization must be an int in [1, 1048576]; got quantization=64.0",
     ),
     *(
         (
@@ -187,7 +198,9 @@ def test_preset_errors() -> None:
         ValueError, match=r"preset must be one of '256p', .*'1536p'; got preset='2k'"
     ):
         MultiTierBucketCalculator.from_preset("2k")
-    with pytest.raises(ValueError, match="quantization must be a positive int; got quantization=0"):
+    with pytest.raises(
+        ValueError, match=r"quantization must be an int in \[1, 1048576\]; got quantization=0"
+    ):
         MultiTierBucketCalculator.from_preset("512p", 0)
     with pytest.raises(TypeError, match="sets max_pixels from the preset"):
         MultiTierBucketCalculator.from_preset("512p", max_pixels=10)
@@ -239,7 +252,7 @@ def test_from_config_is_strict() -> None:
         ValueError, match=r"config\['version'\] must be 1; got config\['version'\]=2"
     ):
         MultiTierBucketCalculator.from_config({**good, "version": 2})
-    with pytest.raises(ValueError, match="quantization must be a positive int"):
+    with pytest.raises(ValueError, match=r"quantization must be an int in \[1, 1048576\]"):
         MultiTierBucketCalculator.from_config({**good, "quantization": 0})
     with pytest.raises(TypeError, match="config must be a mapping"):
         MultiTierBucketCalculator.from_config([("version", 1)])  # type: ignore[arg-type]
@@ -647,3 +660,220 @@ def test_resize_and_crop_method_return_shapes() -> None:
     nemo_img, offset = MultiTierBucketCalculator(compat="nemo").resize_and_crop(img, 256, 256)
     assert nemo_img.size == (256, 256)
     assert offset == (0, 128)
+
+
+# -- a given rule (rule=, NOTE [ Bucket rules ]) -------------------------------------------------
+
+GIVEN_RULES: list[tuple[dict[str, Any], Any]] = [
+    ({}, lambda: DefaultBucketRule(None, False)),
+    ({"no_upscale": True}, lambda: DefaultBucketRule(None, True)),
+    ({"aspect_ratios": [1.3, (21, 9), "4:5"]},
+     lambda: DefaultBucketRule([1.3, (21, 9), "4:5"], False)),
+    ({"compat": "nemo"}, lambda: NemoBucketRule()),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("named", "make_rule"), GIVEN_RULES)
+def test_a_given_rule_is_the_calculator_its_compat_names(
+    named: dict[str, Any], make_rule: Any
+) -> None:
+    rule = make_rule()
+    by_name = MultiTierBucketCalculator(16, 300_000, max_batch_size=9, **named)
+    given = MultiTierBucketCalculator(16, 300_000, max_batch_size=9, rule=rule)
+    assert given.rule is rule
+    assert given.compat == by_name.compat
+    assert json.dumps(given.config()) == json.dumps(by_name.config())  # byte for byte
+    assert given == by_name
+    assert MultiTierBucketCalculator.from_config(given.config()) == given
+    rng = np.random.default_rng(5)
+    w, h = rng.integers(1, 5000, 2000), rng.integers(1, 5000, 2000)
+    assert given.assign(w, h).tolist() == by_name.assign(w, h).tolist()
+    for res in by_name.resolutions.tolist():
+        assert given.get_dynamic_batch_size(res, 7) == by_name.get_dynamic_batch_size(res, 7)
+
+
+class _SquareAssigner:
+    def choose(self, w: int, h: int) -> int:
+        return 0
+
+    def assign(self, w: np.ndarray, h: np.ndarray) -> np.ndarray:
+        return np.zeros(w.shape, dtype=np.int64)
+
+
+class _SquareRule:
+    """A rule of one's own: one square bucket, half the base batch, one key of its own."""
+
+    name: ClassVar[str] = "square"
+
+    def resolutions(self, budget: int, quantization: int) -> list[tuple[int, int]]:
+        side = math.isqrt(budget) // quantization * quantization
+        return [(side, side)]
+
+    def assigner(self, resolutions: Any, quantization: int) -> _SquareAssigner:
+        return _SquareAssigner()
+
+    def dynamic_batch_size(
+        self, w: int, h: int, base: int, bw: int, bh: int, max_batch_size: int | None
+    ) -> int:
+        return max(1, base // 2)
+
+    def config(self) -> dict[str, Any]:
+        return {"aspect_ratios": None, "no_upscale": False, "side": "square"}
+
+
+def test_the_calculator_delegates_to_any_rule() -> None:
+    assert isinstance(_SquareRule(), BucketRule)
+    calc = MultiTierBucketCalculator(64, 300_000, rule=_SquareRule())
+    assert (calc.compat, calc.resolutions.tolist()) == ("square", [[512, 512]])
+    assert calc.assign([1920, 10], [1080, 3000]).tolist() == [0, 0]
+    assert calc.get_bucket_for_image(3, 5)["resolution"] == (512, 512)
+    assert calc.get_dynamic_batch_size((512, 512), 9) == 4
+    assert calc.config() == {
+        "version": 1, "compat": "square", "quantization": 64, "max_pixels": 300_000,
+        "aspect_ratios": None, "max_batch_size": None, "no_upscale": False, "side": "square",
+    }  # fmt: skip
+    assert (calc.no_upscale, calc.aspect_ratios) == (False, ())
+    # from_config rebuilds only the three rules of NOTE [ Bucket rules ], never a look-alike
+    with pytest.raises(ValueError, match=r"missing \[\], unknown \['side'\]"):
+        MultiTierBucketCalculator.from_config(calc.config())
+
+
+class _NotDefault(_SquareRule):
+    name: ClassVar[str] = "default"
+
+    def config(self) -> dict[str, Any]:
+        return {"aspect_ratios": None, "no_upscale": False}
+
+
+BAD_RULE: list[tuple[dict[str, Any], type[Exception], str]] = [
+    ({"rule": 5}, TypeError, "rule must be a BucketRule or None; got rule=5"),
+    ({"rule": DefaultBucketRule(None, False), "compat": "nemo"}, ValueError,
+     "rule must be None when compat, aspect_ratios or no_upscale is set (it has its own); got "),
+    ({"rule": DefaultBucketRule(None, False), "compat": "bogus"}, ValueError,
+     "rule must be None when compat, aspect_ratios or no_upscale is set"),
+    ({"rule": DefaultBucketRule(None, False), "aspect_ratios": [1.0]}, ValueError,
+     "rule must be None when compat, aspect_ratios or no_upscale is set"),
+    ({"rule": NemoBucketRule(), "no_upscale": True}, ValueError,
+     "rule must be None when compat, aspect_ratios or no_upscale is set"),
+    ({"rule": _NotDefault()}, ValueError,
+     "rule must be a DefaultBucketRule when its name is 'default'; got rule="),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kwargs", "exc", "message"), BAD_RULE)
+def test_a_given_rule_is_checked(
+    kwargs: dict[str, Any], exc: type[Exception], message: str
+) -> None:
+    with pytest.raises(exc, match=re.escape(message)):
+        MultiTierBucketCalculator(64, **kwargs)
+
+
+# -- cost-model batch sizes (cost_model=, NOTE [ Cost-model batch sizes ]) -----------------------
+
+
+@given(
+    w=st.integers(1, 256),
+    h=st.integers(1, 256),
+    bw=st.integers(1, 128),
+    bh=st.integers(1, 128),
+    base=st.integers(1, 300),
+    cap=st.one_of(st.none(), st.integers(1, 2000)),
+    side=st.sampled_from([8, 16, 32]),
+)
+def test_the_linear_cost_model_is_the_pixel_rule_on_whole_patches(
+    w: int, h: int, bw: int, bh: int, base: int, cap: int | None, side: int
+) -> None:
+    pixels = MultiTierBucketCalculator(max_batch_size=cap)
+    costed = MultiTierBucketCalculator(max_batch_size=cap, cost_model=CostModel(), patch_side=side)
+    res, ref = (w * side, h * side), (bw * side, bh * side)
+    assert costed.get_dynamic_batch_size(res, base, ref) == pixels.get_dynamic_batch_size(
+        res, base, ref
+    )
+
+
+@pytest.mark.parametrize("side", [None, 8, 16])
+def test_a_transformer_cost_model_sizes_batches_by_tokens(side: int | None) -> None:
+    cm = CostModel.for_transformer(3072)
+    calc = MultiTierBucketCalculator.from_preset("1024p", cost_model=cm, patch_side=side)
+    s = 16 if side is None else side
+    assert (calc.cost_model, calc.patch_side) == (cm, s)
+    for w, h in calc.resolutions.tolist():
+        expected = cm.batch_size(image_tokens(w, h, s), image_tokens(512, 512, s), 32)
+        assert calc.get_dynamic_batch_size((w, h), 32, (512, 512)) == expected
+    # the attention term makes large buckets dearer than their pixels: smaller batches than
+    # the pixel rule's 8 at 1024 x 1024, and the clamp still holds for tiny ones
+    assert MultiTierBucketCalculator().get_dynamic_batch_size((1024, 1024)) == 8
+    assert calc.get_dynamic_batch_size((1024, 1024)) < 8
+    assert calc.get_dynamic_batch_size((64, 64)) == 128
+
+
+def test_a_cost_model_is_in_the_config_only_when_set() -> None:
+    plain = MultiTierBucketCalculator.from_preset("1024p", max_batch_size=64)
+    assert (plain.cost_model, plain.patch_side) == (None, None)
+    assert list(plain.config()) == [
+        "version", "compat", "quantization", "max_pixels", "aspect_ratios", "max_batch_size",
+        "no_upscale",
+    ]  # fmt: skip
+    cm = CostModel(6, "1/1000")
+    calc = MultiTierBucketCalculator.from_preset(
+        "1024p", max_batch_size=64, cost_model=cm, patch_side=8
+    )
+    config = json.loads(json.dumps(calc.config()))
+    assert config == {
+        **plain.config(),
+        "cost_model": {"token_cost": "6", "attention_cost": "1/1000"},
+        "patch_side": 8,
+    }
+    assert list(config)[-2:] == ["cost_model", "patch_side"]
+    for again in (MultiTierBucketCalculator.from_config(config), pickle.loads(pickle.dumps(calc))):
+        assert again == calc
+        assert hash(again) == hash(calc)
+        assert (again.cost_model, again.patch_side) == (cm, 8)
+        assert again.get_dynamic_batch_size((1024, 1024), 5) == calc.get_dynamic_batch_size(
+            (1024, 1024), 5
+        )
+    assert calc != plain
+    assert calc != MultiTierBucketCalculator.from_preset("1024p", max_batch_size=64, cost_model=cm)
+    assert MultiTierBucketCalculator(cost_model=cm).config()["patch_side"] == 16
+    with pytest.raises(ValueError, match=r"missing \['patch_side'\], unknown \[\]"):
+        MultiTierBucketCalculator.from_config(
+            {k: v for k, v in config.items() if k != "patch_side"}
+        )
+    with pytest.raises(ValueError, match=r"missing \['cost_model'\], unknown \[\]"):
+        MultiTierBucketCalculator.from_config(
+            {k: v for k, v in config.items() if k != "cost_model"}
+        )
+    with pytest.raises(ValueError, match="config must be a mapping with exactly token_cost and"):
+        MultiTierBucketCalculator.from_config({**config, "cost_model": {"token_cost": "1"}})
+
+
+BAD_COST: list[tuple[dict[str, Any], type[Exception], str]] = [
+    ({"cost_model": 1}, TypeError, "cost_model must be a CostModel or None; got cost_model=1"),
+    ({"cost_model": CostModel(), "compat": "nemo"}, ValueError,
+     "cost_model must be None with compat='nemo' (NeMo's batch rule is fixed); got cost_model="),
+    ({"cost_model": CostModel(), "rule": NemoBucketRule()}, ValueError,
+     "cost_model must be None with compat='nemo'"),
+    ({"patch_side": 16}, ValueError,
+     "patch_side must be None without a cost_model; got patch_side=16"),
+    ({"cost_model": CostModel(), "patch_side": 0}, ValueError,
+     "patch_side must be a positive int; got patch_side=0"),
+    ({"cost_model": CostModel(), "patch_side": True}, TypeError,
+     "patch_side must be a positive int; got patch_side=True"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kwargs", "exc", "message"), BAD_COST)
+def test_a_cost_model_is_checked(
+    kwargs: dict[str, Any], exc: type[Exception], message: str
+) -> None:
+    with pytest.raises(exc, match=re.escape(message)):
+        MultiTierBucketCalculator(64, **kwargs)
+
+
+def test_the_cost_strategy_checks_its_arguments() -> None:
+    with pytest.raises(
+        TypeError, match=r"cost_model must be a CostModel or None; got cost_model=1"
+    ):
+        CostModelBatchSizes(1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"patch_side must be a positive int; got patch_side=0"):
+        CostModelBatchSizes(CostModel(), 0)

@@ -117,11 +117,15 @@ def test_compat_is_not_elastic() -> None:
         MegatronPretrainingRandomSampler(40, 2, 0, 4).load_state_dict(state)
 
 
-def test_compat_seed_plus_epoch_must_fit_torch() -> None:
-    s = MegatronPretrainingRandomSampler(8, 1, 0, 1, seed=2**64 - 1, compat="nemo")
-    assert len(list(s)) == 8
-    with pytest.raises(ValueError, match=r"seed \+ epoch, which must be below 2\*\*64"):
-        list(s)
+def test_compat_seed_plus_epoch_always_fits_torch() -> None:
+    # the largest seed at the largest epoch: seed + epoch stays below 2**64, as torch requires
+    s = MegatronPretrainingRandomSampler(8, 1, 0, 1, seed=2**63 - 1, compat="nemo")
+    s.set_epoch(2**32 - 1)
+    assert sorted(i for b in s for i in b) == list(range(8))
+    with pytest.raises(ValueError, match=r"epoch must be an int in \[0, 4294967295\]"):
+        s.set_epoch(2**32)
+    with pytest.raises(ValueError, match=r"seed must be an int in \[0, 9223372036854775807\]"):
+        MegatronPretrainingRandomSampler(8, 1, 0, 1, seed=2**63, compat="nemo")
 
 
 # -- oracle: NeMo's own sampler file ------------------------------------------------------------

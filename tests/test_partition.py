@@ -96,7 +96,7 @@ def test_offsets_are_numpy() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "exc", "match"),
     [
-        ({"n": -1}, ValueError, "n must be a non-negative int; got n=-1"),
+        ({"n": -1}, ValueError, r"n must be an int in \[0, 4611686018427387904\]; got n=-1"),
         (
             {"per_rank": 0},
             ValueError,

@@ -3,15 +3,25 @@ and the Megatron samplers driven through a ramp without any change."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
-from dataorder.llm.schedule import BatchSizeSchedule, ScheduleSegment, StepInfo, parse_count
+from dataorder.llm.schedule import (
+    MAX_RAMPUP_INCREMENTS,
+    MAX_SAMPLES,
+    BatchSizeSchedule,
+    ScheduleSegment,
+    StepInfo,
+    _ramp_threshold,
+    parse_count,
+)
 
 
 # -- reference: Megatron's rules, evaluated one step at a time ------------------------------------
@@ -129,6 +139,70 @@ def test_rampup_in_megatrons_float_arithmetic() -> None:
     assert canonical.consumed_samples(956) == 300_304  # first step at 1536
 
 
+@given(
+    increments=st.integers(1, 2000),
+    samples=st.one_of(st.integers(1, 10**6), st.integers(2**52, MAX_SAMPLES)),
+    i=st.integers(1, 2000),
+)
+def test_ramp_thresholds_at_any_magnitude(increments: int, samples: int, i: int) -> None:
+    """The threshold of increment ``i`` is the smallest ``c`` with ``c / per >= i`` in floats,
+    also past 2**53, where one float spans many integers (stepping by one ran for ever)."""
+    i = min(i, increments)
+    per = samples / increments
+    c = _ramp_threshold(i, samples, per, increments)
+    assert c / per >= i
+    assert (c - 1) / per < i
+
+
+def test_huge_ramps_are_refused_at_once_or_built_quickly() -> None:
+    """Issue 12: ``rampup_samples=10**30`` and ``global_batch_size=2**62`` ran for ever."""
+    cases = [
+        (lambda: BatchSizeSchedule.rampup(1, 1, 10**30, global_batch_size=64),
+         "rampup_samples must be an int in [1, 4611686018427387904]; "
+         "got rampup_samples=1000000000000000000000000000000"),
+        (lambda: BatchSizeSchedule.rampup(1, 1, 1000, global_batch_size=2**62),
+         "batch_size_increment must be at least (global_batch_size - start_batch_size) / 65536 = "
+         "70368744177664 (a ramp has at most 65536 increments); got batch_size_increment=1"),
+        (lambda: BatchSizeSchedule.rampup(1, 1, 1000, global_batch_size=2**62 + 1),
+         "global_batch_size must be an int in [2, 4611686018427387904]; "
+         "got global_batch_size=4611686018427387905"),
+        (lambda: BatchSizeSchedule([(0, 8), (10**30, 16)]),
+         "threshold must be an int in [0, 4611686018427387904]; "
+         "got threshold=1000000000000000000000000000000"),
+        (lambda: BatchSizeSchedule(8),  # type: ignore[arg-type]
+         "thresholds must be an iterable of (samples, global_batch_size) pairs; got thresholds=8"),
+        (lambda: BatchSizeSchedule.from_megatron_args(global_batch_size=8, rampup_batch_size=3),
+         "rampup_batch_size must be three values START INCR SAMPLES; got rampup_batch_size=3"),
+    ]  # fmt: skip
+    for build, message in cases:
+        with pytest.raises((TypeError, ValueError)) as info:
+            build()
+        assert str(info.value) == message
+        assert info.type is (TypeError if "iterable" in message else ValueError)
+    # the largest legal values: a ramp of MAX_RAMPUP_INCREMENTS over MAX_SAMPLES samples
+    big = BatchSizeSchedule.rampup(1, 1, MAX_SAMPLES, global_batch_size=MAX_RAMPUP_INCREMENTS + 1)
+    assert len(big.segments) == MAX_RAMPUP_INCREMENTS + 1
+    assert big.global_batch_size(10**30) == MAX_RAMPUP_INCREMENTS + 1
+    top = BatchSizeSchedule.rampup(MAX_SAMPLES - 1, 1, MAX_SAMPLES, global_batch_size=MAX_SAMPLES)
+    assert [top.global_batch_size(k) for k in range(3)] == [MAX_SAMPLES - 1] + [MAX_SAMPLES] * 2
+    assert top.consumed_samples(2) == 2 * MAX_SAMPLES - 1
+
+
+def test_numpy_steps_give_python_ints() -> None:
+    """Issue 12: ``consumed_samples(np.int64(2**60))`` wrapped to 0 and ``StepInfo`` held
+    ``np.int64`` (not JSON)."""
+    s = BatchSizeSchedule.constant(16)
+    assert s.consumed_samples(np.int64(2**60)) == 2**64
+    info = s.at_step(np.int64(2**60), micro_batch_size=np.int64(2), data_parallel_size=np.int32(4))
+    assert info == StepInfo(
+        step=2**60, global_batch_size=16, num_micro_batches=2, consumed_samples=2**64
+    )
+    assert all(type(v) is int for v in vars(info).values())
+    assert json.loads(json.dumps(vars(info))) == vars(info)
+    assert type(s.step_at(np.uint64(2**63))) is int
+    assert s.step_at(np.uint64(2**63)) == 2**59
+
+
 @pytest.mark.parametrize(
     ("text", "value"),
     [("768", 768), ("250B", 250 * 10**9), ("1.5k", 1500), ("2T", 2 * 10**12), (" 3M ", 3 * 10**6)],
@@ -186,12 +260,13 @@ def test_parse_count_errors(text: Any, exc: type[Exception], message: str) -> No
         (
             lambda: BatchSizeSchedule.from_step_schedule("0:8 4096:16", seq_length=8192),
             ValueError,
-            "thresholds must be distinct",  # 4096 tokens are 0 samples
+            "thresholds must be distinct (each threshold once) in samples: 0 and 4096 tokens are "
+            "both 0 samples with seq_length=8192; got thresholds=[0, 0]",
         ),
         (
             lambda: BatchSizeSchedule.from_step_schedule("0:0"),
             ValueError,
-            "global_batch_size must be a positive int; got global_batch_size=0",
+            "global_batch_size must be an int in [1, 4611686018427387904]; got global_batch_size=0",
         ),
         (
             lambda: BatchSizeSchedule.from_step_schedule(""),
@@ -221,7 +296,7 @@ def test_parse_count_errors(text: Any, exc: type[Exception], message: str) -> No
         (
             lambda: BatchSizeSchedule.rampup(16, 8, 0, global_batch_size=32),
             ValueError,
-            "rampup_samples must be a positive int; got rampup_samples=0",
+            "rampup_samples must be an int in [1, 4611686018427387904]; got rampup_samples=0",
         ),
         (
             lambda: BatchSizeSchedule.rampup(16, 6, 100, global_batch_size=32),

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dataorder.core.state import build_state, config_fingerprint, parse_state
+from dataorder.core.state import build_state, config_fingerprint, parse_state, split_state
 
 CONFIG = {"total_samples": 1000, "seed": 3, "mode": "default", "drop_last": True}
 
@@ -45,6 +45,11 @@ def test_fingerprint_ignores_key_order() -> None:
         (lambda s: s.update({"config.seed": 4}), "seed is 4 in the state but 3 in this sampler"),
         (lambda s: s.update({"config.mode": "nemo"}), "mode is 'nemo' in the state but 'default'"),
         (lambda s: s.update({"version": 2}), "state version 2 is not supported"),
+        # issue 12: True == 1 was accepted as version 1; mixed-type keys broke the sort
+        (lambda s: s.update({"version": True}), "state version True is not supported"),
+        (lambda s: s.update({"version": 1.0}), "state version 1.0 is not supported"),
+        (lambda s: s.update({1: "x", "surprise": 2}), r"unknown keys \['surprise', 1\]"),
+        (lambda s: s.update({"config.seed": 3.0}), "seed is 3.0 in the state but 3 in this"),
         (lambda s: s.update({"format": "x"}), "not a dataorder sampler state"),
         (lambda s: s.update({"kind": "other"}), "state is from a 'other' sampler, not a 'demo'"),
         (lambda s: s.update({"surprise": 1}), r"unknown keys \['surprise'\]"),
@@ -66,3 +71,11 @@ def test_refusals(mutate, match: str) -> None:  # type: ignore[no-untyped-def]
 def test_not_a_mapping() -> None:
     with pytest.raises(TypeError, match="state_dict must be a dict; got list"):
         _parse([1, 2])
+
+
+def test_split_state_reads_an_edited_state_with_odd_keys() -> None:
+    state = {**_state(), 7: "x"}
+    config, layout, progress = split_state(state)
+    assert config == CONFIG | {"drop_last": 1}
+    assert layout == {"world": 8}
+    assert progress == {"consumed": 48, 7: "x"}

@@ -10,10 +10,14 @@ from __future__ import annotations
 import numbers
 from typing import NoReturn
 
+import numpy as np
+import numpy.typing as npt
+
 __all__ = [
     "check_bool",
     "check_choice",
     "check_int",
+    "check_int_array",
     "check_optional_int",
     "fail",
 ]
@@ -83,3 +87,34 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in choices:
         fail(name, "one of " + ", ".join(repr(c) for c in choices), value)
     return value
+
+
+def check_int_array(
+    name: str, values: object, *, min_value: int, max_value: int
+) -> npt.NDArray[np.int64]:
+    """Return ``values`` as a 1-D int64 array, or raise naming ``name`` (or ``name[i]``).
+
+    Accepts numpy integer arrays and sequences of ints (numpy ints included); refuses floats,
+    bools, ``None`` and NaN elements (TypeError, naming the first), values outside ``[min_value,
+    max_value]`` (ValueError, naming the first) and anything that is not 1-D.
+    """
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu" and values.ndim <= 1:
+        arr = values.reshape(-1)
+    else:
+        if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
+            fail(name, "a 1-D sequence of ints", values, TypeError)
+        items = list(values)  # type: ignore[call-overload]
+        for i, v in enumerate(items):
+            if not _is_int(v):
+                fail(f"{name}[{i}]", f"an int in [{min_value}, {max_value}]", v, TypeError)
+        too = [i for i, v in enumerate(items) if not min_value <= int(v) <= max_value]
+        if too:
+            i = too[0]
+            fail(f"{name}[{i}]", f"an int in [{min_value}, {max_value}]", items[i])
+        arr = np.array([int(v) for v in items], dtype=np.int64)
+    if arr.size:
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < min_value or hi > max_value:
+            i = int(np.flatnonzero((arr < min_value) | (arr > max_value))[0])
+            fail(f"{name}[{i}]", f"an int in [{min_value}, {max_value}]", int(arr[i]))
+    return arr.astype(np.int64, copy=False)

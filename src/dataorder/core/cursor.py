@@ -78,7 +78,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from dataorder._validate import check_int
-from dataorder.core.state import Scalar, build_state, parse_state
+from dataorder.core.state import MAX_EPOCH, Scalar, build_state, parse_state
 
 __all__ = ["CursorBatchSampler", "CursorSampler", "EpochPlan"]
 
@@ -193,7 +193,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
     ) -> EpochPlan[T_co]:
         """The :class:`EpochPlan` of ``epoch`` (default: the cursor's) on ``layout`` (default:
         this sampler's). Plans are cached; building one never moves the cursor."""
-        e = self._epoch if epoch is None else check_int("epoch", epoch, min_value=0)
+        e = self._epoch if epoch is None else check_int("epoch", epoch, min_value=0, max_value=MAX_EPOCH)
         lay = self.layout_info() if layout is None else dict(layout)
         key = (e, tuple(sorted(lay.items())))
         plan = self._plans.pop(key, None)
@@ -283,7 +283,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         Raises:
             TypeError, ValueError: If ``epoch`` is not a non-negative int.
         """
-        epoch = check_int("epoch", epoch, min_value=0)
+        epoch = check_int("epoch", epoch, min_value=0, max_value=MAX_EPOCH)
         self._loop_owns_epoch = True
         if epoch == self._epoch:
             # A running pass reads what a new one would: it goes on. Lightning and Accelerate

@@ -22,11 +22,16 @@ import json
 
 from dataorder._validate import check_int
 
-__all__ = ["KEY_DERIVATION_VERSION", "derive_key"]
+__all__ = ["KEY_DERIVATION_VERSION", "MAX_SEED", "derive_key"]
 
 #: Bumped whenever the encoding or hash changes; it is part of every sampler's fingerprint, so a
 #: checkpoint written under another derivation is refused rather than silently reordered.
 KEY_DERIVATION_VERSION = 1
+
+#: The largest seed a sampler accepts (63 bits). With it, and epochs below 2**32, every state
+#: stays within 512 bytes of JSON, and ``seed + epoch`` (what the torch-compatible orders pass to
+#: ``torch.manual_seed``) stays below 2**64.
+MAX_SEED = 2**63 - 1
 
 _PERSON = b"dataorder.key.v1"  # BLAKE2b personalisation: keys never collide with other uses
 

@@ -40,13 +40,14 @@ Worked example (``n=10``, ``per_rank=2``, ``dp_size=2``, ``tail="pad"``)::
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_choice, check_int
+from dataorder._validate import check_choice, check_int, check_int_array
 
 __all__ = [
     "MAX_BATCH_SIZE",
@@ -233,14 +234,15 @@ def _check_args(
     dp_size = check_int("dp_size", dp_size, min_value=1, max_value=MAX_BATCH_SIZE)
     checked: Tail = check_choice("tail", tail, TAILS)  # type: ignore[assignment]
     block = per_rank * dp_size
-    unit = block if unit is None else check_int("unit", unit, min_value=1)
+    unit = block if unit is None else check_int("unit", unit, min_value=1, max_value=MAX_POSITIONS)
     if unit % block:
         raise ValueError(
             f"unit must be a multiple of per_rank x dp_size = {block}; got unit={unit}"
         )
     if checked == "shrink" and unit != block:
         raise ValueError(f"unit applies only to tail='drop' or 'pad'; got unit={unit}")
-    return per_rank, dp_size, checked, unit, check_int("round_to", round_to, min_value=1)
+    round_to = check_int("round_to", round_to, min_value=1, max_value=MAX_POSITIONS)
+    return per_rank, dp_size, checked, unit, round_to
 
 
 def plan_epoch(
@@ -267,7 +269,7 @@ def plan_epoch(
     Returns:
         The :class:`EpochLayout`.
     """
-    n = check_int("n", n, min_value=0)
+    n = check_int("n", n, min_value=0, max_value=MAX_POSITIONS)
     per_rank, dp_size, checked, unit, round_to = _check_args(
         per_rank, dp_size, tail, unit, round_to
     )
@@ -345,7 +347,7 @@ class SegmentPlan:
 def plan_segments(
     n: npt.ArrayLike,
     *,
-    per_rank: npt.ArrayLike,
+    per_rank: int | npt.ArrayLike,
     dp_size: int,
     tail: Tail,
     round_to: int = 1,
@@ -366,12 +368,16 @@ def plan_segments(
     Raises:
         ValueError: If the arrays have other shapes or hold out-of-range values.
     """
-    sizes = np.asarray(n, dtype=np.int64).reshape(-1)
-    per = np.broadcast_to(np.asarray(per_rank, dtype=np.int64), sizes.shape).copy()
-    if sizes.size and int(sizes.min()) < 0:
-        raise ValueError(f"n must be non-negative; got min={int(sizes.min())}")
-    if per.size and int(per.min()) < 1:
-        raise ValueError(f"per_rank must be positive; got min={int(per.min())}")
+    sizes = check_int_array("n", n, min_value=0, max_value=MAX_POSITIONS)
+    if isinstance(per_rank, int | numbers.Integral) and not isinstance(per_rank, bool):
+        one = check_int("per_rank", per_rank, min_value=1, max_value=MAX_BATCH_SIZE)
+        per = np.full(sizes.shape, one, dtype=np.int64)
+    else:
+        per = check_int_array("per_rank", per_rank, min_value=1, max_value=MAX_BATCH_SIZE)
+        if per.shape != sizes.shape:
+            raise ValueError(
+                f"per_rank must have n's shape {sizes.shape} or be one int; got {per.shape}"
+            )
     _, dp_size, checked, _, round_to = _check_args(1, dp_size, tail, None, round_to)
     full, tail_per_rank = _cut(sizes, per, dp_size, checked, per * dp_size, round_to)
     offsets = np.zeros(sizes.size + 1, dtype=np.int64)

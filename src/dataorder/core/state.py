@@ -4,8 +4,8 @@ A state records *global* progress (the epoch and how far the whole job has got i
 rank's progress and never RNG bytes; a rank's slice is derived from it. It also records the
 configuration that determines the order, and a fingerprint of that configuration, so a state from
 another dataset, seed or mode is refused with the name of the field that differs. Layout fields
-(world size, rank, batch size) are recorded for inspection; samplers that resume elastically do
-not require them to match.
+(data-parallel size, micro-batch size: sizes, so positive ints) are recorded for inspection;
+samplers that resume elastically do not require them to match.
 
 Example (a Megatron random sampler's state, 8 ranks, after 3 global blocks of 16)::
 
@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "MAX_EPOCH",
     "STATE_FORMAT",
     "STATE_VERSION",
     "Scalar",
@@ -37,6 +38,10 @@ __all__ = [
 
 STATE_FORMAT = "dataorder.state"
 STATE_VERSION = 1
+
+#: Largest epoch a sampler counts to (about four billion): with it every state, at the largest
+#: legal values of every field, stays within 512 bytes of JSON.
+MAX_EPOCH = 2**32 - 1
 
 Scalar = int | str
 _HEADER = ("format", "version", "kind", "fingerprint", "epoch")
@@ -71,7 +76,8 @@ def build_state(
         epoch: The current epoch.
         config: Fields that determine the order (bools are stored as 0/1).
         progress: Global progress counters in the epoch, e.g. ``{"consumed": 48}``.
-        layout: Informational layout fields, e.g. ``{"data_parallel_size": 8}``.
+        layout: Informational layout fields, sizes such as ``{"data_parallel_size": 8}``
+            (:func:`parse_state` refuses a size below 1).
     """
     cfg = {k: _check_scalar(f"config.{k}", v) for k, v in config.items()}
     state: dict[str, Scalar] = {
@@ -87,11 +93,18 @@ def build_state(
     return state
 
 
-def _nonneg_int(state: Mapping[str, object], key: str) -> int:
+def _state_int(
+    state: Mapping[str, object], key: str, min_value: int = 0, max_value: int | None = None
+) -> int:
     value = state[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"state[{key!r}] must be a non-negative int; got {key}={value!r}")
-    return value
+    bad = isinstance(value, bool) or not isinstance(value, int) or value < min_value
+    if bad or (max_value is not None and value > max_value):  # type: ignore[operator]
+        if max_value is not None:
+            what = f"an int in [{min_value}, {max_value}]"
+        else:
+            what = "a positive int" if min_value == 1 else "a non-negative int"
+        raise ValueError(f"state[{key!r}] must be {what}; got {key}={value!r}")
+    return value  # type: ignore[return-value]
 
 
 def parse_state(
@@ -122,9 +135,10 @@ def parse_state(
             f"not a dataorder sampler state: state['format'] is {state.get('format')!r}, "
             f"expected {STATE_FORMAT!r}"
         )
-    if state.get("version") != STATE_VERSION:
+    version = state.get("version")
+    if type(version) is not int or version != STATE_VERSION:  # True == 1 and 1.0 == 1: refused
         raise ValueError(
-            f"state version {state.get('version')!r} is not supported; this dataorder reads "
+            f"state version {version!r} is not supported; this dataorder reads "
             f"version {STATE_VERSION}"
         )
     if state.get("kind") != kind:
@@ -136,26 +150,31 @@ def parse_state(
         | {f"config.{k}" for k in cfg}
         | {f"layout.{k}" for k in layout_keys}
     )
-    present = set(state)
-    if present - expected:
-        raise ValueError(f"state has unknown keys {sorted(present - expected)}")
-    if expected - present:
-        raise ValueError(f"state is missing keys {sorted(expected - present)}")
+    # A configuration field both sides have but with another value is the most telling
+    # difference (another order has other fields too): report it before missing keys.
     for key, ours in cfg.items():
-        theirs = state[f"config.{key}"]
-        if theirs != ours or type(theirs) is not type(ours):
+        name = f"config.{key}"
+        if name not in state:
+            continue
+        theirs = state[name]
+        if type(theirs) is not type(ours) or theirs != ours:
             raise ValueError(
                 f"state is from another configuration: {key} is {theirs!r} in the state "
                 f"but {ours!r} in this sampler"
             )
+    present = set(state)
+    if present - expected:  # sorted by repr: an edited state may mix str keys with others
+        raise ValueError(f"state has unknown keys {sorted(present - expected, key=repr)}")
+    if expected - present:
+        raise ValueError(f"state is missing keys {sorted(expected - present)}")
     if state["fingerprint"] != config_fingerprint(cfg):
         raise ValueError(
             "state fingerprint does not match its configuration fields: the state was edited "
             "or written by an incompatible dataorder"
         )
-    epoch = _nonneg_int(state, "epoch")
-    progress = {k: _nonneg_int(state, k) for k in progress_keys}
-    layout = {k: _nonneg_int(state, f"layout.{k}") for k in layout_keys}
+    epoch = _state_int(state, "epoch", max_value=MAX_EPOCH)
+    progress = {k: _state_int(state, k) for k in progress_keys}
+    layout = {k: _state_int(state, f"layout.{k}", min_value=1) for k in layout_keys}  # sizes
     return epoch, progress, layout
 
 
@@ -167,12 +186,12 @@ def split_state(
     No validation: this reads a state for display or to rebuild its sampler, whose
     ``load_state_dict`` then checks it.
     """
-    config = {k[7:]: v for k, v in state.items() if k.startswith("config.")}
-    layout = {k[7:]: v for k, v in state.items() if k.startswith("layout.")}
+    config = {k[7:]: v for k, v in state.items() if isinstance(k, str) and k.startswith("config.")}
+    layout = {k[7:]: v for k, v in state.items() if isinstance(k, str) and k.startswith("layout.")}
     progress = {
         k: v
         for k, v in state.items()
-        if k not in _HEADER and not k.startswith(("config.", "layout."))
+        if k not in _HEADER and not (isinstance(k, str) and k.startswith(("config.", "layout.")))
     }
     return config, layout, progress
 

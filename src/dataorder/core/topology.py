@@ -68,10 +68,17 @@ class Topology:
     source: str = "explicit"
 
     def __post_init__(self) -> None:
-        check_int("dp_size", self.dp_size, min_value=1)
-        check_int("dp_rank", self.dp_rank, min_value=0, max_value=self.dp_size - 1)
-        check_int("replica_size", self.replica_size, min_value=1)
-        check_int("replica_rank", self.replica_rank, min_value=0, max_value=self.replica_size - 1)
+        # frozen: plain ints (a numpy int would leak into states and JSON) set through object
+        size = check_int("dp_size", self.dp_size, min_value=1, max_value=MAX_DP_SIZE)
+        rank = check_int("dp_rank", self.dp_rank, min_value=0, max_value=size - 1)
+        rsize = check_int("replica_size", self.replica_size, min_value=1, max_value=MAX_DP_SIZE)
+        rrank = check_int("replica_rank", self.replica_rank, min_value=0, max_value=rsize - 1)
+        if not isinstance(self.source, str):
+            raise TypeError(f"source must be a str; got source={self.source!r}")
+        for name, value in (("dp_size", size), ("dp_rank", rank)):
+            object.__setattr__(self, name, value)
+        for name, value in (("replica_size", rsize), ("replica_rank", rrank)):
+            object.__setattr__(self, name, value)
 
 
 def data_parallel_dims(

@@ -49,10 +49,16 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_int
+from dataorder._validate import check_bool, check_int, check_int_array
 from dataorder.core.apportion import Apportionment
 from dataorder.core.keys import KEY_DERIVATION_VERSION, derive_key
-from dataorder.core.partition import EpochLayout, SegmentPlan, plan_segments
+from dataorder.core.partition import (
+    MAX_BATCH_SIZE,
+    MAX_POSITIONS,
+    EpochLayout,
+    SegmentPlan,
+    plan_segments,
+)
 from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
 from dataorder.diffusion.table import BucketTable
 
@@ -199,9 +205,10 @@ def plan_bucket_epoch(
     Raises:
         ValueError: If the arrays do not match or hold out-of-range values.
     """
-    o = np.asarray(order, dtype=np.int64).reshape(-1)
-    n = np.asarray(sizes, dtype=np.int64).reshape(-1)
-    b = np.asarray(batch_sizes, dtype=np.int64).reshape(-1)
+    n = check_int_array("sizes", sizes, min_value=1, max_value=MAX_POSITIONS)
+    b = check_int_array("batch_sizes", batch_sizes, min_value=1, max_value=MAX_BATCH_SIZE)
+    o = check_int_array("order", order, min_value=0, max_value=max(0, n.size - 1))
+    drop_last = check_bool("drop_last", drop_last)
     if n.shape != b.shape or o.shape != n.shape:
         raise ValueError(
             f"order, sizes and batch_sizes must have one shape; got {o.shape}, {n.shape}, {b.shape}"
@@ -249,8 +256,9 @@ def plan_interleaved_epoch(
         >>> plan.buckets.tolist(), plan.starts.tolist()  # 3 chunks of bucket 0, 1 of bucket 1
         ([0, 1, 0, 0], [0, 0, 2, 4])
     """
-    n = np.asarray(sizes, dtype=np.int64).reshape(-1)
-    b = np.asarray(batch_sizes, dtype=np.int64).reshape(-1)
+    n = check_int_array("sizes", sizes, min_value=1, max_value=MAX_POSITIONS)
+    b = check_int_array("batch_sizes", batch_sizes, min_value=1, max_value=MAX_BATCH_SIZE)
+    drop_last = check_bool("drop_last", drop_last)
     if n.shape != b.shape:
         raise ValueError(f"sizes and batch_sizes must have one shape; got {n.shape}, {b.shape}")
     unit = check_int("interleave_unit", unit, min_value=1)

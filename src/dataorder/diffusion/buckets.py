@@ -3,52 +3,14 @@
 A *bucket* is one training resolution ``(w, h)``: both sides are multiples of ``quantization``
 and ``w * h <= max_pixels``. Each image is resized to cover its bucket and cropped to it (see
 :mod:`dataorder.diffusion.crop`), so the share of the image's area that is cut away, its *crop
-loss*, is
-``1 - min(r_img / r_bkt, r_bkt / r_img)`` with ``r = w / h``. Buckets are dicts
+loss*, is ``1 - min(r_img / r_bkt, r_bkt / r_img)`` with ``r = w / h``. Buckets are dicts
 ``{"id", "resolution": (w, h), "aspect_ratio": w / h, "pixels": w * h}``, with ids ``0..K-1`` in
 ascending aspect ratio (tallest first).
 
-Two behaviours, chosen with ``compat``:
-
-``compat="default"`` (the better rule, documented here)
-    * **Bucket set.** For every nominal aspect ratio ``r`` (:data:`DEFAULT_ASPECT_RATIOS`, or your
-      own ``aspect_ratios``), the bucket is the lattice point ``(w, h)`` within the budget that
-      minimises ``|ln(w / h) - ln r| + |ln(w * h / max_pixels)| / 2``. Both terms are the log of a
-      side-length ratio: the first is how much a crop to that shape shortens one side, the second
-      how much the budget shortfall shortens both sides. Ties go to the larger area. Ratios are
-      computed for ``max(r, 1/r)`` and mirrored, so the set is symmetric under swapping ``w`` and
-      ``h`` by construction and bucket ``K - 1 - i`` is bucket ``i`` transposed. One bucket per
-      aspect ratio is kept (the larger, if two nominal ratios land on the same shape).
-    * **Assignment.** Nearest bucket in log aspect ratio, which is exactly the bucket with the
-      least crop loss. An image exactly halfway (``W**2 * h1 * h2 == H**2 * w1 * w2``) goes to the
-      bucket closer to square, then to the lower id. Decisions are exact integer comparisons.
-    * **No upscaling** (``no_upscale=True``). Only buckets that fit inside the image
-      (``w <= W`` and ``h <= H``) are candidates, so the image is only ever downscaled. An image
-      smaller than every bucket on some side (no bucket fits) falls back to the nearest aspect
-      ratio over all buckets and will be upscaled: a single-budget set has no smaller tier to
-      offer, and dropping it is the caller's decision (:mod:`dataorder.diffusion.stats` counts these
-      as ``upscaled``).
-    * **Dynamic batch size** ``floor(base * base_pixels / pixels)`` in exact integers, at least 1
-      and at most ``max_batch_size`` (default: ``4 * base_batch_size``), so a tiny bucket cannot
-      ask for a 2,048-sample batch.
-
-``compat="nemo"``
-    NeMo Automodel 0.7.0's ``MultiTierBucketCalculator`` exactly: its 14 aspect ratios, its
-    rounding (half to even, which makes some presets asymmetric), its bucket order, its
-    image-to-bucket rule (least ``|bucket_ar - W / H|`` in floating point, ties to the first
-    bucket) and its unclamped dynamic batch size. Only argument validation differs: bad input is
-    a ValueError/TypeError here, not a ZeroDivisionError or a math domain error.
-
-``max_pixels=None`` means 65,536 (256 x 256) in both modes, as in NeMo.
-
-Measured by ``benchmarks/bench_buckets.py`` on aspect ratios drawn log-uniformly from 1/3 to 3:
-the default ``'1024p'`` preset has 31 buckets, 2.1 % mean and 4.9 % p95 crop loss and no image
-losing more than 10 %, where NeMo's has 10 buckets, 9.8 %, 34.9 % and 31 %. The 768p and 1536p
-presets do as well; with ``quantization=16`` every preset is under 2.2 % mean and 5 % p95. At
-``quantization=64`` the 256p and 512p budgets are too small for the 64-pixel lattice to offer
-fine aspect ratios near the budget (7.1 % and 4.4 % mean): even every lattice point within 75 %
-of the 512p budget would give 3.5 %. Buckets use 88 % to 100 % of the budget at 1024p/q=64
-(mean shortfall 5 %, NeMo's 3.4 %): a little budget is traded for much better shapes.
+Which buckets exist and which bucket an image goes to is the calculator's bucket rule, chosen
+once at construction: ``compat="default"``, ``"nemo"`` or a rule given with ``rule=``, such as a
+set fitted to data (NOTE [ Bucket rules ] in :mod:`dataorder.diffusion.bucket_rules`).
+``max_pixels=None`` means 65,536 (256 x 256) for every rule, as in NeMo.
 
 Example:
     >>> from dataorder.diffusion.buckets import MultiTierBucketCalculator
@@ -60,12 +22,6 @@ Example:
     >>> nemo = MultiTierBucketCalculator(64, compat="nemo")
     >>> [b["resolution"] for b in nemo.get_all_buckets()]
     [(192, 320), (192, 256), (256, 256), (256, 192), (320, 192)]
-
-NOTE [ Bucket rules ]
-    Which buckets exist, which bucket an image goes to and how a batch size scales with a bucket
-    are a :class:`BucketRule` chosen once when the calculator is built: :class:`DefaultBucketRule`
-    here, NeMo's (``compat="nemo"``) in :mod:`dataorder.diffusion.compat_nemo`. The calculator
-    delegates to it and never branches on the mode.
 """
 
 from __future__ import annotations
@@ -73,23 +29,25 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, ClassVar, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_choice, check_int, fail
-from dataorder.diffusion.compat_nemo import NEMO_ASPECT_RATIOS, NemoBucketRule
-from dataorder.diffusion.crop import CropResult, require_pillow, resize_and_crop
-from dataorder.diffusion.lattice import (
-    DEFAULT_ASPECT_RATIOS,
-    AspectRatio,
-    canonical_ratio,
-    default_resolutions,
+from dataorder.diffusion.bucket_rules import (
+    Assigner,
+    BucketRule,
+    CostModelBatchSizes,
+    DefaultBucketRule,
 )
-from dataorder.diffusion.lookup import MAX_IMAGE_SIDE, NearestLogAspect, as_size_array
+from dataorder.diffusion.compat_nemo import NEMO_ASPECT_RATIOS, NemoBucketRule
+from dataorder.diffusion.cost import DEFAULT_MAX_BATCH_FACTOR, CostModel
+from dataorder.diffusion.crop import CropResult, require_pillow, resize_and_crop
+from dataorder.diffusion.lattice import DEFAULT_ASPECT_RATIOS, AspectRatio
+from dataorder.diffusion.lookup import MAX_IMAGE_SIDE, as_size_array
 
 __all__ = [
     "BUCKETS_VERSION",
@@ -99,6 +57,7 @@ __all__ = [
     "DEFAULT_MAX_PIXELS",
     "MAX_IMAGE_SIDE",
     "MAX_PIXELS",
+    "MAX_QUANTIZATION",
     "NEMO_ASPECT_RATIOS",
     "PRESETS",
     "AspectRatio",
@@ -114,115 +73,37 @@ logger = logging.getLogger(__name__)
 #: :meth:`MultiTierBucketCalculator.config`, so a manifest written under another rule is refused.
 BUCKETS_VERSION = 1
 
-COMPATS: tuple[str, ...] = ("default", "nemo")
+#: The rules ``compat=`` names (NOTE [ Bucket rules ]).
+_RULES: Mapping[str, type[DefaultBucketRule] | type[NemoBucketRule]] = MappingProxyType(
+    {"default": DefaultBucketRule, "nemo": NemoBucketRule}
+)
+COMPATS: tuple[str, ...] = tuple(_RULES)
 
 #: Pixel budgets of the named presets (budgets, not sides).
-PRESETS: Mapping[str, int] = MappingProxyType(
-    {
-        "256p": 256 * 256,
-        "512p": 512 * 512,
-        "768p": 768 * 768,
-        "1024p": 1024 * 1024,
-        "1536p": 1536 * 1536,
-    }
-)
+PRESETS: Mapping[str, int] = MappingProxyType({f"{s}p": s * s for s in (256, 512, 768, 1024, 1536)})
 
-#: NeMo's budget when ``max_pixels`` is None, kept in both modes.
+#: NeMo's budget when ``max_pixels`` is None, kept for every rule.
 DEFAULT_MAX_PIXELS = 256 * 256
 
 #: Largest pixel budget (a 1 Tpx image): larger budgets only exhaust memory in the lookup tables.
 MAX_PIXELS = 2**40
 
-#: Default upper clamp of a dynamic batch size, as a multiple of ``base_batch_size``.
-DEFAULT_MAX_BATCH_FACTOR = 4
+#: Largest quantization: one bucket of ``quantization**2`` pixels must fit :data:`MAX_PIXELS`.
+MAX_QUANTIZATION = 2**20
 
 Bucket = dict[str, Any]
 
-
-class Assigner(Protocol):
-    """A bucket rule's assignment over one bucket set."""
-
-    def choose(self, w: int, h: int) -> int:
-        """The bucket id of one ``w x h`` image (the reference, in exact arithmetic)."""
-        ...
-
-    def assign(self, w: npt.NDArray[np.int64], h: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        """Bucket ids of 1-D arrays of sizes; equal to :meth:`choose` on every image."""
-        ...
-
-
-class BucketRule(Protocol):
-    """A bucket rule (NOTE [ Bucket rules ])."""
-
-    #: The ``compat=`` value it answers to.
-    name: ClassVar[str]
-
-    def resolutions(self, budget: int, quantization: int) -> list[tuple[int, int]]:
-        """The bucket set, ``(w, h)`` by id, in ascending aspect ratio."""
-        ...
-
-    def assigner(self, resolutions: Sequence[tuple[int, int]], quantization: int) -> Assigner:
-        """The assignment of images to ``resolutions``."""
-        ...
-
-    def dynamic_batch_size(
-        self, w: int, h: int, base: int, bw: int, bh: int, max_batch_size: int | None
-    ) -> int:
-        """The per-rank batch size of a ``w x h`` bucket given ``base`` at ``bw x bh``."""
-        ...
-
-    def config(self) -> dict[str, Any]:
-        """The rule's own options, as :meth:`MultiTierBucketCalculator.config` records them."""
-        ...
-
-
-class DefaultBucketRule:
-    """dataorder's bucket rule (the module docstring's ``compat="default"``).
-
-    Args:
-        aspect_ratios: Nominal aspect ratios (each stands for its transpose too); None means
-            :data:`DEFAULT_ASPECT_RATIOS`.
-        no_upscale: Only assign an image to buckets that fit inside it.
-    """
-
-    name: ClassVar[str] = "default"
-
-    def __init__(self, aspect_ratios: Sequence[AspectRatio | str] | None, no_upscale: bool) -> None:
-        given = DEFAULT_ASPECT_RATIOS if aspect_ratios is None else aspect_ratios
-        if isinstance(given, str | bytes) or not isinstance(given, Sequence):
-            fail("aspect_ratios", "a sequence of aspect ratios", aspect_ratios, TypeError)
-        if not given:
-            fail("aspect_ratios", "a non-empty sequence", aspect_ratios)
-        self.ratios = tuple(canonical_ratio(i, r) for i, r in enumerate(given))
-        self._no_upscale = no_upscale
-
-    def resolutions(self, budget: int, quantization: int) -> list[tuple[int, int]]:
-        return default_resolutions(self.ratios, budget, quantization)
-
-    def assigner(
-        self, resolutions: Sequence[tuple[int, int]], quantization: int
-    ) -> NearestLogAspect:
-        return NearestLogAspect(resolutions, quantization, self._no_upscale)
-
-    def dynamic_batch_size(
-        self, w: int, h: int, base: int, bw: int, bh: int, max_batch_size: int | None
-    ) -> int:
-        size = max(1, base * bw * bh // (w * h))
-        return min(size, max_batch_size or DEFAULT_MAX_BATCH_FACTOR * base)
-
-    def config(self) -> dict[str, Any]:
-        return {
-            "aspect_ratios": [list(r) if isinstance(r, tuple) else r for r in self.ratios],
-            "no_upscale": self._no_upscale,
-        }
+#: The keys a cost model adds to :meth:`MultiTierBucketCalculator.config` (both or neither).
+_COST_KEYS = ("cost_model", "patch_side")
 
 
 class MultiTierBucketCalculator:
     """Resolution buckets constrained by a pixel budget, and the bucket of every image.
 
-    Construct with a budget, or with :meth:`from_preset`; rebuild from a saved
-    :meth:`config` with :meth:`from_config`. Buckets are planned once at construction; the
-    methods only look them up. See the module docstring for the default and ``"nemo"`` rules.
+    Construct with a budget, or with :meth:`from_preset`, or fit one to data with
+    :meth:`fit_to_data`; rebuild from a saved :meth:`config` with :meth:`from_config`. Buckets
+    are planned once at construction, by the bucket rule (NOTE [ Bucket rules ]); the methods
+    only look them up.
 
     Args:
         quantization: Both sides of every bucket are multiples of this (64 for Flux/SDXL
@@ -237,11 +118,21 @@ class MultiTierBucketCalculator:
         max_batch_size: Upper clamp of :meth:`get_dynamic_batch_size`. None means
             ``4 * base_batch_size`` in the default mode and no clamp with ``compat="nemo"``.
         no_upscale: Only assign an image to buckets that fit inside it (default mode only).
+        rule: A :class:`BucketRule` built beforehand, used instead of the one ``compat`` names
+            (e.g. a :class:`~dataorder.diffusion.fit_rule.FittedBucketRule`); ``compat``,
+            ``aspect_ratios`` and ``no_upscale`` are then the rule's and must be left unset.
+            Its ``name`` is the calculator's :attr:`compat`.
+        cost_model: Batch sizes from a :class:`~dataorder.diffusion.cost.CostModel` over image
+            tokens (NOTE [ Cost-model batch sizes ]) instead of the rule's; not with
+            ``compat="nemo"``. ``CostModel()`` gives the default rule's batch sizes whenever the
+            sides are multiples of ``patch_side``.
+        patch_side: Pixel side of one token for ``cost_model`` (VAE factor x patch); None means
+            16 (SD3, Flux). Only with a ``cost_model``.
 
     Raises:
         TypeError: If an argument has the wrong type (including a bool where an int is meant).
         ValueError: If a value is out of range, e.g. ``quantization=0`` or
-            ``max_pixels < quantization**2``.
+            ``max_pixels < quantization**2``, or options conflict.
 
     Example:
         >>> calc = MultiTierBucketCalculator(64, 512 * 512, no_upscale=True)
@@ -251,6 +142,9 @@ class MultiTierBucketCalculator:
         (576, 384)
         >>> calc.get_bucket_for_image(520, 390)["resolution"]  # nothing fits: nearest, upscaled
         (576, 448)
+        >>> rule = DefaultBucketRule(["1:1", "2:1"], no_upscale=False)
+        >>> MultiTierBucketCalculator(64, 512 * 512, rule=rule).resolutions.tolist()
+        [[320, 640], [512, 512], [640, 320]]
     """
 
     #: The named pixel budgets accepted by :meth:`from_preset`.
@@ -268,34 +162,42 @@ class MultiTierBucketCalculator:
         aspect_ratios: Sequence[AspectRatio | str] | None = None,
         max_batch_size: int | None = None,
         no_upscale: bool = False,
+        rule: BucketRule | None = None,
+        cost_model: CostModel | None = None,
+        patch_side: int | None = None,
     ) -> None:
-        q = check_int("quantization", quantization, min_value=1)
+        # a bucket holds at least quantization**2 pixels, at most MAX_PIXELS = 2**40
+        q = check_int("quantization", quantization, min_value=1, max_value=MAX_QUANTIZATION)
         if max_pixels is None:
             budget = DEFAULT_MAX_PIXELS
         else:
             # at least one bucket of quantization**2 pixels
             budget = check_int("max_pixels", max_pixels, min_value=q * q, max_value=MAX_PIXELS)
         self._debug = check_bool("debug_mode", debug_mode)
-        self._compat = check_choice("compat", compat, COMPATS)
+        if rule is None:
+            compat = check_choice("compat", compat, COMPATS)
         self._max_batch_size = (
             None
             if max_batch_size is None
             else check_int("max_batch_size", max_batch_size, min_value=1)
         )
         no_upscale = check_bool("no_upscale", no_upscale)
-        # NOTE [ Bucket rules ]: chosen once, here
-        self._rule: BucketRule = (
-            NemoBucketRule(aspect_ratios, no_upscale)
-            if self._compat == "nemo"
-            else DefaultBucketRule(aspect_ratios, no_upscale)
-        )
+        if rule is None:  # NOTE [ Bucket rules ]: chosen once, here
+            rule = _RULES[compat](aspect_ratios, no_upscale)
+        else:
+            _check_rule(rule, compat, aspect_ratios, no_upscale)
+        self._rule: BucketRule = rule
+        self._compat = rule.name
+        # a cost model replaces only the rule's batch sizes (NOTE [ Bucket rules ])
+        self._cost = _cost_batch_sizes(cost_model, patch_side, rule)
+        self._batch_sizes: CostModelBatchSizes | BucketRule = self._cost or rule
         resolutions = self._rule.resolutions(budget, q)
         if not resolutions:  # not reachable for budget >= q**2; kept as a guard, not a check
             raise ValueError(f"no bucket fits max_pixels={budget} at quantization={q}")
         self._q = q
         self._budget = budget
         self._resolutions: tuple[tuple[int, int], ...] = tuple(resolutions)
-        self._assigner = self._rule.assigner(self._resolutions, q)
+        self._assigner: Assigner = self._rule.assigner(self._resolutions, q)
         if self._debug:
             logger.info(self.summary())
 
@@ -327,6 +229,34 @@ class MultiTierBucketCalculator:
             raise TypeError("from_preset() sets max_pixels from the preset; do not pass it")
         return cls(quantization, PRESETS[preset], **kwargs)
 
+    @classmethod
+    def fit_to_data(
+        cls,
+        widths: npt.ArrayLike,
+        heights: npt.ArrayLike,
+        *,
+        global_batch_size: int | Callable[[int, int], int],
+        max_waste: float = 0.01,
+        **kwargs: Any,
+    ) -> MultiTierBucketCalculator:
+        """A calculator over a bucket set fitted to these image sizes (``compat="fitted"``).
+
+        The least mean crop loss with at most ``max_waste`` of the samples dropped (or padded)
+        by whole global batches of ``global_batch_size`` per bucket; its :meth:`config` records
+        the fitted set, so :meth:`from_config` rebuilds it without the data. The arguments are
+        those of :func:`dataorder.diffusion.fit.fitted_calculator` (``max_pixels``,
+        ``quantization``, ``drop_last``, ``max_batch_size``, ``cost_model``, ...).
+
+        Raises:
+            ValueError: If no bucket set meets ``max_waste`` (the message gives the least
+                achievable waste), or an argument is out of range.
+        """
+        from dataorder.diffusion.fit import fitted_calculator
+
+        return fitted_calculator(
+            widths, heights, global_batch_size=global_batch_size, max_waste=max_waste, **kwargs
+        )
+
     def config(self) -> dict[str, Any]:
         """Everything needed to rebuild this calculator, as a JSON-serialisable dict.
 
@@ -335,20 +265,27 @@ class MultiTierBucketCalculator:
             {'version': 1, 'compat': 'nemo', 'quantization': 64, 'max_pixels': 65536, \
 'aspect_ratios': None, 'max_batch_size': None, 'no_upscale': False}
         """
-        rule = self._rule.config()
-        return {
+        rule = dict(self._rule.config())
+        config = {
             "version": BUCKETS_VERSION,
             "compat": self._compat,
             "quantization": self._q,
             "max_pixels": self._budget,
-            "aspect_ratios": rule["aspect_ratios"],
+            "aspect_ratios": rule.pop("aspect_ratios"),
             "max_batch_size": self._max_batch_size,
-            "no_upscale": rule["no_upscale"],
+            "no_upscale": rule.pop("no_upscale"),
+            **rule,  # the rule's own keys: a fitted set's buckets and thresholds
         }
+        if self._cost is not None:  # only then: configs without a cost model are unchanged
+            config.update(self._cost.config())
+        return config
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> MultiTierBucketCalculator:
         """Rebuild a calculator from :meth:`config` (e.g. a manifest's ``calculator`` field).
+
+        A fitted set is rebuilt from the buckets and thresholds its config records, without the
+        data (:meth:`FittedBucketRule.from_config <dataorder.diffusion.fit_rule.FittedBucketRule>`).
 
         Raises:
             ValueError: If keys are missing or unknown, or the config was written by another
@@ -356,22 +293,22 @@ class MultiTierBucketCalculator:
         """
         if not isinstance(config, Mapping):
             fail("config", "a mapping", config, TypeError)
-        expected = set(cls(64).config())
-        missing, unknown = expected - set(config), set(config) - expected
-        if missing or unknown:
-            raise ValueError(
-                f"config must have exactly the keys {sorted(expected)}; "
-                f"missing {sorted(missing)}, unknown {sorted(unknown)}"
+        if config.get("compat") == "fitted":  # NOTE [ Bucket rules ]: the one given rule
+            from dataorder.diffusion.fit_rule import FittedBucketRule
+
+            options = _options(config, FittedBucketRule.CONFIG_KEYS)
+            rule = FittedBucketRule.from_config(
+                {k: config[k] for k in FittedBucketRule.CONFIG_KEYS}
             )
-        if config["version"] != BUCKETS_VERSION:
-            fail("config['version']", f"{BUCKETS_VERSION}", config["version"])
+            return cls(config["quantization"], config["max_pixels"], rule=rule, **options)
+        options = _options(config, ())
         return cls(
             config["quantization"],
             config["max_pixels"],
             compat=config["compat"],
             aspect_ratios=config["aspect_ratios"],
-            max_batch_size=config["max_batch_size"],
             no_upscale=config["no_upscale"],
+            **options,
         )
 
     # -- the bucket set ---------------------------------------------------------------------
@@ -388,8 +325,23 @@ class MultiTierBucketCalculator:
 
     @property
     def compat(self) -> str:
-        """``"default"`` or ``"nemo"``."""
+        """The bucket rule's name: ``"default"``, ``"nemo"`` or ``"fitted"``."""
         return self._compat
+
+    @property
+    def rule(self) -> BucketRule:
+        """The bucket rule (NOTE [ Bucket rules ])."""
+        return self._rule
+
+    @property
+    def cost_model(self) -> CostModel | None:
+        """The cost model of :meth:`get_dynamic_batch_size`, or None for the rule's batch sizes."""
+        return None if self._cost is None else self._cost.cost_model
+
+    @property
+    def patch_side(self) -> int | None:
+        """Pixel side of one token for the cost model (None without one)."""
+        return None if self._cost is None else self._cost.patch_side
 
     @property
     def no_upscale(self) -> bool:
@@ -403,7 +355,7 @@ class MultiTierBucketCalculator:
 
     @property
     def aspect_ratios(self) -> tuple[AspectRatio, ...]:
-        """Nominal ratios of the default mode as validated (empty with ``compat="nemo"``)."""
+        """Nominal ratios of the default mode as validated (empty with other rules)."""
         ratios: tuple[AspectRatio, ...] = getattr(self._rule, "ratios", ())
         return ratios
 
@@ -494,8 +446,8 @@ class MultiTierBucketCalculator:
     def get_bucket_for_image(self, image_width: int, image_height: int) -> Bucket:
         """The bucket for one ``image_width x image_height`` image (a copy).
 
-        This is the reference rule (see the module docstring), in exact integers; :meth:`assign`
-        gives the same ids for arrays.
+        This is the rule's reference assignment (NOTE [ Bucket rules ]); :meth:`assign` gives
+        the same ids for arrays.
 
         Raises:
             TypeError: If a size is not an int (or is a bool).
@@ -549,7 +501,9 @@ class MultiTierBucketCalculator:
         Default mode: ``floor(base_batch_size * bw * bh / (w * h))`` in exact integers, clamped
         to ``[1, max_batch_size]`` (``max_batch_size`` None means ``4 * base_batch_size``).
         ``compat="nemo"``: NeMo's ``max(1, int(base / ((w*h) / (bw*bh))))`` in floats, clamped
-        above only if ``max_batch_size`` was given.
+        above only if ``max_batch_size`` was given. With a ``cost_model``: the largest batch
+        whose cost fits ``base_batch_size`` samples at ``base_resolution``, in image tokens
+        (:meth:`~dataorder.diffusion.cost.CostModel.batch_size`), clamped as in default mode.
 
         Args:
             resolution: The bucket's ``(width, height)``.
@@ -562,11 +516,14 @@ class MultiTierBucketCalculator:
             (8, 128)
             >>> MultiTierBucketCalculator(compat="nemo").get_dynamic_batch_size((64, 64))
             2048
+            >>> flops = MultiTierBucketCalculator(cost_model=CostModel.for_transformer(3072))
+            >>> flops.get_dynamic_batch_size((1024, 1024)), flops.get_dynamic_batch_size((64, 64))
+            (6, 128)
         """
         w, h = _pair("resolution", resolution)
         bw, bh = _pair("base_resolution", base_resolution)
         base = check_int("base_batch_size", base_batch_size, min_value=1)
-        return self._rule.dynamic_batch_size(w, h, base, bw, bh, self._max_batch_size)
+        return self._batch_sizes.dynamic_batch_size(w, h, base, bw, bh, self._max_batch_size)
 
     def resize_and_crop(
         self,
@@ -613,3 +570,49 @@ def _pair(name: str, value: object) -> tuple[int, int]:
         check_int(f"{name}[0]", value[0], min_value=1),
         check_int(f"{name}[1]", value[1], min_value=1),
     )
+
+
+def _check_rule(rule: object, compat: str, aspect_ratios: object, no_upscale: bool) -> None:
+    """A given rule carries its own options: the calculator's would be silently ignored."""
+    if not isinstance(rule, BucketRule):
+        fail("rule", "a BucketRule or None", rule, TypeError)
+    if compat != "default" or aspect_ratios is not None or no_upscale:
+        fail("rule", "None when compat, aspect_ratios or no_upscale is set (it has its own)", rule)
+    named = _RULES.get(rule.name)
+    if named is not None and not isinstance(rule, named):  # from_config would rebuild a named one
+        fail("rule", f"a {named.__name__} when its name is {rule.name!r}", rule)
+
+
+def _cost_batch_sizes(
+    cost_model: CostModel | None, patch_side: int | None, rule: BucketRule
+) -> CostModelBatchSizes | None:
+    if cost_model is None:
+        if patch_side is not None:
+            fail("patch_side", "None without a cost_model", patch_side)
+        return None
+    sizes = CostModelBatchSizes(cost_model, patch_side)
+    if rule.name == NemoBucketRule.name:
+        fail("cost_model", "None with compat='nemo' (NeMo's batch rule is fixed)", cost_model)
+    return sizes
+
+
+def _options(config: Mapping[str, Any], rule_keys: Sequence[str]) -> dict[str, Any]:
+    """The constructor's options every rule shares, from a config with exactly the keys of
+    :meth:`MultiTierBucketCalculator.config` (a rule's own ``rule_keys`` too)."""
+    expected = {*MultiTierBucketCalculator(64).config(), *rule_keys}
+    if any(key in config for key in _COST_KEYS):  # a cost model's keys come together
+        expected.update(_COST_KEYS)
+    missing, unknown = expected - set(config), set(config) - expected
+    if missing or unknown:
+        raise ValueError(
+            f"config must have exactly the keys {sorted(expected)}; "
+            f"missing {sorted(missing)}, unknown {sorted(unknown)}"
+        )
+    if config["version"] != BUCKETS_VERSION:
+        fail("config['version']", f"{BUCKETS_VERSION}", config["version"])
+    cost = config.get("cost_model")
+    return {
+        "max_batch_size": config["max_batch_size"],
+        "cost_model": None if cost is None else CostModel.from_config(cost),
+        "patch_side": config.get("patch_side"),
+    }

@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_choice, check_int, fail
+from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
 
 __all__ = ["CROP_MODES", "CropResult", "cover_size", "require_pillow", "resize_and_crop"]
 
@@ -95,8 +96,8 @@ def cover_size(
     """
     iw = check_int("image_width", image_width, min_value=1)
     ih = check_int("image_height", image_height, min_value=1)
-    tw = check_int("target_width", target_width, min_value=1)
-    th = check_int("target_height", target_height, min_value=1)
+    tw = check_int("target_width", target_width, min_value=1, max_value=MAX_IMAGE_SIDE)
+    th = check_int("target_height", target_height, min_value=1, max_value=MAX_IMAGE_SIDE)
     if tw * ih >= th * iw:  # the image is relatively taller: its width binds
         return tw, max(th, (2 * ih * tw + iw) // (2 * iw))
     return max(tw, (2 * iw * th + ih) // (2 * ih)), th
@@ -169,8 +170,8 @@ def resize_and_crop(
         ((1344, 768), True, 0)
     """
     Image = require_pillow("resize_and_crop")
-    tw = check_int("target_width", target_width, min_value=1)
-    th = check_int("target_height", target_height, min_value=1)
+    tw = check_int("target_width", target_width, min_value=1, max_value=MAX_IMAGE_SIDE)
+    th = check_int("target_height", target_height, min_value=1, max_value=MAX_IMAGE_SIDE)
     mode = check_choice("crop_mode", crop_mode, CROP_MODES)
     gen = _generator(seed, rng)
 

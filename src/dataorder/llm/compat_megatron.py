@@ -50,9 +50,6 @@ from dataorder.llm.orders import EpochSpec, SampleMap, rank_sequence_offsets, to
 
 __all__ = ["MegatronLMOrder", "uneven_micro_batches"]
 
-#: What torch.manual_seed accepts; Megatron seeds with the epoch.
-_MAX_EPOCH = 2**64 - 1
-
 
 def uneven_micro_batches(
     total_samples: int, micro_batch_size: int, data_parallel_size: int
@@ -133,22 +130,15 @@ class MegatronLMOrder:
             )
 
     def config(self, spec: EpochSpec) -> dict[str, Scalar]:
-        # the versions are 0: the order comes from torch, not from dataorder's constructions
+        # no construction versions: the order comes from torch, not from dataorder's code
         return {
             "order": f"{self.name}-{'sharded' if self.data_sharding else 'strided'}",
             "seed": 0,
             "data_parallel_size": spec.data_parallel_size,
             "micro_batch_size": spec.micro_batch_size,
-            "permutation_version": 0,
-            "key_version": 0,
         }
 
     def sample_map(self, spec: EpochSpec, epoch: int, rank: int) -> SampleMap:
-        if epoch > _MAX_EPOCH:
-            raise ValueError(
-                f"compat='megatron' seeds torch with the epoch, which must be below 2**64; got "
-                f"epoch={epoch}"
-            )
         mbs, dp = spec.micro_batch_size, spec.data_parallel_size
         if self.data_sharding:
             shard = spec.total_samples // (mbs * dp) * mbs

@@ -23,8 +23,6 @@ from dataorder.llm.orders import EpochSpec, SampleMap, rank_sequence_offsets, to
 
 __all__ = ["NemoOrder"]
 
-_MAX_SEED = 2**64 - 1  # what torch.manual_seed accepts
-
 
 def _nemo_map(start: int, perm: npt.NDArray[np.int64], mbs: int, dp: int, rank: int) -> SampleMap:
     """NeMo's static shard: the rank's ``j``-th read is ``start + randperm[j]``."""
@@ -75,22 +73,16 @@ class NemoOrder:
             )
 
     def config(self, spec: EpochSpec) -> dict[str, Scalar]:
-        # the versions are 0: the order comes from torch, not from dataorder's constructions
+        # no construction versions: the order comes from torch, not from dataorder's code
         return {
             "order": self.name,
             "seed": self.seed,
             "data_parallel_size": spec.data_parallel_size,
             "micro_batch_size": spec.micro_batch_size,
-            "permutation_version": 0,
-            "key_version": 0,
         }
 
     def sample_map(self, spec: EpochSpec, epoch: int, rank: int) -> SampleMap:
-        if self.seed + epoch > _MAX_SEED:
-            raise ValueError(
-                "compat='nemo' seeds torch with seed + epoch, which must be below 2**64; got "
-                f"seed={self.seed}, epoch={epoch}"
-            )
+        # seed < 2**63 and epoch < 2**32: seed + epoch is below 2**64, as torch requires
         mbs, dp = spec.micro_batch_size, spec.data_parallel_size
         shard = spec.total_samples // (mbs * dp) * mbs
         perm = torch_randperm(shard, self.seed + epoch)

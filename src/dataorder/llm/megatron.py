@@ -54,9 +54,10 @@ import numpy.typing as npt
 from dataorder._validate import check_bool, check_int, fail
 from dataorder.core.blockplan import BlockPlan
 from dataorder.core.cursor import CursorBatchSampler
-from dataorder.core.partition import MAX_BATCH_SIZE, EpochLayout
+from dataorder.core.keys import MAX_SEED
+from dataorder.core.partition import MAX_BATCH_SIZE, MAX_POSITIONS, EpochLayout
 from dataorder.core.permutation import MAX_DOMAIN
-from dataorder.core.state import Scalar, split_state
+from dataorder.core.state import MAX_EPOCH, Scalar, split_state
 from dataorder.core.topology import Topology, resolve_topology
 from dataorder.llm.compat_megatron import MegatronLMOrder
 from dataorder.llm.compat_nemo import NemoOrder
@@ -81,8 +82,6 @@ __all__ = [
 # Positions mapped per vectorised chunk and rank: large enough that per-chunk overhead vanishes,
 # small enough that the first micro-batch of an epoch (or after a resume) costs well under 1 ms.
 _CHUNK_POSITIONS = 16384
-#: The largest shuffle seed: keeps the state small, and is what ``torch.manual_seed`` accepts.
-MAX_SEED = 2**64 - 1
 
 
 class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
@@ -163,7 +162,9 @@ class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
         block = self._mbs * self._dp
         gbs: int | None = None
         if global_batch_size is not None:
-            gbs = check_int("global_batch_size", global_batch_size, min_value=1)
+            gbs = check_int(
+                "global_batch_size", global_batch_size, min_value=1, max_value=MAX_POSITIONS
+            )
             if gbs % block:
                 fail(
                     "global_batch_size",
@@ -211,6 +212,12 @@ class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
         """``(epoch, progress)`` of Megatron's run-wide count (see NOTE [ consumed_samples ])."""
         layout = self._layout
         epoch, consumed = divmod(consumed_samples, layout.total_positions)
+        if epoch > MAX_EPOCH:
+            fail(
+                "consumed_samples",
+                f"below {MAX_EPOCH + 1} epochs of {layout.total_positions} positions",
+                consumed_samples,
+            )
         if epoch and self._epoch_length_varies_with_layout():
             fail(
                 "consumed_samples",
@@ -517,7 +524,7 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
     layout and names the field.
 
     Args:
-        seed: Any int in ``[0, 2**64)``; every seed gives an unrelated order.
+        seed: Any int in ``[0, 2**63)``; every seed gives an unrelated order.
         data_sharding: Keep each rank inside its contiguous shard (see above).
         compat: None, ``"nemo"`` for NeMo Automodel's exact sequences, or ``"megatron"`` for
             Megatron-LM's.
@@ -540,7 +547,8 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
 
     Checkpoint schema (after the first micro-batch of epoch 0; ``config.data_parallel_size``
     and ``config.micro_batch_size`` are 0 unless the order depends on them, as with
-    ``data_sharding`` and ``compat="nemo"``; the versions are 0 under ``compat="nemo"``):
+    ``data_sharding`` and the compatibility modes, whose states carry no construction versions:
+    their orders come from torch):
 
     >>> s = MegatronPretrainingRandomSampler(10, 2, data_parallel_rank=0, data_parallel_size=2)
     >>> _ = next(iter(s))

@@ -41,7 +41,22 @@ from decimal import Decimal, InvalidOperation
 
 from dataorder._validate import check_int, fail
 
-__all__ = ["BatchSizeSchedule", "ScheduleSegment", "StepInfo", "parse_count"]
+__all__ = [
+    "MAX_RAMPUP_INCREMENTS",
+    "MAX_SAMPLES",
+    "BatchSizeSchedule",
+    "ScheduleSegment",
+    "StepInfo",
+    "parse_count",
+]
+
+#: Largest threshold, batch size or ramp-up length, in samples. Run-wide sample counts are int64
+#: in Megatron's checkpoints and in our positions; 2**62 keeps every sum of two of them exact.
+MAX_SAMPLES = 2**62
+
+#: Most increments of a ramp-up. The schedule is walked at construction, one segment per
+#: increment; a real ramp has tens to thousands (``--rampup-batch-size 32 32 ...`` to 1536: 47).
+MAX_RAMPUP_INCREMENTS = 2**16
 
 _SUFFIXES = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 _COUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([KMBT]?)\s*$", re.IGNORECASE)
@@ -103,13 +118,36 @@ class StepInfo:
 
 
 def _ramp_threshold(i: int, rampup_samples: int, per_increment: float, increments: int) -> int:
-    """Smallest integer ``c`` with ``int(c / per_increment) >= i``, in Megatron's float maths."""
-    c = -(-i * rampup_samples // increments)  # exact estimate; the float result is within a few
-    while c > 0 and (c - 1) / per_increment >= i:
-        c -= 1
-    while c / per_increment < i:
-        c += 1
-    return c
+    """Smallest integer ``c`` with ``c / per_increment >= i`` (``i >= 1``), in Megatron's float
+    maths.
+
+    ``c / per_increment`` never decreases as ``c`` grows, so the answer is bracketed around the
+    exact estimate by doubling steps and then bisected: a few float divisions whatever the
+    magnitude (past 2**53 one float spans many integers, and stepping by one would not end).
+    """
+
+    def reached(c: int) -> bool:
+        return c / per_increment >= i
+
+    guess = max(1, -(-i * rampup_samples // increments))  # exact maths; floats are within ulps
+    step = 1
+    if reached(guess):
+        hi, lo = guess, guess - 1
+        while lo > 0 and reached(lo):
+            hi, lo = lo, max(0, guess - step)
+            step *= 2
+    else:
+        lo, hi = guess, guess + 1
+        while not reached(hi):
+            lo, hi = hi, guess + step
+            step *= 2
+    while hi - lo > 1:  # reached(hi) and not reached(lo); c = 0 never reaches i >= 1
+        mid = (lo + hi) // 2
+        if reached(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 class BatchSizeSchedule:
@@ -131,14 +169,22 @@ class BatchSizeSchedule:
     __slots__ = ("_firsts", "_segments", "_starts", "_thresholds")
 
     def __init__(self, thresholds: Iterable[tuple[int, int]]) -> None:
+        given: object = thresholds
+        if isinstance(given, str | bytes) or not isinstance(given, Iterable):
+            fail(
+                "thresholds",
+                "an iterable of (samples, global_batch_size) pairs",
+                thresholds,
+                TypeError,
+            )
         pairs = []
         for entry in thresholds:
             if not isinstance(entry, tuple | list) or len(entry) != 2:
                 fail("thresholds", "(samples, global_batch_size) pairs", entry, TypeError)
             pairs.append(
                 (
-                    check_int("threshold", entry[0], min_value=0),
-                    check_int("global_batch_size", entry[1], min_value=1),
+                    check_int("threshold", entry[0], min_value=0, max_value=MAX_SAMPLES),
+                    check_int("global_batch_size", entry[1], min_value=1, max_value=MAX_SAMPLES),
                 )
             )
         pairs.sort()
@@ -188,16 +234,18 @@ class BatchSizeSchedule:
 
         The steps reproduce Megatron's ``RampupBatchsizeNumMicroBatchesCalculator`` exactly,
         including its float arithmetic. Megatron divides by zero when ``SAMPLES`` is 0 or
-        ``START == G``; both are refused here.
+        ``START == G``; both are refused here. Sample counts and batch sizes are at most
+        :data:`MAX_SAMPLES`, and a ramp has at most :data:`MAX_RAMPUP_INCREMENTS` increments
+        (the schedule is walked at construction).
 
         Raises:
             TypeError, ValueError: If an argument is out of range, or ``G - START`` is not a
-                positive multiple of ``INCR``.
+                positive multiple of ``INCR``, or the ramp has too many increments.
         """
-        gbs = check_int("global_batch_size", global_batch_size, min_value=1)
+        gbs = check_int("global_batch_size", global_batch_size, min_value=2, max_value=MAX_SAMPLES)
         start = check_int("start_batch_size", start_batch_size, min_value=1, max_value=gbs - 1)
         incr = check_int("batch_size_increment", batch_size_increment, min_value=1)
-        samples = check_int("rampup_samples", rampup_samples, min_value=1)
+        samples = check_int("rampup_samples", rampup_samples, min_value=1, max_value=MAX_SAMPLES)
         if (gbs - start) % incr:
             fail(
                 "batch_size_increment",
@@ -205,6 +253,14 @@ class BatchSizeSchedule:
                 incr,
             )
         increments = (gbs - start) // incr
+        if increments > MAX_RAMPUP_INCREMENTS:
+            fail(
+                "batch_size_increment",
+                f"at least (global_batch_size - start_batch_size) / {MAX_RAMPUP_INCREMENTS} = "
+                f"{-(-(gbs - start) // MAX_RAMPUP_INCREMENTS)} (a ramp has at most "
+                f"{MAX_RAMPUP_INCREMENTS} increments)",
+                incr,
+            )
         per_increment = samples / increments
         final = min(samples + 1, _ramp_threshold(increments, samples, per_increment, increments))
         pairs = {0: start}
@@ -232,12 +288,22 @@ class BatchSizeSchedule:
         if not isinstance(schedule, str):
             fail("schedule", "a str such as '0:768 250B:1536'", schedule, TypeError)
         seq = None if seq_length is None else check_int("seq_length", seq_length, min_value=1)
-        pairs = []
+        pairs: list[tuple[int, int]] = []
+        tokens: dict[int, int] = {}  # samples -> the tokens they came from
         for entry in schedule.replace(",", " ").split():
             threshold, sep, batch = entry.partition(":")
             if not sep:
                 fail("schedule", "entries of the form THRESHOLD:BATCH_SIZE", entry)
             t = parse_count(threshold, name="threshold")
+            if seq is not None:
+                if t // seq in tokens and tokens[t // seq] != t:
+                    fail(
+                        "thresholds",
+                        f"distinct (each threshold once) in samples: {tokens[t // seq]} and {t} "
+                        f"tokens are both {t // seq} samples with seq_length={seq}",
+                        [p[0] for p in pairs] + [t // seq],
+                    )
+                tokens[t // seq] = t
             pairs.append((t if seq is None else t // seq, parse_count(batch, name="batch_size")))
         return cls(pairs)
 
@@ -271,7 +337,11 @@ class BatchSizeSchedule:
             fail("global_batch_size", "an int unless step_batch_size_schedule is given", None)
         if rampup_batch_size is None:
             return cls.constant(global_batch_size)
-        if isinstance(rampup_batch_size, str) or len(rampup_batch_size) != 3:
+        if (
+            isinstance(rampup_batch_size, str | bytes)
+            or not isinstance(rampup_batch_size, Sequence)
+            or len(rampup_batch_size) != 3
+        ):
             fail("rampup_batch_size", "three values START INCR SAMPLES", rampup_batch_size)
         start, incr, samples = (
             parse_count(v, name="rampup_batch_size") if isinstance(v, str) else v
@@ -290,17 +360,18 @@ class BatchSizeSchedule:
         """Runs of steps with one batch size, in order; thresholds no step reaches are omitted."""
         return self._segments
 
-    def _segment_for_step(self, step: int) -> ScheduleSegment:
+    def _segment_for_step(self, step: int) -> tuple[int, ScheduleSegment]:
+        """``step`` as a Python int (numpy ints would wrap), and the segment it falls in."""
         step = check_int("step", step, min_value=0)
-        return self._segments[bisect.bisect_right(self._firsts, step) - 1]
+        return step, self._segments[bisect.bisect_right(self._firsts, step) - 1]
 
     def global_batch_size(self, step: int) -> int:
         """The global batch size of ``step``."""
-        return self._segment_for_step(step).global_batch_size
+        return self._segment_for_step(step)[1].global_batch_size
 
     def consumed_samples(self, step: int) -> int:
-        """Samples consumed before ``step`` (so ``consumed_samples(0) == 0``)."""
-        seg = self._segment_for_step(step)
+        """Samples consumed before ``step`` (so ``consumed_samples(0) == 0``); a Python int."""
+        step, seg = self._segment_for_step(step)
         return seg.consumed_samples + (step - seg.first_step) * seg.global_batch_size
 
     def step_at(self, consumed_samples: int) -> int:
@@ -315,11 +386,14 @@ class BatchSizeSchedule:
     def at_step(self, step: int, *, micro_batch_size: int, data_parallel_size: int) -> StepInfo:
         """Batch size, micro-batch count and consumed samples of ``step`` on one layout.
 
+        Every field of the result is a Python int (JSON-serialisable), whatever int type
+        ``step`` was given as.
+
         Raises:
             ValueError: If the step's global batch size is not a multiple of
                 ``micro_batch_size x data_parallel_size``.
         """
-        seg = self._segment_for_step(step)
+        step, seg = self._segment_for_step(step)
         block = self._block(micro_batch_size, data_parallel_size)
         self._check_segment(seg, block, micro_batch_size, data_parallel_size)
         return StepInfo(

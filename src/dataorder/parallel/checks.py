@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from dataorder._validate import check_bool, check_int, fail
+
 __all__ = ["check_items"]
 
 NONE_SLOT = -1  # a None (padding) slot in the gathered arrays; real indices are >= 0
@@ -223,6 +225,16 @@ def check_items(
     Returns:
         The violations, one line each (empty if the partition is correct).
     """
+    if isinstance(items_by_dp_rank, str | bytes) or not isinstance(items_by_dp_rank, Sequence):
+        fail(
+            "items_by_dp_rank",
+            "a sequence of each DP rank's items",
+            items_by_dp_rank,
+            TypeError,
+        )
+    if allowed_padding is not None:
+        allowed_padding = check_int("allowed_padding", allowed_padding, min_value=0)
+    full = check_bool("full", full)
     payloads = []
     for r, items in enumerate(items_by_dp_rank):
         payload: dict[str, Any] = {"dp_rank": r, "declared": None, "allowed": None, "errors": []}

@@ -19,8 +19,6 @@ import torch
 
 __all__ = ["TorchOrder"]
 
-_MAX_SEED = (1 << 64) - 1  # torch.Generator.manual_seed takes seeds below 2**64
-
 
 class TorchOrder:
     """torch's order (see the module docstring), behind
@@ -31,11 +29,8 @@ class TorchOrder:
     def epoch(
         self, dataset_size: int, *, seed: int, epoch: int
     ) -> Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]:
-        if seed + epoch > _MAX_SEED:
-            raise ValueError(
-                "compat='torch' seeds torch with seed + epoch, which must be below 2**64; got "
-                f"seed={seed}, epoch={epoch}"
-            )
+        # seed < 2**63 and epoch < 2**32 (dataorder.core.keys.MAX_SEED, state.MAX_EPOCH): the
+        # sum is below 2**64, as torch.manual_seed requires
         generator = torch.Generator()
         generator.manual_seed(seed + epoch)
         table: npt.NDArray[np.int64] = torch.randperm(dataset_size, generator=generator).numpy()

@@ -30,6 +30,7 @@ index, not a Python list), and keeps everything else: state, resume, mesh, paddi
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -40,7 +41,7 @@ from torch.utils.data.distributed import DistributedSampler as _TorchDistributed
 from dataorder._validate import check_bool, check_choice, check_int, fail
 from dataorder.core.blockplan import BlockPlan
 from dataorder.core.cursor import CursorSampler
-from dataorder.core.keys import KEY_DERIVATION_VERSION, derive_key
+from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.partition import EpochLayout, plan_epoch
 from dataorder.core.permutation import MAX_DOMAIN, PERMUTATION_VERSION, Permutation
 from dataorder.core.state import Scalar, split_state
@@ -61,7 +62,6 @@ COMPAT_MODES: tuple[str, ...] = ("default", "torch")
 
 _STREAM = "distributed"
 _CHUNK = 1 << 16  # positions per vectorised chunk: ~0.5 MB of int64, a few ms of work
-_MAX_SEED = (1 << 64) - 1  # the state holds the seed; also torch's limit for manual_seed
 
 Order = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
 
@@ -168,8 +168,19 @@ _ORDERS: dict[str, Callable[[], IndexOrder]] = {"default": KeyedOrder, "torch": 
 def _dataset_size(dataset: object) -> int:
     if not isinstance(dataset, Sized):
         fail("dataset", "a sized dataset (with __len__)", dataset, TypeError)
+    try:
+        size = len(dataset)
+    except OverflowError:  # len() stops at sys.maxsize
+        if isinstance(dataset, range):
+            r = dataset
+            size = max(0, (r.stop - r.start + r.step - (1 if r.step > 0 else -1)) // r.step)
+        else:
+            raise ValueError(
+                f"len(dataset) must be an int in [0, {MAX_DOMAIN}]; got len(dataset) > "
+                f"{sys.maxsize} (len() overflowed)"
+            ) from None
     # positions are int64 and the permutation works on 63-bit words: 2**62 keeps both exact
-    return check_int("len(dataset)", len(dataset), min_value=0, max_value=MAX_DOMAIN)
+    return check_int("len(dataset)", size, min_value=0, max_value=MAX_DOMAIN)
 
 
 class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
@@ -267,7 +278,7 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
         self._shuffle = check_bool("shuffle", shuffle)
         # Capped: the seed is stored in the state, which must stay within 512 bytes; the cap is
         # also torch's limit for manual_seed, which compat='torch' uses.
-        self._seed = check_int("seed", seed, min_value=0, max_value=_MAX_SEED)
+        self._seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
         self._drop_last = check_bool("drop_last", drop_last)
         self._compat: Literal["default", "torch"] = check_choice(  # type: ignore[assignment]
             "compat", compat, COMPAT_MODES

@@ -1,0 +1,268 @@
+"""What the bucket fit (:mod:`dataorder.diffusion.fit`) chooses from, and what it records.
+
+:func:`lattice_candidates` lists the candidate buckets: for each aspect ratio of the lattice the
+presets are built on, its largest point within the pixel budget. The fit keeps the candidates
+within the data's aspect range (:func:`_prune`) and thins the rest evenly in log aspect ratio
+(:func:`_thin`). :func:`size_digest` identifies the data a set was fitted to. The input checks
+that the fit and the fitted rule share live here too.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+
+from dataorder._validate import check_int, fail
+from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.fit_bins import _CHUNK, _EPS, BoolArray, IntArray
+from dataorder.diffusion.lookup import MAX_IMAGE_SIDE, as_size_array
+
+__all__ = ["DEFAULT_MAX_CANDIDATES", "DEFAULT_MIN_SHARE", "lattice_candidates", "size_digest"]
+
+#: Least share of ``max_pixels`` a generated candidate uses: just under the lowest share in the
+#: default 1024p preset (0.879), so every bucket of the presets and of SDXL's table is a candidate.
+DEFAULT_MIN_SHARE = 0.875
+
+#: Generated candidates searched at most (the presets' buckets and given ones come on top).
+DEFAULT_MAX_CANDIDATES = 64
+
+
+# -- candidates ---------------------------------------------------------------------------------
+
+
+def lattice_candidates(
+    max_pixels: int,
+    quantization: int = 64,
+    *,
+    min_share: float = DEFAULT_MIN_SHARE,
+    extra: npt.ArrayLike | None = None,
+) -> IntArray:
+    """Candidate buckets: for each aspect ratio of the lattice, its largest point within budget.
+
+    For every coprime ``a : b``, the point ``(k a q, k b q)`` with the largest ``k`` such that
+    ``k**2 a b q**2 <= max_pixels``, kept if it uses at least ``min_share`` of the budget. Crop
+    loss depends only on the aspect ratio, so a smaller point of the same ratio could never crop
+    less. Points of ``extra`` (a preset's buckets) are merged in; where two share a ratio, the
+    larger is kept.
+
+    Args:
+        max_pixels: The pixel budget.
+        quantization: Both sides are multiples of this.
+        min_share: Least share of the budget a generated point uses, in ``(0, 1]``.
+        extra: Optional ``(K, 2)`` int ``(w, h)`` points of the same lattice.
+
+    Returns:
+        int64 array of shape ``(M, 2)``, ``(w, h)`` rows in ascending aspect ratio.
+
+    Raises:
+        TypeError: If an argument has the wrong type.
+        ValueError: If ``max_pixels < quantization**2``, ``min_share`` is out of range, or a
+            point of ``extra`` is off the lattice or over budget.
+
+    Example:
+        >>> [tuple(r) for r in lattice_candidates(256 * 256, 64, min_share=0.9).tolist()]
+        [(64, 1024), (64, 960), (128, 512), (192, 320), (256, 256), (320, 192), (512, 128), \
+(960, 64), (1024, 64)]
+    """
+    budget, q = _budget(max_pixels, quantization)
+    share = Fraction(_share("min_share", min_share, low=0.0, high=1.0, open_low=True))
+    units = budget // (q * q)
+    need = share * budget
+    best: dict[Fraction, tuple[int, int]] = {}
+    for a in range(1, units + 1):
+        for b in range(max(1, math.ceil(need / (a * q * q))), units // a + 1):
+            ratio = Fraction(a, b)
+            if ratio in best:
+                continue
+            a1, b1 = ratio.numerator, ratio.denominator
+            k = math.isqrt(units // (a1 * b1))
+            best[ratio] = (k * a1 * q, k * b1 * q)
+    points = list(best.values())
+    if extra is not None:
+        points += _points("extra", extra, budget, q)
+    return _merge(points)
+
+
+def _merge(points: list[tuple[int, int]]) -> IntArray:
+    """One point per aspect ratio (the largest), ascending in aspect ratio."""
+    best: dict[Fraction, tuple[int, int]] = {}
+    for w, h in points:
+        ratio = Fraction(w, h)
+        if ratio not in best or w * h > best[ratio][0] * best[ratio][1]:
+            best[ratio] = (w, h)
+    return np.array([best[r] for r in sorted(best)], dtype=np.int64).reshape(-1, 2)
+
+
+@functools.lru_cache(maxsize=16)
+def _preset_resolutions(budget: int, q: int) -> tuple[tuple[int, int], ...]:
+    out: list[tuple[int, int]] = []
+    for compat in ("default", "nemo"):
+        calc = MultiTierBucketCalculator(q, budget, compat=compat)
+        out += [(int(w), int(h)) for w, h in calc.resolutions.tolist()]
+    return tuple(out)
+
+
+def _prune(pool: IntArray, gs: IntArray, x_lo: float, x_hi: float) -> tuple[IntArray, BoolArray]:
+    """Candidates within the data's aspect range and, beyond each end, the nearest one of each
+    global batch size; and which of those are the ends' (they must be kept).
+
+    A candidate farther out than the nearest one of its batch size beyond an end is farther from
+    every image than that one: swapping them keeps every count (so the waste) and lowers every
+    loss. The float range is widened by ``1e-12``, so rounding can only keep more.
+    """
+    ratio = pool[:, 0] / pool[:, 1]
+    lo, hi = x_lo * (1 - _EPS), x_hi * (1 + _EPS)
+    keep = (ratio > lo) & (ratio < hi)
+    ends = np.zeros(len(pool), dtype=bool)
+    for g in np.unique(gs).tolist():
+        below = np.flatnonzero((gs == g) & (ratio <= lo))
+        above = np.flatnonzero((gs == g) & (ratio >= hi))
+        ends[below[-1:]] = True
+        ends[above[:1]] = True
+    kept = np.flatnonzero(keep | ends)
+    return kept, ends[kept]
+
+
+def _thin(pool: IntArray, required: BoolArray, limit: int) -> IntArray:
+    """Indices of the required candidates and at most ``limit`` others, spread evenly in log
+    aspect ratio (each next one the farthest from those already taken; ties to the lowest).
+
+    The distance ``max(r_i / r_j, r_j / r_i)`` is an IEEE division, so the choice is the same on
+    every machine.
+    """
+    others = np.flatnonzero(~required)
+    if others.size <= limit:
+        return np.arange(len(pool), dtype=np.int64)
+    ratio = pool[:, 0] / pool[:, 1]
+    r_other = ratio[others]
+    dist = np.full(others.size, np.inf)
+    for r in ratio[required].tolist():
+        np.minimum(dist, np.maximum(r_other / r, r / r_other), out=dist)
+    picked = []
+    for _ in range(limit):
+        j = int(np.argmax(dist))
+        picked.append(int(others[j]))
+        np.minimum(dist, np.maximum(r_other / r_other[j], r_other[j] / r_other), out=dist)
+        dist[j] = -np.inf
+    return np.sort(np.concatenate((np.flatnonzero(required), picked))).astype(np.int64)
+
+
+# -- the digest ---------------------------------------------------------------------------------
+
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_SALT = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xD1B54A32D192ED03))
+
+
+def _mix(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """SplitMix64's finaliser, in place: a bijection of 64-bit words that spreads every bit."""
+    z ^= z >> np.uint64(30)
+    z *= _MIX1
+    z ^= z >> np.uint64(27)
+    z *= _MIX2
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def size_digest(widths: npt.ArrayLike, heights: npt.ArrayLike) -> str:
+    """A digest of the multiset of image sizes: equal for the same sizes in any order.
+
+    Two sums modulo ``2**64`` of a mixed 64-bit word per ``(W, H)`` (a multiset hash), as 32 hex
+    digits. It identifies the data a bucket set was fitted to; it is not a cryptographic hash.
+
+    Example:
+        >>> size_digest([640, 480], [480, 640]) == size_digest([480, 640], [640, 480])
+        True
+        >>> size_digest([640, 480], [480, 640]) == size_digest([640, 640], [480, 480])
+        False
+    """
+    return _digest(*_sizes(widths, heights))
+
+
+def _digest(w: IntArray, h: IntArray) -> str:
+    sums = [0, 0]
+    for s in range(0, w.size, _CHUNK):
+        key = (w[s : s + _CHUNK].astype(np.uint64) << np.uint64(32)) | h[s : s + _CHUNK].astype(
+            np.uint64
+        )
+        for i, salt in enumerate(_SALT):
+            sums[i] = (sums[i] + int(np.add.reduce(_mix(key ^ salt), dtype=np.uint64))) % 2**64
+    return f"{sums[0]:016x}{sums[1]:016x}"
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+
+def _sizes(widths: npt.ArrayLike, heights: npt.ArrayLike) -> tuple[IntArray, IntArray]:
+    w = as_size_array("widths", widths)
+    h = as_size_array("heights", heights)
+    if w.shape != h.shape:
+        raise ValueError(
+            f"widths and heights must have the same shape; got {w.shape} and {h.shape}"
+        )
+    return w.ravel(), h.ravel()
+
+
+def _share(name: str, value: object, *, low: float, high: float, open_low: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        fail(name, "a float", value, TypeError)
+    v = float(value)
+    if not (math.isfinite(v) and (v > low if open_low else v >= low) and v <= high):
+        if high == math.inf:
+            fail(name, f"a finite float >= {low}", value)
+        fail(name, f"a float in {'(' if open_low else '['}{low}, {high}]", value)
+    return v
+
+
+def _points(name: str, values: object, budget: int | None, q: int | None) -> list[tuple[int, int]]:
+    """``(K, 2)`` int ``(w, h)`` pairs; on the lattice and within budget when those are given."""
+    arr = np.asarray(values)
+    if arr.size == 0 and arr.ndim <= 2:
+        return []
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        fail(name, "an array of (width, height) int pairs", values, TypeError)
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        fail(name, "an array of shape (K, 2)", values)
+    out = []
+    for i, (w, h) in enumerate(arr.tolist()):
+        if not (1 <= w <= MAX_IMAGE_SIDE and 1 <= h <= MAX_IMAGE_SIDE):
+            fail(f"{name}[{i}]", f"a (w, h) of ints in [1, {MAX_IMAGE_SIDE}]", (w, h))
+        if q is not None and budget is not None and (w % q or h % q or w * h > budget):
+            fail(
+                f"{name}[{i}]",
+                f"a (w, h) with both sides multiples of quantization={q} and "
+                f"w * h <= max_pixels={budget}",
+                (w, h),
+            )
+        out.append((w, h))
+    return out
+
+
+def _pairs(name: str, values: object) -> list[tuple[int, int]]:
+    """A sequence of ``(p, q)`` pairs of ints in ``[1, MAX_IMAGE_SIDE]``."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        fail(name, "a sequence of (p, q) int pairs", values, TypeError)
+    out = []
+    for i, pair in enumerate(values):
+        if isinstance(pair, str | bytes) or not isinstance(pair, Sequence | np.ndarray):
+            fail(f"{name}[{i}]", "a (p, q) pair of ints", pair, TypeError)
+        if len(pair) != 2:
+            fail(f"{name}[{i}]", "a (p, q) pair of ints", pair)
+        p = check_int(f"{name}[{i}][0]", pair[0], min_value=1, max_value=MAX_IMAGE_SIDE)
+        q = check_int(f"{name}[{i}][1]", pair[1], min_value=1, max_value=MAX_IMAGE_SIDE)
+        out.append((p, q))
+    return out
+
+
+def _budget(max_pixels: int | None, quantization: int) -> tuple[int, int]:
+    """The budget and quantum, validated as the calculator validates them (None: 65,536)."""
+    calc = MultiTierBucketCalculator(quantization, max_pixels)
+    budget, q = calc.max_pixels, calc.quantization
+    if budget // q > MAX_IMAGE_SIDE:  # bucket sides, like image sides, keep W * q in an int64
+        fail("max_pixels", f"an int with max_pixels // quantization <= {MAX_IMAGE_SIDE}", budget)
+    return budget, q

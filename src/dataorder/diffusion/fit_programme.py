@@ -1,0 +1,489 @@
+"""The exact programme of the bucket fit (:mod:`dataorder.diffusion.fit`).
+
+Given the bins of :mod:`dataorder.diffusion.fit_bins` and the candidate buckets, :func:`_fit`
+chooses the chain of buckets and the bin boundaries between them of least crop loss whose
+lock-step waste fits the budget: the nearest-bucket rule when it already fits, else the dynamic
+programme :func:`_solve` (one global batch size, NOTE [ waste telescopes ]) or its relaxation
+:func:`_lagrangian` (a batch size per bucket, NOTE [ dynamic G ]). :func:`_threshold` then
+places a short exact fraction in each chosen gap.
+
+NOTE [ waste telescopes ]
+    Let ``P_k`` be the number of images below threshold ``k`` (``P_0 = 0``, ``P_K = N``) and
+    ``rho_k = P_k mod G``. Bucket ``k`` drops ``(rho_{k+1} - rho_k) mod G`` images, which is
+    ``rho_{k+1} - rho_k`` plus ``G`` when the residue falls. Summed over buckets the differences
+    telescope: the waste is ``N mod G + G * D``, where ``D`` counts the falls of the residue
+    sequence. Padding is the same with ``rho = (-P) mod G``. So the whole waste constraint is a
+    small integer budget ``D <= (W_max - rho_K) // G`` on falls, and the dynamic programme
+    carries the falls so far instead of a waste total. With one bucket ``D = 0``: the least
+    waste of any bucket set is ``N mod G`` (``(-N) mod G`` padded), and the fit raises a
+    ValueError that says so when ``max_waste`` is below it.
+
+NOTE [ dynamic G ]
+    With a batch size per bucket (``global_batch_size`` a callable of the bucket's ``(w, h)``,
+    e.g. ``R * calc.get_dynamic_batch_size((w, h), b, base)``) the waste no longer telescopes:
+    each bucket wastes ``n_k mod G_k`` with its own modulus, so an exact programme would carry
+    the waste itself. Instead the fit minimises crop + ``lam`` x waste, which the same
+    per-candidate pass solves with each candidate's own modulus and one row of states, searches
+    ``lam`` (doubling, then bisection) for the least value whose chain fits, and keeps the best
+    fitting chain seen. Feasibility stays exact: a first pass that weighs waste above all crop
+    finds the least achievable waste. Where the crop-versus-waste frontier is not convex the
+    result can miss the optimum; :attr:`~dataorder.diffusion.fit.FitResult.exact` is then False.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from dataorder._validate import check_int, fail
+from dataorder.diffusion.fit_bins import (
+    FloatArray,
+    IntArray,
+    _bin_images,
+    _gap_bounds,
+    _splits,
+)
+from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
+
+__all__: list[str] = []
+
+_NUDGE = 2.0**-20  # how close (relative) a threshold is placed to the log-midpoint it stands for
+_SHORTCUT = True  # the tests turn it off to run the dynamic programme on every instance
+
+
+# -- the programme ------------------------------------------------------------------------------
+
+
+def _check_least_waste(n: int, g: int, drop: bool, w_max: int, max_waste: float) -> None:
+    least = n % g if drop else (-n) % g
+    if least > w_max:
+        what = "dropped: N mod G" if drop else "padded: (-N) mod G"
+        fail(
+            "max_waste",
+            f">= {least / n:.6g}, the least waste of any bucket set "
+            f"({least} of N={n} images {what} with G={g}, one bucket)",
+            max_waste,
+        )
+
+
+def _waste_budget(share: float, n: int) -> int:
+    """The most samples ``w`` with ``w / n <= share`` as floats compare (``0.0272`` allows 272
+    of 10,000 although the float is a hair below 272 / 10,000)."""
+    w = math.floor(Fraction(share) * n)
+    while (w + 1) / n <= share:
+        w += 1
+    return w
+
+
+def _batch_sizes(
+    global_batch_size: int | Callable[[int, int], int], cands: list[tuple[int, int]]
+) -> IntArray:
+    if not callable(global_batch_size):
+        return np.full(len(cands), global_batch_size, dtype=np.int64)
+    out = []
+    for w, h in cands:
+        g = global_batch_size(w, h)
+        out.append(check_int(f"global_batch_size({w}, {h})", g, min_value=1))
+    return np.array(out, dtype=np.int64)
+
+
+@dataclass
+class _Chosen:
+    buckets: list[int]  # candidate index of each bucket
+    thresholds: tuple[tuple[int, int], ...]
+    counts: IntArray
+    mean_crop_loss: float
+    objective: int
+    num_bins: int
+    method: str
+    exact: bool
+
+
+def _fit(
+    w: IntArray,
+    h: IntArray,
+    cands: list[tuple[int, int]],
+    gs: IntArray,
+    drop: bool,
+    w_max: int,
+    max_waste: float,
+    x_lo: float,
+    x_hi: float,
+    keep_all: bool,
+) -> _Chosen:
+    n_img = int(w.size)
+    m = len(cands)
+    uniform = bool((gs == gs[0]).all())
+    g = int(gs[0])
+    if uniform:  # a callable that gives every candidate one G: the exact programme
+        _check_least_waste(n_img, g, drop, w_max, max_waste)
+    splits, where = _splits(cands)
+    bins = _bin_images(w, h, splits, x_lo, x_hi)
+    s = bins.counts.size
+    ratio = np.array([a / b for a, b in cands])
+    below = np.array([bins.split_pos[where[(0, i, 0)]] for i in range(m)], dtype=np.int64)
+    above = np.array([bins.split_pos[where[(0, i, 1)]] for i in range(m)], dtype=np.int64)
+
+    # Crop loss of every bin against every candidate: bins below s lose 1 - r / s, bins above
+    # lose 1 - s / r, bins of exactly s lose nothing.
+    pos = np.arange(s)
+    n = bins.counts.astype(np.float64)
+    loss_below = n[None, :] - bins.sum_r[None, :] / ratio[:, None]
+    loss_above = n[None, :] - ratio[:, None] * bins.sum_inv[None, :]
+    loss = np.where(
+        pos[None, :] < below[:, None],
+        loss_below,
+        np.where(pos[None, :] >= above[:, None], loss_above, 0.0),
+    )
+    np.maximum(loss, 0.0, out=loss)
+    prefix = np.concatenate(([0], np.cumsum(bins.counts))).astype(np.int64)
+
+    def fixed(scale: float) -> FloatArray:
+        out = np.zeros((m, s + 1))
+        np.cumsum(np.rint(loss * scale), axis=1, out=out[:, 1:])
+        return out
+
+    def bucket_waste(chain: Chain) -> tuple[IntArray, IntArray]:
+        counts = np.diff(prefix[[0, *[e for _, e in chain]]])
+        sizes = gs[[c for c, _ in chain]]
+        return counts, (counts % sizes if drop else (-counts) % sizes)
+
+    mods = {gc: _residues(prefix, gc, drop, drop and keep_all) for gc in np.unique(gs).tolist()}
+    per_cand = [mods[int(gc)] for gc in gs]
+
+    # The nearest-bucket rule over all candidates crops least of all; if it fits, it is the fit.
+    mids = [int(bins.split_pos[where[(1, i, i + 1, 1)]]) for i in range(m - 1)]
+    starts = [0, *mids]
+    nearest = [(c, e) for c, e in enumerate([*mids, s]) if prefix[e] > prefix[starts[c]]]
+    counts, waste = bucket_waste(nearest)
+    too_small = drop and keep_all and bool((counts < gs[[c for c, _ in nearest]]).any())
+    fine_scale = 2.0 ** (52 - n_img.bit_length())
+    fine = fixed(fine_scale)
+    exact, method = True, "nearest"
+    chain: Chain | None
+    if int(waste.sum()) <= w_max and not too_small and _SHORTCUT:
+        chain = nearest
+    elif uniform:
+        method = "dp"
+        rows = min((w_max - int(per_cand[0].sigma[s])) // g, m - 1) + 1
+        chain = _solve(fine, per_cand, above, below, rows, w_max)
+    else:
+        method, exact = "lagrangian", False
+        chain = _lagrangian(
+            fixed, per_cand, above, below, gs, bucket_waste, n_img, w_max, max_waste
+        )
+    if chain is None:  # keep_every_image and no bucket can fill a global batch: all dropped
+        chain = [(int(np.argmin(loss.sum(axis=1))), s)]
+        method = "nothing trainable"
+
+    chosen = [c for c, _ in chain]
+    ends = [e for _, e in chain]
+    counts, _ = bucket_waste(chain)
+    objective = int(_chain_cost(fine, chain))
+
+    # Thresholds: a short fraction between the data either side, inside the two buckets'
+    # ratios, near their log-midpoint.
+    thresholds: list[tuple[int, int]] = []
+    if len(chain) > 1:
+        for k, (lo, hi) in enumerate(_gap_bounds(bins, w, h, ends[:-1])):
+            (wa, ha), (wb, hb) = cands[chosen[k]], cands[chosen[k + 1]]
+            lo, hi = max(lo, Fraction(wa, ha)), min(hi, Fraction(wb, hb))
+            thresholds.append(
+                _threshold(lo, hi, math.sqrt(ratio[chosen[k]] * ratio[chosen[k + 1]]))
+            )
+    return _Chosen(
+        buckets=chosen,
+        thresholds=tuple(thresholds),
+        counts=counts.astype(np.int64),
+        mean_crop_loss=objective / fine_scale / n_img,
+        objective=objective,
+        num_bins=s,
+        method=method,
+        exact=exact,
+    )
+
+
+def _lagrangian(
+    fixed: Callable[[float], FloatArray],
+    per_cand: list[_Residues],
+    above: IntArray,
+    below: IntArray,
+    gs: IntArray,
+    bucket_waste: Callable[[Chain], tuple[IntArray, IntArray]],
+    n_img: int,
+    w_max: int,
+    max_waste: float,
+) -> Chain | None:
+    """Per-bucket batch sizes: least crop + lam * waste, lam searched; see NOTE [ dynamic G ].
+
+    Raises:
+        ValueError: If even the least-waste chain exceeds ``w_max``.
+    """
+    m = len(per_cand)
+    bound = n_img + m * int(gs.max())  # no chain wastes more
+    # 1. The least waste, exactly: waste weighs more than all crop (coarse crop breaks ties).
+    heavy = 2.0 ** (52 - (bound + 1).bit_length())
+    coarse = 2.0 ** math.floor(math.log2(heavy / (n_img + 1)))
+    lex = _solve(fixed(coarse), per_cand, above, below, 1, w_max, lam=heavy)
+    least = n_img if lex is None else int(bucket_waste(lex)[1].sum())  # None: all dropped
+    if least > w_max:
+        fail(
+            "max_waste",
+            f">= {least / n_img:.6g}, the least waste of any bucket set with these per-bucket "
+            f"batch sizes ({least} of N={n_img} images)",
+            max_waste,
+        )
+    if lex is None:
+        return None
+    # 2. The multiplier: the least lam whose chain fits (doubling, then bisection to 1/256).
+    cap = 64  # beyond a wasted sample weighing 64 images' whole crop, take the least-waste chain
+    scale = 2.0 ** (52 - (n_img + cap * bound).bit_length())
+    cost = fixed(scale)
+
+    def run(lam: float) -> tuple[Chain, int, float]:
+        chain = _solve(cost, per_cand, above, below, 1, w_max, lam=lam)
+        if chain is None:  # not reachable: the least-waste chain exists, so chains do
+            raise RuntimeError("the relaxation found no chain")
+        return chain, int(bucket_waste(chain)[1].sum()), _chain_cost(cost, chain)
+
+    found = [(_chain_cost(cost, lex), lex)]
+    chain, waste, crop = run(0.0)
+    if waste <= w_max:
+        return chain
+    lo, hi = 0.0, scale * 2.0**-20
+    while True:
+        chain, waste, crop = run(hi)
+        if waste <= w_max:
+            found.append((crop, chain))
+            break
+        lo, hi = hi, hi * 2
+        if hi > cap * scale:
+            hi = math.inf
+            break
+    while math.isfinite(hi) and hi - lo > max(1.0, lo / 256):
+        mid = math.floor((lo + hi) / 2)
+        chain, waste, crop = run(float(mid))
+        if waste <= w_max:
+            hi = float(mid)
+            found.append((crop, chain))
+        else:
+            lo = float(mid)
+    return min(found, key=lambda item: item[0])[1]
+
+
+# -- the dynamic programme ----------------------------------------------------------------------
+
+
+@dataclass
+class _Residues:
+    """Bin boundaries seen modulo one global batch size ``g``."""
+
+    g: int
+    sigma: IntArray  # (S + 1,) P mod g (drop) or (-P) mod g (pad)
+    u: IntArray  # rank of sigma among its distinct values
+    order: IntArray  # positions by rank, stable
+    n_ranks: int
+    limit_rise: IntArray  # latest start of a bucket ending here if sigma does not fall
+    limit_fall: IntArray  # ... if it falls
+
+
+def _residues(prefix: IntArray, g: int, drop: bool, whole: bool) -> _Residues:
+    sigma = prefix % g if drop else (-prefix) % g
+    u = np.unique(sigma, return_inverse=True)[1].astype(np.int64).ravel()
+    if whole:  # every bucket fills a global batch (keep_every_image)
+        block = prefix // g
+        limit_rise = np.searchsorted(block, block - 1, side="right") - 1
+        limit_fall = np.searchsorted(block, block - 2, side="right") - 1
+    else:  # non-empty
+        limit_rise = limit_fall = np.arange(prefix.size, dtype=np.int64) - 1
+    return _Residues(
+        g, sigma, u, np.argsort(u, kind="stable"), int(u.max()) + 1, limit_rise, limit_fall
+    )
+
+
+Chain = list[tuple[int, int]]  # (candidate, end position) of each bucket, ascending
+
+
+def _solve(
+    cost: FloatArray,
+    mods: list[_Residues],
+    lo_end: IntArray,
+    hi_start: IntArray,
+    rows: int,
+    w_max: int,
+    lam: float | None = None,
+) -> Chain | None:
+    """Least-cost chain of buckets, or None if there is none.
+
+    ``cost[c, t]``: fixed-point crop of bins ``[0, t)`` against candidate ``c`` (exact integers
+    in float64). Candidates increase along the chain. Bucket ``c`` covers positions ``[t, t')``
+    with ``t' >= lo_end[c]`` and ``t <= hi_start[c]`` (it brackets its images), and
+    ``t <= limit_rise[t']`` if the residue does not fall from ``t`` to ``t'``,
+    ``t <= limit_fall[t']`` if it falls (the size rule), in ``mods[c]``.
+
+    ``lam=None`` (one ``g`` for all): exact. A state is ``(d, t)``, ``d`` falls so far (NOTE
+    [ waste telescopes ]), with ``sigma[t] + g * d <= w_max``. Otherwise ``rows`` is 1 and the
+    cost is crop plus ``lam`` per wasted sample, each bucket's waste modulo its own ``g``: the
+    relaxation of NOTE [ dynamic G ].
+
+    For one candidate, the allowed starts of an end ``t'`` are a prefix ``t <= L`` with a
+    residue condition, so the best start is a prefix (no fall) or suffix (fall) minimum over
+    residue ranks of per-rank minima over the prefix. ``L`` takes at most three values per
+    candidate (``hi_start[c]`` and the size rule's limits just above it): a few vectorised
+    passes over the positions per candidate.
+    """
+    m, width = cost.shape
+    end = width - 1
+    exact = lam is None
+    lam_v = 0.0 if lam is None else lam
+    valid = np.ones((rows, width), dtype=bool)
+    if exact:
+        r0 = mods[0]
+        dmax = np.where(r0.sigma <= w_max, (w_max - r0.sigma) // r0.g, -1)
+        valid = np.arange(rows)[:, None] <= dmax[None, :]
+    best = np.full((rows, width), np.inf)
+    best[0, 0] = 0.0
+    stored: list[tuple[int, FloatArray]] = []
+    for c in range(m):
+        rc = mods[c]
+        hi, lo = int(hi_start[c]), max(int(lo_end[c]), 1)
+        lim_r = np.minimum(rc.limit_rise[lo:], hi)
+        lim_f = np.minimum(rc.limit_fall[lo:], hi)
+        base = best[:, : hi + 1] - cost[c, : hi + 1]
+        if not exact:
+            base -= lam_v * rc.sigma[: hi + 1]
+        ut = rc.u[lo:]
+        f = np.full((rows, width - lo), np.inf)
+        per_rank = np.full((rows, rc.n_ranks), np.inf)
+        prev_lim = -1
+        for lim in np.unique(np.concatenate((lim_r, lim_f))).tolist():
+            if lim < 0:
+                continue
+            # Fold positions (prev_lim, lim] into the per-rank minimum of the prefix.
+            seg = rc.order[(rc.order > prev_lim) & (rc.order <= lim)]
+            if seg.size:
+                r = rc.u[seg]
+                cut = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))
+                mins = np.minimum.reduceat(base[:, seg], cut, axis=1)
+                np.minimum(per_rank[:, r[cut]], mins, out=mins)
+                per_rank[:, r[cut]] = mins
+            prev_lim = lim
+            cols = np.flatnonzero(lim_r == lim)
+            if cols.size:
+                le = np.minimum.accumulate(per_rank, axis=1)
+                f[:, cols] = np.minimum(f[:, cols], le[:, ut[cols]])
+            cols = np.flatnonzero(lim_f == lim)
+            if cols.size and (rows > 1 or not exact):
+                gt = np.full_like(per_rank, np.inf)
+                gt[:, :-1] = np.minimum.accumulate(per_rank[:, ::-1], axis=1)[:, ::-1][:, 1:]
+                if exact:
+                    f[1:, cols] = np.minimum(f[1:, cols], gt[:-1, ut[cols]])
+                else:
+                    f[:, cols] = np.minimum(f[:, cols], gt[:, ut[cols]] + lam_v * rc.g)
+        f += cost[c, lo:]
+        if exact:
+            f[~valid[:, lo:]] = np.inf
+        else:
+            f += lam_v * rc.sigma[lo:]
+        np.minimum(best[:, lo:], f, out=best[:, lo:])
+        stored.append((lo, f))
+    d = int(np.argmin(best[:, end]))  # least cost first, then fewest falls (least waste)
+    if not np.isfinite(best[d, end]):
+        return None
+    return _backtrack(cost, mods, hi_start, stored, d, float(best[d, end]), exact, lam_v)
+
+
+def _backtrack(
+    cost: FloatArray,
+    mods: list[_Residues],
+    hi_start: IntArray,
+    stored: list[tuple[int, FloatArray]],
+    d: int,
+    value: float,
+    exact: bool,
+    lam_v: float,
+) -> Chain:
+    """The chain behind ``value``, found by exact equality of the stored integer costs; ties go
+    to the lowest candidate, then the latest start."""
+    t_end, limit = cost.shape[1] - 1, len(stored)
+    chain: Chain = []
+    while True:
+        c = next(
+            c
+            for c in range(limit)
+            if stored[c][0] <= t_end and stored[c][1][d, t_end - stored[c][0]] == value
+        )
+        chain.append((c, t_end))
+        rc = mods[c]
+        top = int(hi_start[c])
+        # rows: the state a start has with no fall here (d), and with a fall (d - 1; the same
+        # state d = 0 in the relaxation, where a fall costs lam * g instead)
+        prev = np.full((2, top + 1), np.inf)
+        fall_row = d - 1 if exact else 0
+        if d == 0:
+            prev[0, 0] = 0.0  # the empty start: d = 0 at position 0
+        if fall_row == 0:
+            prev[1, 0] = 0.0
+        for b in range(c):
+            lo_b, f_b = stored[b]
+            if lo_b <= top:
+                np.minimum(prev[0, lo_b:], f_b[d, : top + 1 - lo_b], out=prev[0, lo_b:])
+                if fall_row >= 0:
+                    seg = f_b[fall_row, : top + 1 - lo_b]
+                    np.minimum(prev[1, lo_b:], seg, out=prev[1, lo_b:])
+        target = value - cost[c, t_end] - lam_v * rc.sigma[t_end]
+        shifted = prev - cost[c, : top + 1] - lam_v * rc.sigma[: top + 1]
+        starts = np.arange(top + 1)
+        rises = rc.sigma[: top + 1] <= rc.sigma[t_end]
+        hit = np.where(
+            rises,
+            (shifted[0] == target) & (starts <= rc.limit_rise[t_end]),
+            (shifted[1] + lam_v * rc.g == target) & (starts <= rc.limit_fall[t_end]),
+        )
+        t = int(np.flatnonzero(hit)[-1])
+        if t == 0:
+            break
+        value, t_end, limit = float(prev[0 if rises[t] else 1, t]), t, c
+        d = d if rises[t] else fall_row
+    chain.reverse()
+    return chain
+
+
+def _chain_cost(cost: FloatArray, chain: Chain) -> float:
+    begins = [0, *[e for _, e in chain[:-1]]]
+    return float(sum(cost[c, e] - cost[c, b] for (c, e), b in zip(chain, begins, strict=True)))
+
+
+# -- thresholds ---------------------------------------------------------------------------------
+
+
+def _simplest(lo: Fraction, hi: Fraction | None, lo_closed: bool, hi_closed: bool) -> Fraction:
+    """The fraction with the least denominator in the interval (``hi=None``: unbounded)."""
+    n = math.floor(lo)
+    first = n if (lo_closed and n == lo) else n + 1
+    if hi is None or first < hi or (hi_closed and first == hi):
+        return Fraction(first)
+    # lo and hi in (n, n + 1]: x = n + 1 / y with y in (1 / (hi - n), 1 / (lo - n)).
+    upper = None if lo == n else 1 / (lo - n)
+    y = _simplest(1 / (hi - n), upper, hi_closed, lo_closed)
+    return n + 1 / y
+
+
+def _threshold(lo: Fraction, hi: Fraction, target: float) -> tuple[int, int]:
+    """A short fraction in ``[lo, hi)``: within ``2**-20`` of ``target`` if the gap holds it,
+    else the shortest. Every fraction in the gap assigns the fitted images alike; near the
+    log-midpoint of the two buckets, unseen images in the gap get their nearest bucket. Terms
+    stay within those of ``lo`` (the simplest fraction of an interval has the least terms)."""
+    t = Fraction(target)
+    if lo <= t < hi:
+        near = _simplest(
+            max(lo, t * Fraction(1 - _NUDGE)), min(hi, t * Fraction(1 + _NUDGE)), True, False
+        )
+        if near.numerator <= MAX_IMAGE_SIDE and near.denominator <= MAX_IMAGE_SIDE:
+            return near.numerator, near.denominator
+    f = _simplest(lo, hi, True, False)
+    return f.numerator, f.denominator

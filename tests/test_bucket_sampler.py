@@ -19,14 +19,17 @@ from hypothesis import strategies as st
 
 import dataorder.diffusion.bucket_sampler
 from dataorder.core.keys import derive_key
-from dataorder.core.partition import plan_epoch, plan_segments
+from dataorder.core.partition import MAX_BATCH_SIZE, plan_epoch, plan_segments
 from dataorder.core.permutation import Permutation
+from dataorder.core.state import MAX_EPOCH
+from dataorder.core.topology import MAX_DP_SIZE
 from dataorder.diffusion.bucket_plan import KeyedBucketOrder, plan_bucket_epoch
 from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
 from dataorder.diffusion.buckets import MultiTierBucketCalculator
-from dataorder.diffusion.compat_nemo import nemo_bucket_order
+from dataorder.diffusion.compat_nemo import NemoBucketOrder, nemo_bucket_order
 from dataorder.diffusion.multires import BaseMultiresolutionDataset
 from dataorder.testing import (
+    MAX_STATE_BYTES,
     SamplerCase,
     check_elastic_resume,
     check_repeated_resume,
@@ -276,7 +279,7 @@ def test_planning_functions_check_their_input() -> None:
         plan_segments([3], per_rank=1, dp_size=0, tail="drop")
     with pytest.raises(ValueError, match=r"order, sizes and batch_sizes must have one shape"):
         plan_bucket_epoch([0, 1], [3, 4], [1], dp_size=1, drop_last=True)
-    with pytest.raises(ValueError, match=r"per_rank must be positive"):
+    with pytest.raises(ValueError, match=r"batch_sizes\[0\] must be an int in \[1, 2147483648\]"):
         plan_bucket_epoch([0], [3], [0], dp_size=1, drop_last=True)
     with pytest.raises(ValueError, match=r"order must be a permutation of the bucket rows"):
         plan_bucket_epoch([1, 1], [3, 4], [1, 1], dp_size=1, drop_last=True)
@@ -435,6 +438,51 @@ def test_state_is_small_and_names_every_field() -> None:
         run_epoch(s, limit=1)
         text = json.dumps(s.state_dict(), separators=(",", ":"))
         assert len(text) <= 512, text
+
+
+def test_nemo_states_fit_the_budget_at_the_largest_legal_values() -> None:
+    """NOTE [ NeMo bucket states ]: the largest seed, epoch, batch and data-parallel size."""
+    seed = NemoBucketOrder.max_seed
+    assert seed + MAX_EPOCH < 2**64  # NeMo seeds torch with seed + epoch: no legal pair overflows
+    s = quiet(make_dataset([40, 50, 60]), seed=seed, base_batch_size=MAX_BATCH_SIZE,
+              drop_last=False, compat="nemo", num_replicas=MAX_DP_SIZE, rank=MAX_DP_SIZE - 1,
+              dynamic_batch_size=True)  # fmt: skip
+    with pytest.raises(ValueError, match=r"epoch must be an int in \[0, 4294967295\]; got epoch="):
+        s.set_epoch(2**64 - 1)
+    s.set_epoch(MAX_EPOCH)
+    assert s.batch_at(0)  # torch.manual_seed(seed + epoch) takes it
+    state = s.state_dict()
+    text = json.dumps(state, separators=(",", ":"))
+    assert len(text) <= MAX_STATE_BYTES, text
+    # the mode records num_replicas in its config and does not repeat it in the layout
+    assert state["config.num_replicas"] == MAX_DP_SIZE
+    assert "layout.num_replicas" not in state
+    back = S.from_state(json.loads(text), dataset=s.dataset, rank=3)
+    assert (back.num_replicas, back.epoch, back.rank) == (MAX_DP_SIZE, MAX_EPOCH, 3)
+
+
+def test_older_nemo_states_with_a_layout_still_load() -> None:
+    ds = make_dataset([5, 9, 14], seed=2)
+    s = quiet(ds, base_batch_size=2, compat="nemo", drop_last=False, num_replicas=2, rank=0)
+    run_epoch(s, limit=3)
+    state = s.state_dict()
+    older = {**state, "layout.num_replicas": 2}  # what states of this mode held before
+    fresh = quiet(ds, base_batch_size=2, compat="nemo", drop_last=False, num_replicas=2, rank=0)
+    fresh.load_state_dict(older)
+    assert fresh.state_dict() == state
+    whole = run_epoch(quiet(ds, base_batch_size=2, compat="nemo", drop_last=False, num_replicas=2,
+                            rank=0))  # fmt: skip
+    assert run_epoch(fresh) == whole[3:]
+    assert older["layout.num_replicas"] == 2  # not mutated
+    assert S.from_state(older, dataset=ds).num_replicas == 2
+    with pytest.raises(
+        ValueError,
+        match=r"state\['layout.num_replicas'\] must equal state\['config.num_replicas'\]",
+    ):
+        fresh.load_state_dict({**state, "layout.num_replicas": 4})
+    with pytest.raises(ValueError, match="num_replicas is 2 in the state but 4 in this sampler"):
+        quiet(ds, base_batch_size=2, compat="nemo", drop_last=False, num_replicas=4,
+              rank=0).load_state_dict(older)  # fmt: skip
 
 
 def _state(ds: Any, **kw: Any) -> dict[str, Any]:

@@ -135,14 +135,18 @@ def test_argument_errors() -> None:
     manifest = build_manifest(["a"], [10], [10], NEMO)
     cases = [
         (lambda: bucket_stats([1], [1], NEMO, num_replicas=0), ValueError,
-         "replicas must be a positive int; got num_replicas=0"),
+         "num_replicas must be an int in [1, 2147483648]; got num_replicas=0"),
+        (lambda: bucket_stats([1], [1], NEMO, num_replicas=2**62), ValueError,
+         "num_replicas must be an int in [1, 2147483648]; got num_replicas=4611686018427387904"),
         (lambda: bucket_stats([1], [1], NEMO, batch_size=0), ValueError,
-         "batch_size must be a positive int; got batch_size=0"),
+         "batch_size must be an int in [1, 2147483648]; got batch_size=0"),
+        (lambda: bucket_stats([1], [1], NEMO, batch_size=10**30), ValueError,
+         f"batch_size must be an int in [1, 2147483648]; got batch_size={10**30}"),
         (lambda: bucket_stats([1], [1], NEMO, batch_size=[1, 2]), ValueError,
          "batch_size must be an int or a sequence of 5 ints (one per bucket); "
          "got batch_size=[1, 2]"),
         (lambda: bucket_stats([1], [1], NEMO, batch_size=[1, 1, 0, 1, 1]), ValueError,
-         "batch_size[2] must be a positive int; got batch_size[2]=0"),
+         "batch_size[2] must be an int in [1, 2147483648]; got batch_size[2]=0"),
         (lambda: bucket_stats([1], [1], NEMO, drop_last=1), TypeError,
          "drop_last must be a bool; got drop_last=1"),
         (lambda: bucket_stats([1], [1]), TypeError, "pass heights and a MultiTierBucketCalculator"),
@@ -151,6 +155,12 @@ def test_argument_errors() -> None:
         (lambda: bucket_stats([0], [1], NEMO), ValueError, "widths[0] must be an int in"),
         (lambda: bucket_stats(manifest, calculator=NEMO), TypeError,
          "with a Manifest, pass neither heights nor calculator"),
+        (lambda: bucket_stats(0), TypeError,  # type: ignore[arg-type]
+         "source must be a Manifest or an array of widths; got source=0"),
+        (lambda: bucket_stats([1], [1], NEMO, frames=[1]), TypeError,
+         "frames must be None with an image calculator; got frames=[1]"),
+        (lambda: format_bucket_table(0), TypeError,  # type: ignore[arg-type]
+         "stats must be a BucketStats (from bucket_stats); got stats=0"),
     ]  # fmt: skip
     for call, exc, message in cases:
         with pytest.raises(exc, match=re.escape(message)):
@@ -196,6 +206,26 @@ def test_png_plot(tmp_path: Path) -> None:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 5000
     assert "matplotlib.pyplot" not in set(sys.modules) - before  # no global pyplot state
+
+
+def test_plot_arguments_are_checked_before_anything_is_drawn(tmp_path: Path) -> None:
+    stats = bucket_stats([256], [256], NEMO)
+    cases = [
+        (lambda: plot_bucket_stats(0, tmp_path / "x.png"), TypeError,  # type: ignore[arg-type]
+         "stats must be a BucketStats (from bucket_stats); got stats=0"),
+        (lambda: plot_bucket_stats(stats, 0), TypeError,  # type: ignore[arg-type]
+         "path must be a path (a str or os.PathLike); got path=0"),
+        (lambda: plot_bucket_stats(stats, tmp_path / "x.png", dpi=2**62), ValueError,
+         f"dpi must be an int in [1, 2400]; got dpi={2**62}"),
+        (lambda: plot_bucket_stats(stats, tmp_path / "x.png", dpi=0), ValueError,
+         "dpi must be an int in [1, 2400]; got dpi=0"),
+        (lambda: rich_bucket_table(None), TypeError,  # type: ignore[arg-type]
+         "stats must be a BucketStats (from bucket_stats); got stats=None"),
+    ]  # fmt: skip
+    for call, exc, message in cases:
+        with pytest.raises(exc, match=re.escape(message)):
+            call()
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_missing_optional_dependencies_name_their_extra(

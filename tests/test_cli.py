@@ -8,6 +8,7 @@ error prints no traceback. `dataorder demo` itself is tested in test_demo.py.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +20,10 @@ import pytest
 from dataorder.core.state import find_sampler_states
 from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
 from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.fit import fit_to_data
 from dataorder.diffusion.multires import BaseMultiresolutionDataset
 from dataorder.diffusion.scan import build_manifest, read_manifest, write_manifest
+from dataorder.diffusion.video import PRESETS, VideoBucketCalculator
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
 from dataorder.parallel.distributed import DistributedSampler
 from dataorder.testing import run_epoch
@@ -91,7 +94,7 @@ def test_usage_errors_are_one_line(
         (["demo", "--micro-batch-size", "0"], "micro_batch_size must be a positive int"),
         (["demo", "--samplers", "megatron,typo"], "samplers must be distinct names"),
         (["buckets", "--preset", "9000p"], "preset must be one of"),
-        (["buckets", "--quantization", "0"], "quantization must be a positive int"),
+        (["buckets", "--quantization", "0"], "argument --quantization: must be a positive int"),
         (["scan", "/no/such/dir", "-o", "m.tsv"], "DIR must be an existing directory"),
         (["plan", "/no/such/manifest.tsv", "--num-replicas", "8", "--batch-size", "4"], "No such"),
         (["inspect", "/no/such/state.json"], "No such file or directory"),
@@ -303,7 +306,7 @@ def test_plan_errors_are_one_line(
         capsys, "plan", str(manifest_path), "--num-replicas", "0", "--batch-size", "8"
     )
     assert code == EXIT_USAGE
-    assert_user_error(err, "num_replicas must be a positive int; got num_replicas=0")
+    assert_user_error(err, "argument --num-replicas: must be a positive int; got '0'")
     big = ["--num-replicas", "4096", "--batch-size", "64", "--drop-last"]
     code, _, err = run(capsys, "plan", str(manifest_path), *big)
     assert code == EXIT_USAGE
@@ -472,3 +475,314 @@ def test_plain_and_rich_tables_hold_the_same_cells(capsys: pytest.CaptureFixture
     assert cells
     assert all(c in rich for c in cells)
     assert np.all([c in plain for c in ("id", "resolution", "pixels")])
+
+
+# -- hostile input (issue 12) ---------------------------------------------------------------------
+POSITIVE = "must be a positive int; got"
+NON_NEGATIVE = "must be a non-negative int; got"
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["inspect", "{state}", "--num-replicas", "-3"], f"--num-replicas: {POSITIVE} '-3'"),
+        (["inspect", "{state}", "--num-replicas", "0"], f"--num-replicas: {POSITIVE} '0'"),
+        (["inspect", "{state}", "--micro-batch-size", "0"], f"--micro-batch-size: {POSITIVE} '0'"),
+        (["inspect", "{state}", "--count", "-1"], f"--count: {POSITIVE} '-1'"),
+        (["inspect", "{state}", "--count", "0"], f"--count: {POSITIVE} '0'"),
+        (["inspect", "{state}", "--rank", "-1"], f"--rank: {NON_NEGATIVE} '-1'"),
+        (["inspect", "{state}", "--rank", "1.5"], f"--rank: {NON_NEGATIVE} '1.5'"),
+        (["plan", "{manifest}", "--num-replicas", "0", "--batch-size", "4"], "--num-replicas: "),
+        (["plan", "{manifest}", "--num-replicas", "8", "--batch-size", "-4"], "--batch-size: "),
+        (["scan", ".", "-o", "m.tsv", "--workers", "0"], f"--workers: {POSITIVE} '0'"),
+        (["buckets", "--max-pixels", "1e30"], f"--max-pixels: {POSITIVE} '1e30'"),
+        (["buckets", "--max-pixels", "-5"], f"--max-pixels: {POSITIVE} '-5'"),
+        (["buckets", "--max-pixels", str(10**30)], "max_pixels must be an int in [4096, "),
+    ],
+)
+def test_hostile_numbers_are_refused_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    manifest_path: Path,
+    argv: list[str],
+    fragment: str,
+) -> None:
+    """Issue 12: ``--num-replicas 0``, ``--micro-batch-size 0`` and ``--count -1`` were silently
+    ignored, ``--num-replicas -3`` and ``--max-pixels 10**30`` gave tracebacks."""
+    state = save(tmp_path / "s.json", megatron_state(1))
+    argv = [a.format(state=state, manifest=manifest_path) for a in argv]
+    code, out, err = run(capsys, *argv)
+    assert code == EXIT_USAGE
+    assert out == ""
+    assert_user_error(err, fragment)
+
+
+def _layout_error(key: str, value: object) -> str:
+    return f"layout.{key} must be a positive int; got layout.{key}={value!r}"
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        ({"layout.data_parallel_size": 0}, _layout_error("data_parallel_size", 0)),
+        ({"layout.micro_batch_size": -2}, _layout_error("micro_batch_size", -2)),
+        ({"layout.data_parallel_size": True}, _layout_error("data_parallel_size", True)),
+        ({"layout.data_parallel_size": "4"}, _layout_error("data_parallel_size", "4")),
+        ({"version": True}, "state version True is not supported"),
+        (
+            {"config.total_samples": 10**30},
+            "total_samples must be an int in [1, 4611686018427387904]",
+        ),
+    ],
+)
+def test_inspect_an_edited_state_names_the_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, edit: dict[str, Any], fragment: str
+) -> None:
+    """Issue 12: a state with ``layout.data_parallel_size=0`` ended in a traceback."""
+    path = save(tmp_path / "s.json", {**megatron_state(1), **edit})
+    code, out, err = run(capsys, "inspect", str(path), "--plain")
+    assert code == EXIT_USAGE
+    assert "megatron_random" in out  # what can be read is still explained
+    assert_user_error(err, f"{path}: cannot rebuild the megatron_random sampler", fragment)
+
+
+@pytest.mark.parametrize("cut", ["gzip", "row"])
+def test_plan_on_a_cut_manifest_names_the_file_and_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, manifest_path: Path, cut: str
+) -> None:
+    """Issue 12: ``plan`` on a truncated ``.gz`` manifest ended in an EOFError traceback."""
+    if cut == "gzip":
+        bad = tmp_path / "cut.tsv.gz"
+        write_manifest(read_manifest(manifest_path), bad)
+        bad.write_bytes(bad.read_bytes()[:-100])
+        fragment = "corrupt or truncated gzip data (EOFError"
+    else:
+        bad = tmp_path / "cut.tsv"
+        bad.write_bytes(manifest_path.read_bytes()[:-3])
+        fragment = "the last row has no newline (truncated file)"
+    code, out, err = run(capsys, "plan", str(bad), "--num-replicas", "8", "--batch-size", "4")
+    assert code == EXIT_USAGE
+    assert out == ""
+    assert_user_error(err, f"{bad}:", fragment)
+
+
+def test_inspect_names_a_bad_sizes_csv(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, manifest_path: Path
+) -> None:
+    ds = BaseMultiresolutionDataset.from_manifest(manifest_path)
+    state = save(
+        tmp_path / "b.json",
+        SequentialBucketSampler(ds, base_batch_size=2, num_replicas=1, rank=0).state_dict(),
+    )
+    sizes = tmp_path / "sizes.csv"
+    sizes.write_text("width,height\n512,x\n")
+    code, _, err = run(capsys, "inspect", str(state), "--sizes", str(sizes), "--plain")
+    assert code == EXIT_USAGE
+    assert_user_error(err, f"{sizes}: not a CSV of width,height rows", "row 0")
+
+
+# -- video ----------------------------------------------------------------------------------------
+def test_video_buckets_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    calc = VideoBucketCalculator.from_preset("cogvideox-5b")
+    code, out, _ = run(capsys, "buckets", "--video", "--preset", "cogvideox-5b", "--plain")
+    assert code == 0
+    assert (
+        f"{len(calc)} buckets: cogvideox-5b, 7 frame counts 1..49, max_tokens 17,550, "
+        "quantization 16, max_upscale 3/2"
+    ) in out
+    assert PRESETS["cogvideox-5b"].description in out
+    assert f"source: {PRESETS['cogvideox-5b'].source}" in out
+    full = calc.get_bucket_by_shape(720, 480, 49)
+    assert full is not None
+    assert re.search(rf"\n\s*{full['id']}\s+49\s+720x480\s+1\.500\s+wide\s+17,550\s+100\.0%", out)
+    code, out, _ = run(capsys, "buckets", "--video", "--max-frames", "33", "--max-upscale", "none",
+                       "--batch-size", "2", "--json")  # fmt: skip
+    assert code == 0
+    data = json.loads(out)
+    narrow = VideoBucketCalculator.from_preset("wan2.1-480p", max_frames=33, max_upscale=None)
+    assert data["calculator"] == narrow.config()
+    assert len(data["buckets"]) == len(narrow)
+    assert data["batch_sizes"] == narrow.batch_sizes(2).tolist()
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["buckets", "--video", "--compat", "nemo"], "--compat applies to image buckets"),
+        (["buckets", "--video", "--max-pixels", "4096"], "--max-pixels applies to image buckets"),
+        (["buckets", "--max-frames", "33"], "--max-frames applies to video buckets: add --video"),
+        (["buckets", "--max-upscale", "2"], "--max-upscale applies to video buckets"),
+        (["buckets", "--batch-size", "2"], "--batch-size applies with --video"),
+        (["buckets", "--video", "--preset", "1024p"], "name must be one of 'wan2.1-480p'"),
+        (["buckets", "--video", "--max-upscale", "1/2"], "argument --max-upscale: must be a"),
+        (["buckets", "--video", "--quantization", "12"], "quantization must be a multiple of"),
+        (["plan", "m.tsv", "--num-replicas", "2", "--batch-size", "2", "--max-waste", "2"],
+         "argument --max-waste: must be a number in [0, 1]"),
+    ],
+)  # fmt: skip
+def test_video_and_fit_options_are_checked(
+    capsys: pytest.CaptureFixture[str], argv: list[str], fragment: str
+) -> None:
+    code, _, err = run(capsys, *argv)
+    assert code == EXIT_USAGE
+    assert_user_error(err, fragment)
+
+
+def _write_clip(path: Path, size: tuple[int, int], frames: int) -> None:
+    av = pytest.importorskip("av")
+    w, h = size
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=16)
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        image = np.zeros((h, w, 3), dtype=np.uint8)
+        for i in range(frames):
+            image[:, : 4 * (i + 1)] = 200
+            packets = stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24"))
+            for packet in packets:
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+@pytest.fixture(scope="module")
+def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("clips")
+    _write_clip(root / "a.mp4", (640, 360), 20)  # 832x480 at 1.3x, trimmed to 17 frames
+    _write_clip(root / "b.mp4", (360, 640), 40)  # 480x832, 37 frames
+    _write_clip(root / "c.mp4", (96, 64), 5)  # every bucket needs > 3/2 upscaling
+    (root / "d.mp4").write_text("not a video")
+    return root
+
+
+def test_scan_plan_and_inspect_a_video_folder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, clip_dir: Path
+) -> None:
+    manifest = tmp_path / "clips.tsv"
+    code, out, err = run(capsys, "scan", str(clip_dir), "-o", str(manifest), "--video",
+                         "--no-progress", "--plain")  # fmt: skip
+    assert code == 0, err
+    assert f"scanned 2 clips into 2 of 693 buckets; wrote {manifest}" in out
+    assert "0 clips too short and 1 too small for every bucket were left out" in out
+    assert "1 files could not be read and were skipped:" in out
+    assert "d.mp4: InvalidDataError" in out
+    m = read_manifest(manifest)
+    assert m.frames is not None
+    assert m.frames.tolist() == [20, 40]
+    assert [m.buckets[i]["frames"] for i in m.bucket_ids] == [17, 37]
+    assert any(p.endswith("c.mp4") and r.startswith("too small: 96x64") for p, r in m.errors)
+    # plan: frames and trim beside crop, from the sampler's own plan
+    code, out, err = run(capsys, "plan", str(manifest), "--num-replicas", "2", "--batch-size",
+                         "1", "--plain")  # fmt: skip
+    assert code == 0, err
+    assert "2 clips in 2 of 693 buckets" in out
+    assert "frames" in out
+    assert "trim % mean" in out
+    trims = [(20 - 17) / 20, (40 - 37) / 40]
+    assert f"trim loss: mean {100 * np.mean(trims):.1f} %" in out
+    code, out, _ = run(capsys, "plan", str(manifest), "--num-replicas", "2", "--batch-size", "1",
+                       "--dynamic-batch-size", "--json")  # fmt: skip
+    assert code == 0
+    plan = json.loads(out)
+    assert [b["frames"] for b in plan["buckets"]] == [17, 37]
+    assert plan["overall"]["mean_trim_loss"] == pytest.approx(np.mean(trims))
+    sizes = VideoBucketCalculator.from_preset("wan2.1-480p").batch_sizes(1)
+    assert [b["batch_size"] for b in plan["buckets"]] == [int(sizes[i]) for i in m.bucket_ids]
+    # inspect a state of the video sampler over that manifest
+    dataset = BaseMultiresolutionDataset.from_manifest(manifest)
+    s = SequentialBucketSampler(dataset, base_batch_size=1, num_replicas=2, rank=0,
+                                drop_last=False, shuffle_buckets=False)  # fmt: skip
+    next(iter(s))
+    state = save(tmp_path / "video.json", s.state_dict())
+    code, out, err = run(capsys, "inspect", str(state), "--manifest", str(manifest), "--plain")
+    assert code == 0, err
+    assert "480x832x37f" in out  # the bucket being read, frames included
+    code, _, err = run(capsys, "plan", str(manifest), "--num-replicas", "2", "--batch-size", "1",
+                       "--fit")  # fmt: skip
+    assert code == EXIT_USAGE
+    assert_user_error(err, "--fit fits image bucket sets", "is a video manifest")
+
+
+def test_scan_video_without_pyav_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "av", None)  # makes "import av" fail, installed or not
+    code, _, err = run(capsys, "scan", str(tmp_path), "-o", str(tmp_path / "m.tsv"), "--video")
+    assert code == EXIT_USAGE
+    assert_user_error(err, "scan_videos needs PyAV", "pip install 'dataorder[video]'")
+
+
+# -- plan --fit -----------------------------------------------------------------------------------
+def test_plan_fit_shows_the_fitted_set_beside_the_manifests(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, manifest_path: Path
+) -> None:
+    widths, heights = load_image_sizes()
+    fit = fit_to_data(widths, heights, global_batch_size=32, max_waste=0.05, max_pixels=1024**2)
+    args = ["plan", str(manifest_path), "--num-replicas", "8", "--batch-size", "4", "--drop-last",
+            "--fit", "--max-waste", "0.05"]  # fmt: skip
+    written = tmp_path / "fitted.tsv"
+    code, out, err = run(capsys, *args, "--write-manifest", str(written), "--plain")
+    assert code == 0, err
+    assert "bucket sets on this layout" in out
+    manifest = read_manifest(manifest_path)
+    with pytest.warns(UserWarning, match="drop_last=True removes 23 of 31 buckets"):
+        preset = SequentialBucketSampler(
+            BaseMultiresolutionDataset.from_manifest(manifest), 4, drop_last=True, num_replicas=8,
+            rank=0,
+        )  # fmt: skip
+    mine = re.search(r"manifest's \((\d+) buckets\)\s+(\d+)\s+\S+\s+\S+\s+\S+\s+(\d+)\s+(\d+)", out)
+    assert mine is not None
+    assert int(mine.group(3)) == len(preset)
+    assert int(mine.group(4)) == preset.samples_dropped
+    theirs = re.search(rf"fitted \({fit.num_buckets} buckets\)\s+(\d+)\s+([\d.]+)", out)
+    assert theirs is not None
+    assert float(theirs.group(2)) == pytest.approx(100 * fit.mean_crop_loss, abs=0.006)
+    verdict = (
+        f"fitted ({fit.method}): {fit.waste} samples dropped ({100 * fit.waste_share:.2f} % "
+        f"<= 5.00 %)"
+    )
+    assert verdict in out
+    assert fit.waste < preset.samples_dropped
+    assert f"wrote {written}: the manifest re-bucketed by the fitted set" in out
+    # the written manifest trains with exactly that waste, and carries the fitted set
+    refit = read_manifest(written)
+    assert refit.calculator["compat"] == "fitted"
+    assert refit.paths == manifest.paths
+    sampler = SequentialBucketSampler(
+        BaseMultiresolutionDataset.from_manifest(refit), 4, drop_last=True, num_replicas=8, rank=0
+    )
+    assert sampler.samples_dropped == fit.waste
+    code, out, _ = run(capsys, *args, "--json")
+    assert code == 0
+    data = json.loads(out)["fitted"]
+    assert data["config"] == refit.calculator
+    assert (data["samples_dropped"], data["steps_per_epoch"]) == (fit.waste, len(sampler))
+    assert data["method"] == fit.method
+    code, _, err = run(capsys, "plan", str(manifest_path), "--num-replicas", "8", "--batch-size",
+                       "4", "--write-manifest", str(written))  # fmt: skip
+    assert code == EXIT_USAGE
+    assert_user_error(err, "--write-manifest writes the fitted set's manifest: add --fit")
+
+
+def test_inspect_a_blended_state_needs_and_checks_its_sources(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from dataorder import BlendedSampler
+
+    s = BlendedSampler([100, 50, 25], [0.5, 0.3, 0.2], 2, 0, 2, 8, seed=1)
+    run_epoch(s, limit=3)
+    path = save(tmp_path / "blend.json", s.state_dict())
+    code, out, _ = run(capsys, "inspect", str(path), "--plain")
+    assert code == 0
+    assert "needs its sources: pass --source-sizes" in out
+    args = ["--source-sizes", "100,50,25", "--weights", "0.5,0.3,0.2", "--json"]
+    code, out, _ = run(capsys, "inspect", str(path), *args)
+    assert code == 0
+    report = json.loads(out)
+    t = BlendedSampler([100, 50, 25], [0.5, 0.3, 0.2], 2, 1, 2, 8, seed=1)
+    t.load_state_dict(s.state_dict())
+    assert report["next"][1] == {"rank": 1, "epoch": 0, "items": next(iter(t))}
+    code, _, err = run(capsys, "inspect", str(path), "--source-sizes", "100,50,26", "--weights",
+                       "0.5,0.3,0.2", "--plain")  # fmt: skip
+    assert code != 0
+    assert "cannot rebuild the blended sampler from this state: state is from another " in err
+    assert "sizes is '99dabab79e5140a1' in the state" in err

@@ -2,7 +2,8 @@
 
 The table covers shuffling on and off, drop_last on and off, dynamic batch sizes, NeMo's
 compatibility mode, skewed bucket sizes (buckets of one sample, buckets smaller than one global
-batch, one bucket holding most of the data) and several data-parallel sizes, with elastic resumes
+batch, one bucket holding most of the data), video buckets (a bucket is a ``(w, h, frames)``
+shape, batches sized by a cost model) and several data-parallel sizes, with elastic resumes
 where the mode allows them (``compat="nemo"`` refuses another ``num_replicas``).
 """
 
@@ -17,6 +18,7 @@ import pytest
 
 from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
 from dataorder.diffusion.multires import BaseMultiresolutionDataset
+from dataorder.diffusion.video import VideoBucketCalculator
 from dataorder.testing import RECIPES, WORKER_RECIPES, SamplerCase, check_contract
 
 
@@ -31,6 +33,21 @@ SKEWED = dataset([1, 2, 5, 9, 17, 60, 3], seed=1)  # 97 samples, one big bucket,
 EVEN = dataset([24, 24, 24], seed=2)
 MANY = dataset([4, 7, 1, 12, 6, 3, 9, 2, 5, 11], seed=3)  # 60 samples in 10 small buckets
 SMALL = dataset([5, 9, 3, 14], seed=4)  # 31 samples: short epochs for the loop recipes
+
+
+def video_dataset(n: int, seed: int) -> BaseMultiresolutionDataset:
+    """Clips of camera shapes and lengths in 18 video buckets (frames 1, 17, ..., 81)."""
+    calc = VideoBucketCalculator.from_preset(
+        "wan2.1-480p", aspect_ratios=["1:1", "16:9"], frame_step=16
+    )
+    rng = np.random.default_rng(seed)
+    sizes = np.array([(1280, 720), (720, 1280), (960, 960), (1920, 1080), (640, 360)])
+    w, h = sizes[rng.integers(0, len(sizes), n)].T
+    frames = rng.integers(1, 120, n)
+    return BaseMultiresolutionDataset.from_video_sizes(w, h, frames, calc)
+
+
+VIDEO = video_dataset(150, seed=5)
 
 
 def make(ds: BaseMultiresolutionDataset, **kw: Any) -> Callable[[int, int], Any]:
@@ -144,6 +161,21 @@ CASES: list[tuple[str, BaseMultiresolutionDataset, dict[str, Any], int, tuple[in
         (8, 2, 1),
         False,
     ),
+    (
+        "video-keep-dynamic-interleaved",
+        VIDEO,
+        {
+            "base_batch_size": 2,
+            "drop_last": False,
+            "dynamic_batch_size": True,
+            "bucket_order": "interleaved",
+            "interleave_unit": 4,
+        },
+        4,
+        (2, 1),
+        False,
+    ),
+    ("video-drop-sequential", VIDEO, {"base_batch_size": 1, "seed": 3}, 2, (1,), False),
     (
         "nemo-keep-dynamic-sorted",
         MANY,

@@ -45,6 +45,7 @@ from dataorder import (
     Apportionment,
     BaseMultiresolutionDataset,
     BatchSizeSchedule,
+    BlendedSampler,
     DistributedSampler,
     Manifest,
     MegatronPretrainingRandomSampler,
@@ -53,6 +54,7 @@ from dataorder import (
     Permutation,
     SequentialBucketSampler,
     Topology,
+    VideoBucketCalculator,
     bucket_stats,
     build_manifest,
     check_items,
@@ -75,10 +77,10 @@ from dataorder import (
 )
 from dataorder.core import partition, topology
 from dataorder.core.apportion import MAX_TOTAL
+from dataorder.core.keys import MAX_SEED
 from dataorder.core.permutation import MAX_DOMAIN
 from dataorder.diffusion import buckets
 from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
-from dataorder.llm.megatron import MAX_SEED
 from dataorder.llm.schedule import MAX_SAMPLES
 
 pytestmark = pytest.mark.skipif(
@@ -319,6 +321,12 @@ def use_schedule(s: BatchSizeSchedule) -> None:
 def use_calculator(calc: MultiTierBucketCalculator) -> None:
     calc.get_all_buckets()
     calc.assign(np.array([512]), np.array([512]))
+    json.dumps(calc.config())
+
+
+def use_video_calculator(calc: VideoBucketCalculator) -> None:
+    calc.get_all_buckets()
+    calc.assign(np.array([512]), np.array([512]), np.array([17]))
     json.dumps(calc.config())
 
 
@@ -932,6 +940,50 @@ def build_cases() -> list[Case]:
             "raise_on_error": Bool(),
         },
     )
+
+    # the mixture sampler
+    blend_base = {
+        "sizes": [20, 30, 50],
+        "weights": [0.2, 0.3, 0.5],
+        "micro_batch_size": 2,
+        "data_parallel_rank": 1,
+        "data_parallel_size": 2,
+        "global_batch_size": 8,
+        "seed": 3,
+    }
+    cases += kwargs_case(
+        "BlendedSampler",
+        BlendedSampler,
+        blend_base,
+        {
+            "micro_batch_size": Int(1, MAX_BATCH_SIZE, legal=2),
+            "data_parallel_rank": Int(0, 1, none="either"),
+            "data_parallel_size": Int(2, MAX_DP_SIZE, legal=2, none="either"),
+            "seed": Int(0, MAX_SEED),
+            "consumed_samples": Int(0, legal=8),
+        },
+        use_sampler,
+    )
+    cases += _sampler_methods(
+        "BlendedSampler",
+        lambda ctx: BlendedSampler(**blend_base),
+        dp=2,  # type: ignore[arg-type]
+    )
+
+    # video buckets
+    cases += kwargs_case(
+        "VideoBucketCalculator",
+        VideoBucketCalculator,
+        {"max_tokens": 4096, "max_frames": 17},
+        {
+            "max_tokens": Int(3, legal=4096),
+            "max_frames": Int(1, legal=17, none="either"),
+            "spatial_compression": Int(1, legal=8),
+            "temporal_compression": Int(1, legal=4),
+            "max_batch_size": Int(1, legal=4, none="accept"),
+        },
+        use_video_calculator,
+    )
     return cases
 
 
@@ -973,6 +1025,14 @@ NOT_SWEPT = {
     "CropResult": "returned by resize_and_crop (swept)",
     "DataParallelReport": "returned by verify_data_parallel (swept)",
     "DataParallelError": "an exception raised by verify_data_parallel",
+    "MixtureSchedule": "a list of (start, weights) segments, not a scalar: tests/test_blend.py",
+    "Ramp": "two weight vectors, not scalars: tests/test_blend.py checks its errors",
+    "CostModel": "exact rationals only (floats refused): tests/test_video.py checks its errors",
+    "VideoScan": "returned by scan_videos",
+    "scan_videos": "takes paths; tests/test_video_scan.py feeds it broken files",
+    "manifest_from_scan": "takes a VideoScan: tests/test_video_integration.py",
+    "FitResult": "returned by fit_to_data (MultiTierBucketCalculator.fit_to_data)",
+    "permute_many": "arrays of sizes, keys and positions: tests/test_permutation.py",
 }
 
 
@@ -1264,7 +1324,10 @@ STATE_EDITS: dict[str, tuple[Callable[[dict[Any, Any]], None], str]] = {
     "version True": (lambda s: s.update(version=True), "state version True is not supported"),
     "version 1.0": (lambda s: s.update(version=1.0), "state version 1.0 is not supported"),
     "mixed-type extra keys": (lambda s: s.update({1: 0, "zz": 0}), "unknown keys ['zz', 1]"),
-    "negative epoch": (lambda s: s.update(epoch=-1), "state['epoch'] must be an int in [0, 4294967295]"),
+    "negative epoch": (
+        lambda s: s.update(epoch=-1),
+        "state['epoch'] must be an int in [0, 4294967295]",
+    ),
     "epoch True": (lambda s: s.update(epoch=True), "got epoch=True"),
     "consumed -1": (lambda s: s.update(consumed=-1), "state['consumed'] must be a non-negative"),
     "a layout of 0": (lambda s: s.update({k: 0 for k in s if str(k).startswith("layout.")}),

@@ -102,9 +102,20 @@ def test_the_core_the_llm_samplers_and_the_contract_import_without_torch() -> No
         or m
         in (
             "dataorder.diffusion.buckets",
+            "dataorder.diffusion.bucket_rules",
             "dataorder.diffusion.table",
             "dataorder.diffusion.bucket_plan",
             "dataorder.diffusion.stats",
+            "dataorder.diffusion.cost",
+            "dataorder.diffusion.fit",
+            "dataorder.diffusion.fit_rule",
+            "dataorder.diffusion.manifest",
+            "dataorder.diffusion.scan_files",
+            "dataorder.diffusion.video",
+            "dataorder.diffusion.video_assign",
+            "dataorder.diffusion.video_frames",
+            "dataorder.diffusion.video_presets",
+            "dataorder.diffusion.video_scan",
             "dataorder.testing",
             "dataorder.testing.contract",
         )

@@ -167,12 +167,14 @@ BASE = {
         (
             {"global_batch_size": -8},
             ValueError,
-            "global_batch_size must be an int in [1, 4611686018427387904]; got global_batch_size=-8",
+            "global_batch_size must be an int in [1, 4611686018427387904]; "
+            "got global_batch_size=-8",
         ),
         (
             {"global_batch_size": True},
             TypeError,
-            "global_batch_size must be an int in [1, 4611686018427387904]; got global_batch_size=True",
+            "global_batch_size must be an int in [1, 4611686018427387904]; "
+            "got global_batch_size=True",
         ),
         (
             {"global_batch_size": 6},

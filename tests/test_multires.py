@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 import types
 from collections.abc import Sequence
@@ -112,7 +113,7 @@ def test_cache_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"No metadata\.json found in .*cache_dir="):
         BaseMultiresolutionDataset(tmp_path)
     (tmp_path / "metadata.json").write_text(json.dumps([1, 2]))
-    with pytest.raises(ValueError, match="Invalid metadata format in .*metadata.json. Expected"):
+    with pytest.raises(ValueError, match=r"Invalid metadata format in .*metadata\.json\. Expected"):
         BaseMultiresolutionDataset(tmp_path)
     write_cache(tmp_path, [[]])
     with pytest.raises(ValueError, match="dataset must hold at least one sample"):
@@ -123,6 +124,25 @@ def test_cache_errors(tmp_path: Path) -> None:
     write_cache(tmp_path, [[item(0, 64)]])
     with pytest.raises(ValueError, match="crop_resolution must be positive"):
         BaseMultiresolutionDataset(tmp_path)
+    # a bad resolution names its shard file and its place there, whatever the shard
+    write_cache(tmp_path, [[item(64, 64)], [item(64, 64), {"crop_resolution": ["a", 64]}]])
+    with pytest.raises(
+        ValueError,
+        match=rf"^{re.escape(str(tmp_path / 'shard_001.json'))}: item 1 must have "
+        r"'crop_resolution' as a \(width, height\) pair .*; got \['a', 64\]$",
+    ):
+        BaseMultiresolutionDataset(tmp_path)
+    for bad in (0, None, True, 1.5):
+        with pytest.raises(
+            TypeError,
+            match=rf"^cache_dir must be a path \(a str or os\.PathLike\); got cache_dir={bad!r}$",
+        ):
+            BaseMultiresolutionDataset(bad)  # type: ignore[arg-type]
+    for bad in (0, None, [1]):
+        with pytest.raises(
+            TypeError, match=r"^manifest must be a Manifest or a path to one; got manifest="
+        ):
+            BaseMultiresolutionDataset.from_manifest(bad)  # type: ignore[arg-type]
     write_cache(tmp_path, [[item(64, 64)]])
     with pytest.raises(ValueError, match="quantization must be a positive int; got quantization=0"):
         BaseMultiresolutionDataset(tmp_path, quantization=0)

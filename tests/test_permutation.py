@@ -1,14 +1,17 @@
-"""The random-access permutation: bijection for every n, quality, golden outputs, bad input."""
+"""The random-access permutation: bijection for every n, quality, golden outputs, bad input; and
+``permute_many``, the same network with a size and a key per element."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataorder.core.keys import derive_key
-from dataorder.core.permutation import Permutation
+from dataorder.core.permutation import MAX_DOMAIN, Permutation, mix64, permute_many
 
 
 def _is_bijection(p: Permutation) -> bool:
@@ -168,3 +171,123 @@ def test_small_and_large_batches_agree(size: int) -> None:
     positions = np.random.default_rng(size).integers(0, p.n, size)
     assert p(positions).tolist() == everything[positions].tolist()
     assert p.inverse(everything[positions]).tolist() == positions.tolist()
+
+
+# -- permute_many: Permutation(sizes[i], keys[i])(positions[i]), vectorised ---------------------
+
+
+def _one_by_one(sizes: list[int], keys: list[int], positions: list[int]) -> list[int]:
+    return [Permutation(n, k).index(p) for n, k, p in zip(sizes, keys, positions, strict=True)]
+
+
+_size = st.one_of(
+    st.integers(1, 300),
+    st.integers(1, MAX_DOMAIN),
+    st.sampled_from([2**k + d for k in range(1, 63) for d in (-1, 0, 1) if 2**k + d <= MAX_DOMAIN]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.data(),
+    sizes=st.lists(_size, min_size=1, max_size=40),
+)
+def test_permute_many_is_the_permutation_element_by_element(
+    data: st.DataObject, sizes: list[int]
+) -> None:
+    keys = data.draw(st.lists(st.integers(0, 2**64 - 1), min_size=len(sizes), max_size=len(sizes)))
+    positions = [data.draw(st.integers(0, n - 1)) for n in sizes]
+    expected = _one_by_one(sizes, keys, positions)
+    assert permute_many(sizes, keys, positions).tolist() == expected  # Python ints, keys > 2**63
+    arrays = (np.array(sizes), np.array(keys, dtype=np.uint64), np.array(positions))
+    assert permute_many(*arrays).tolist() == expected
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), m=st.integers(17, 3000), kind=st.integers(0, 3))
+def test_permute_many_agrees_on_big_batches(seed: int, m: int, kind: int) -> None:
+    """Big batches take the vectorised walk (more than the stragglers left): one word width with
+    no gathers, one width among domains of one, two widths, many widths; keys in runs too."""
+    rng = np.random.default_rng(seed)
+    choices = [[1000], [1000, 1], [1000, 3000], [1, 2, 3, 1000, 3000, 2**40 + 7, 2**62]][kind]
+    sizes = rng.choice(np.array(choices, dtype=np.int64), m)
+    keys = rng.integers(0, 2**64 - 1, size=m, dtype=np.uint64, endpoint=True)
+    if seed % 2:  # runs of equal neighbouring keys, as a global batch's slots have
+        keys = np.repeat(keys[: m // 8 + 1], 8)[:m]
+    positions = (rng.random(m) * sizes).astype(np.int64)
+    got = permute_many(sizes, keys, positions)
+    assert got.tolist() == _one_by_one(sizes.tolist(), keys.tolist(), positions.tolist())
+
+
+@pytest.mark.parametrize(("n", "key"), [(1000, 12345), (4097, 2**64 - 1), (65537, 7), (10, 0)])
+def test_permute_many_over_a_whole_domain_is_the_permutation(n: int, key: int) -> None:
+    whole = permute_many(n, key, np.arange(n))  # one key broadcast: one run of round keys
+    assert whole.tolist() == Permutation(n, key)(np.arange(n)).tolist()
+    assert sorted(whole.tolist()) == list(range(n))
+
+
+def test_permute_many_shapes() -> None:
+    assert permute_many([1, 1], [5, 6], [0, 0]).tolist() == [0, 0]
+    out = permute_many(7, 3, np.arange(6).reshape(2, 3))
+    assert out.shape == (2, 3)
+    assert out.dtype == np.int64
+    assert out.ravel().tolist() == Permutation(7, 3)(range(6)).tolist()
+    assert permute_many([[7], [9]], [1, 2], [[0, 5]]).tolist() == [
+        [Permutation(7, 1).index(0), Permutation(7, 2).index(5)],
+        [Permutation(9, 1).index(0), Permutation(9, 2).index(5)],
+    ]
+    assert permute_many(7, 3, np.zeros(0, dtype=np.int64)).shape == (0,)
+    assert permute_many([], [], []).shape == (0,)
+
+
+MAX_KEY = 2**64 - 1
+
+
+@pytest.mark.parametrize(
+    ("args", "exc", "message"),
+    [
+        (([0, 3], [1, 1], [0, 0]), ValueError, f"sizes must lie in [1, {MAX_DOMAIN}]; got min=0"),
+        (
+            ([MAX_DOMAIN + 1], [1], [0]),
+            ValueError,
+            f"sizes must lie in [1, {MAX_DOMAIN}]; got min={MAX_DOMAIN + 1}",
+        ),
+        (([5], [-1], [0]), ValueError, f"keys must lie in [0, {MAX_KEY}]; got min=-1, max=-1"),
+        (([5], [2**64], [0]), ValueError, f"keys must lie in [0, {MAX_KEY}]; got min={2**64}"),
+        (
+            ([5, 5], [1, 2], [0, -1]),
+            ValueError,
+            f"positions must lie in [0, {MAX_DOMAIN - 1}]; got min=-1, max=0",
+        ),
+        (
+            ([5, 3], [1, 2], [4, 3]),
+            ValueError,
+            "positions must lie in [0, sizes) element by element; got positions[1]=3 with "
+            "sizes[1]=3 (flat index)",
+        ),
+        (([5], [1], [0.5]), TypeError, "positions must be integers; got dtype float64"),
+        (([True], [1], [0]), TypeError, "sizes must be integers; got dtype bool"),
+        ((np.array([5.0]), [1], [0]), TypeError, "sizes must be integers; got dtype float64"),
+        (([5], ["a"], [0]), TypeError, "keys must be integers; got dtype <U1"),
+        (
+            ([5, 5], [1, 2, 3], [0, 0]),
+            ValueError,
+            "sizes, keys and positions must broadcast together; got shapes (2,), (3,), (2,)",
+        ),
+    ],
+)
+def test_permute_many_errors_name_the_argument(
+    args: tuple[object, object, object], exc: type[Exception], message: str
+) -> None:
+    with pytest.raises(exc, match=re.escape(message)):
+        permute_many(*args)  # type: ignore[arg-type]
+
+
+def test_mix64_is_splitmix64_on_ints_and_arrays() -> None:
+    # SplitMix64 seeded with 0: its first output is mix64(0 + golden ratio)
+    assert mix64(0x9E3779B97F4A7C15) == 0xE220A8397B1DCDAF
+    assert mix64(2**64 + 5) == mix64(5)  # taken mod 2**64
+    xs = np.array([0, 1, 2**63, 2**64 - 1], dtype=np.uint64)
+    before = xs.copy()
+    assert mix64(xs).tolist() == [mix64(int(x)) for x in xs.tolist()]
+    assert xs.tolist() == before.tolist()  # a new array: the argument is left alone

@@ -7,7 +7,10 @@ import gzip
 import json
 import os
 import re
+import struct
 import sys
+import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +111,78 @@ def test_scan_reads_headers_only(tree: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert len(m.errors) == 2
 
 
+def _tiff_header(path: Path, width: int, height: int) -> None:
+    """A grey 8-bit TIFF that is all header: its IFD claims ``width x height``, no strip data."""
+    tags = [(256, 4, width), (257, 4, height), (258, 3, 8), (259, 3, 1), (262, 3, 1),
+            (273, 4, 8), (278, 4, height), (279, 4, 1)]  # fmt: skip
+    ifd = struct.pack("<H", len(tags)) + b"".join(
+        struct.pack("<HHII", t, k, 1, v) for t, k, v in tags
+    )
+    path.write_bytes(b"II*\x00" + struct.pack("<I", 8) + ifd + b"\x00" * 4)
+
+
+def _png_header(path: Path, width: int, height: int) -> None:
+    """A small real PNG whose IHDR (CRC fixed up) claims ``width x height``."""
+    Image.new("L", (4, 4)).save(path)
+    data = bytearray(path.read_bytes())
+    data[16:24] = struct.pack(">II", width, height)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("pixel_limit", ["default", None])
+def test_huge_and_absurd_headers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pixel_limit: str | None
+) -> None:
+    """Issue 12: with ``MAX_IMAGE_PIXELS=None`` one TIFF claiming width 2**32-1 aborted the scan
+    (naming a row, not the file); with the default limit valid images over ~179 MP were listed as
+    unreadable. Only headers are read, so Pillow's pixel limit does not apply; an absurd side is
+    that file's error, naming it."""
+    if pixel_limit is None:
+        monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)
+    limit_before = Image.MAX_IMAGE_PIXELS
+    absurd = tmp_path / "absurd.tif"
+    _tiff_header(absurd, 2**32 - 1, 1)
+    _tiff_header(tmp_path / "big.tif", 20_000, 10_000)  # 200 MP: over twice Pillow's limit
+    _png_header(tmp_path / "big.png", 30_000, 10_000)
+    _png_header(tmp_path / "wide.png", 2**31 - 1, 1)  # the largest side there is
+    _save(tmp_path / "small.png", (10, 20))
+    m = scan_images(tmp_path, CALC, progress=False, workers=2)
+    sizes = dict(
+        zip(
+            [Path(p).name for p in m.paths],
+            zip(m.widths.tolist(), m.heights.tolist(), strict=True),
+            strict=True,
+        )
+    )
+    assert sizes == {
+        "big.png": (30_000, 10_000),
+        "big.tif": (20_000, 10_000),
+        "small.png": (10, 20),
+        "wide.png": (2**31 - 1, 1),
+    }
+    message = (
+        f"{absurd}: the header claims 4294967295x1 pixels; each side must be an int in "
+        "[1, 2147483647]"
+    )
+    assert m.errors == [(str(absurd), f"ValueError: {message}")]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        read_image_size(absurd)
+    assert limit_before == Image.MAX_IMAGE_PIXELS  # the global limit is left alone
+    _png_header(tmp_path / "warned.png", 10_000, 10_000)  # between the limit and twice it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Image.open would warn: DecompressionBombWarning
+        assert read_image_size(tmp_path / "warned.png") == (10_000, 10_000)
+
+
+def test_build_manifest_names_the_image_of_a_bad_size() -> None:
+    with pytest.raises(ValueError) as info:
+        build_manifest(["a.jpg", "huge.tif"], [5, 2**32 - 1], [5, 1], CALC)
+    assert str(info.value) == (
+        "widths[1] must be an int in [1, 2147483647]; got widths[1]=4294967295 (image 'huge.tif')"
+    )
+
+
 def test_exif_orientation(tmp_path: Path) -> None:
     exif = Image.Exif()
     exif[0x0112] = 6  # rotate 90 degrees when displayed
@@ -142,6 +217,19 @@ def test_progress_bar_goes_to_stderr(tree: Path, capsys: pytest.CaptureFixture[s
     m = scan_images(tree, CALC)  # progress=True: a transient rich bar
     assert len(m) == 5
     assert capsys.readouterr().out == ""
+
+
+def test_without_rich_the_bar_is_tqdms(
+    tree: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both scans report progress the same way (dataorder.diffusion.scan_files)."""
+    pytest.importorskip("tqdm")
+    monkeypatch.setitem(sys.modules, "rich.progress", None)  # makes "import rich.progress" fail
+    m = scan_images(tree, CALC, workers=2)
+    assert len(m) == 5
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "reading image headers" in captured.err
 
 
 def test_many_files_in_parallel(tmp_path: Path) -> None:
@@ -220,31 +308,74 @@ def test_read_manifest_refuses_bad_files(tmp_path: Path) -> None:
     header, *rows = good.read_text(encoding="utf-8").rstrip("\n").split("\n")
     h = json.loads(header)
     bad = tmp_path / "bad.tsv"
-    cases = [
-        ([header, rows[0]], "header says count=2 rows; found 1"),
+    cases = [  # (lines, the message after the file name)
+        ([header, rows[0]], ":3: header says count=2 rows; found 1"),
         (["not json", *rows], ":1: not a dataorder manifest header"),
-        ([json.dumps({**h, "format": "x"}), *rows], "not a dataorder manifest (format"),
-        ([json.dumps({**h, "version": 9}), *rows], "manifest version must be 1; got version=9"),
-        ([json.dumps({**h, "columns": ["path"]}), *rows], "columns must be"),
+        ([json.dumps({**h, "format": "x"}), *rows], ":1: not a dataorder manifest (format"),
+        ([json.dumps({**h, "version": 9}), *rows], ":1: manifest version must be 1; got version=9"),
+        ([json.dumps({**h, "columns": ["path"]}), *rows], ":1: columns must be"),
         ([header, rows[0], "1\t2\tb.jpg"], ":3: expected 4 tab-separated columns"),
         ([header, rows[0], "1\tx\t2\tb.jpg"], ":3: width, height, bucket_id must be ints"),
         ([header, rows[0], "1\t2\t3\tb\\q.jpg"], ":3: bad escape '\\\\q' in path"),
-        ([header, rows[0], "1\t2\t99\tb.jpg"], "bucket_ids[1] must be an int in [0, 14]"),
-        ([header, rows[0], "0\t2\t1\tb.jpg"], "widths and heights must be positive ints"),
-        (
-            [json.dumps({**h, "calculator": {**h["calculator"], "quantization": 32}}), *rows],
-            "the stored buckets differ from those its calculator config builds",
-        ),
-    ]
+        ([header, rows[0], "1\t2\t99\tb.jpg"], ":3: bucket_id must be an int in [0, 14]; got "
+         "bucket_id=99"),
+        ([header, rows[0], "0\t2\t1\tb.jpg"], ":3: width must be an int in [1, 2147483647]; got "
+         "width=0"),
+        ([header, rows[0], f"1\t{10**30}\t1\tb.jpg"], ":3: height must be an int in [1, "
+         "2147483647]; got height=1000000000000000000000000000000"),
+        ([json.dumps({**h, "calculator": {**h["calculator"], "quantization": 32}}), *rows],
+         ":1: the stored buckets differ from those its calculator config builds"),
+        ([json.dumps({**h, "version": True}), *rows], ":1: manifest version must be 1; got "
+         "version=True"),
+        ([json.dumps({**h, "count": True}), *rows], ":1: count must be a non-negative int; got "
+         "count=True"),
+        ([json.dumps({**h, "buckets": None}), *rows], ":1: buckets must be a list of bucket "
+         "dicts; got buckets=None"),
+        ([json.dumps({**h, "buckets": [{"id": 0, "resolution": "ab"}]}), *rows],
+         ":1: buckets[0]['resolution'] must be a (width, height) pair; got "
+         "buckets[0]['resolution']='ab'"),
+        ([json.dumps({**h, "errors": [1, 2]}), *rows], ":1: errors[0] must be a [path, reason] "
+         "pair of str; got errors[0]=1"),
+        ([json.dumps({**h, "errors": None}), *rows], ":1: errors must be a list of [path, "
+         "reason] pairs; got errors=None"),
+        ([json.dumps({**h, "calculator": None}), *rows], ":1: calculator must be a dict"),
+        ([json.dumps({**h, "calculator": {"x": 1}}), *rows], ":1: calculator is not a valid "
+         "calculator config: config must have exactly the keys"),
+    ]  # fmt: skip
     for lines, message in cases:
         _write_lines(bad, lines)
-        with pytest.raises(ValueError, match=re.escape(message)):
+        with pytest.raises(ValueError, match=re.escape(f"{bad}{message}")):
             read_manifest(bad)
     with gzip.open(tmp_path / "g.tsv.gz", "wt") as f:
         f.write("garbage\n")
     with pytest.raises(ValueError, match="not a dataorder manifest header"):
         read_manifest(tmp_path / "g.tsv.gz")
     assert read_manifest(good).paths == ["a.jpg", "b.jpg"]
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".tsv.gz"])
+def test_read_manifest_refuses_a_file_cut_anywhere(tmp_path: Path, suffix: str) -> None:
+    """Issue 12: a file cut inside its last row was read with the last path cut short, and a cut
+    .gz raised a bare EOFError. Every cut of the file is refused with its name and a line."""
+    m = build_manifest(["a.jpg", "b.jpg", "long name.jpg"], [640, 300, 50], [480, 900, 60], CALC)
+    good = tmp_path / f"good{suffix}"
+    write_manifest(m, good)
+    data = good.read_bytes()
+    cut = tmp_path / f"cut{suffix}"
+    rows = len(data) - 80 if suffix == ".tsv" else 0  # every cut near the rows, some before
+    for size in sorted({*range(1, len(data), 23), *range(max(1, rows), len(data))}):
+        cut.write_bytes(data[:size])
+        with pytest.raises(ValueError) as info:
+            read_manifest(cut)
+        assert re.match(re.escape(str(cut)) + r":\d+: ", str(info.value)), (size, info.value)
+    assert read_manifest(good).paths == m.paths
+
+
+def test_read_manifest_refuses_garbage_gzip(tmp_path: Path) -> None:
+    bad = tmp_path / "m.tsv.gz"
+    bad.write_bytes(b"\x1f\x8b" + bytes(range(7, 107)))
+    with pytest.raises(ValueError, match=re.escape(f"{bad}:1: corrupt or truncated gzip data")):
+        read_manifest(bad)
 
 
 def test_manifest_validates_and_owns_its_arrays() -> None:
@@ -261,10 +392,20 @@ def test_manifest_validates_and_owns_its_arrays() -> None:
          "widths must be a 1-D array of ints"),
         ({"widths": [1], "heights": [1], "bucket_ids": [-1]}, ValueError,
          "bucket_ids[0] must be an int in [0, 14]; got bucket_ids[0]=-1"),
+        ({"widths": [0], "heights": [1], "bucket_ids": [0]}, ValueError,
+         "widths[0] must be an int in [1, 2147483647]; got widths[0]=0"),
+        ({"widths": [1], "heights": [1], "bucket_ids": [0], "errors": [1, 2]}, TypeError,
+         "errors[0] must be a (path, reason) pair; got errors[0]=1"),
+        ({"widths": [1], "heights": [1], "bucket_ids": [0], "errors": None}, TypeError,
+         "errors must be a list of (path, reason) pairs; got errors=None"),
     ]  # fmt: skip
     for kw, exc, message in cases:
         with pytest.raises(exc, match=re.escape(message)):
             Manifest(**base, **kw)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=re.escape("paths[0] must be a str; got paths[0]=7")):
+        Manifest([7], [1], [1], [0], CALC.get_all_buckets(), {})  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=re.escape("buckets must be a list of bucket dicts")):
+        Manifest([], [], [], [], None, {})  # type: ignore[arg-type]
     skipped = [CALC.get_bucket_by_id(0), CALC.get_bucket_by_id(2)]
     with pytest.raises(
         ValueError, match=re.escape("buckets[1]['id'] must be 1 (ids are positions)")

@@ -31,9 +31,11 @@ _EXPORTS: dict[str, str] = {
     "BaseMegatronSampler": "dataorder.llm.megatron",
     "BaseMultiresolutionDataset": "dataorder.diffusion.multires",
     "BatchSizeSchedule": "dataorder.llm.schedule",
+    "BlendedSampler": "dataorder.llm.blend",
     "BucketEpochPlan": "dataorder.diffusion.bucket_plan",
     "BucketStats": "dataorder.diffusion.stats",
     "BucketTable": "dataorder.diffusion.table",
+    "CostModel": "dataorder.diffusion.cost",
     "CropResult": "dataorder.diffusion.crop",
     "CursorBatchSampler": "dataorder.core.cursor",
     "CursorSampler": "dataorder.core.cursor",
@@ -42,34 +44,42 @@ _EXPORTS: dict[str, str] = {
     "DistributedSampler": "dataorder.parallel.distributed",
     "EpochLayout": "dataorder.core.partition",
     "EpochPlan": "dataorder.core.cursor",
-    "Manifest": "dataorder.diffusion.scan",
+    "FitResult": "dataorder.diffusion.fit",
+    "Manifest": "dataorder.diffusion.manifest",
     "MegatronPretrainingRandomSampler": "dataorder.llm.megatron",
     "MegatronPretrainingSampler": "dataorder.llm.megatron",
+    "MixtureSchedule": "dataorder.llm.mixture",
     "MultiTierBucketCalculator": "dataorder.diffusion.buckets",
     "Permutation": "dataorder.core.permutation",
+    "Ramp": "dataorder.llm.mixture",
     "SegmentPlan": "dataorder.core.partition",
     "SequentialBucketSampler": "dataorder.diffusion.bucket_sampler",
     "StepInfo": "dataorder.llm.schedule",
     "Topology": "dataorder.core.topology",
-    "build_manifest": "dataorder.diffusion.scan",
+    "VideoBucketCalculator": "dataorder.diffusion.video",
+    "VideoScan": "dataorder.diffusion.video_scan",
     "bucket_stats": "dataorder.diffusion.stats",
+    "build_manifest": "dataorder.diffusion.manifest",
     "check_items": "dataorder.parallel.checks",
     "create_megatron_sampler": "dataorder.llm.factory",
     "data_parallel_dims": "dataorder.core.topology",
     "data_parallel_topology": "dataorder.core.topology",
     "derive_key": "dataorder.core.keys",
     "format_bucket_table": "dataorder.diffusion.stats",
+    "manifest_from_scan": "dataorder.diffusion.manifest",
+    "permute_many": "dataorder.core.permutation",
     "plan_bucket_epoch": "dataorder.diffusion.bucket_plan",
     "plan_epoch": "dataorder.core.partition",
     "plan_segments": "dataorder.core.partition",
     "plot_bucket_stats": "dataorder.diffusion.stats",
     "quantize_weights": "dataorder.core.apportion",
-    "read_manifest": "dataorder.diffusion.scan",
+    "read_manifest": "dataorder.diffusion.manifest",
     "resize_and_crop": "dataorder.diffusion.crop",
     "resolve_topology": "dataorder.core.topology",
     "scan_images": "dataorder.diffusion.scan",
+    "scan_videos": "dataorder.diffusion.video_scan",
     "verify_data_parallel": "dataorder.parallel.verify",
-    "write_manifest": "dataorder.diffusion.scan",
+    "write_manifest": "dataorder.diffusion.manifest",
 }
 
 __all__ = [
@@ -77,9 +87,11 @@ __all__ = [
     "BaseMegatronSampler",
     "BaseMultiresolutionDataset",
     "BatchSizeSchedule",
+    "BlendedSampler",
     "BucketEpochPlan",
     "BucketStats",
     "BucketTable",
+    "CostModel",
     "CropResult",
     "CursorBatchSampler",
     "CursorSampler",
@@ -88,15 +100,20 @@ __all__ = [
     "DistributedSampler",
     "EpochLayout",
     "EpochPlan",
+    "FitResult",
     "Manifest",
     "MegatronPretrainingRandomSampler",
     "MegatronPretrainingSampler",
+    "MixtureSchedule",
     "MultiTierBucketCalculator",
     "Permutation",
+    "Ramp",
     "SegmentPlan",
     "SequentialBucketSampler",
     "StepInfo",
     "Topology",
+    "VideoBucketCalculator",
+    "VideoScan",
     "__version__",
     "bucket_stats",
     "build_manifest",
@@ -106,6 +123,8 @@ __all__ = [
     "data_parallel_topology",
     "derive_key",
     "format_bucket_table",
+    "manifest_from_scan",
+    "permute_many",
     "plan_bucket_epoch",
     "plan_epoch",
     "plan_segments",
@@ -115,6 +134,7 @@ __all__ = [
     "resize_and_crop",
     "resolve_topology",
     "scan_images",
+    "scan_videos",
     "verify_data_parallel",
     "write_manifest",
 ]
@@ -124,7 +144,7 @@ if TYPE_CHECKING:
     from dataorder.core.cursor import CursorBatchSampler, CursorSampler, EpochPlan
     from dataorder.core.keys import derive_key
     from dataorder.core.partition import EpochLayout, SegmentPlan, plan_epoch, plan_segments
-    from dataorder.core.permutation import Permutation
+    from dataorder.core.permutation import Permutation, permute_many
     from dataorder.core.topology import (
         Topology,
         data_parallel_dims,
@@ -134,15 +154,18 @@ if TYPE_CHECKING:
     from dataorder.diffusion.bucket_plan import BucketEpochPlan, plan_bucket_epoch
     from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
     from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    from dataorder.diffusion.cost import CostModel
     from dataorder.diffusion.crop import CropResult, resize_and_crop
-    from dataorder.diffusion.multires import BaseMultiresolutionDataset
-    from dataorder.diffusion.scan import (
+    from dataorder.diffusion.fit import FitResult
+    from dataorder.diffusion.manifest import (
         Manifest,
         build_manifest,
+        manifest_from_scan,
         read_manifest,
-        scan_images,
         write_manifest,
     )
+    from dataorder.diffusion.multires import BaseMultiresolutionDataset
+    from dataorder.diffusion.scan import scan_images
     from dataorder.diffusion.stats import (
         BucketStats,
         bucket_stats,
@@ -150,12 +173,16 @@ if TYPE_CHECKING:
         plot_bucket_stats,
     )
     from dataorder.diffusion.table import BucketTable
+    from dataorder.diffusion.video import VideoBucketCalculator
+    from dataorder.diffusion.video_scan import VideoScan, scan_videos
+    from dataorder.llm.blend import BlendedSampler
     from dataorder.llm.factory import create_megatron_sampler
     from dataorder.llm.megatron import (
         BaseMegatronSampler,
         MegatronPretrainingRandomSampler,
         MegatronPretrainingSampler,
     )
+    from dataorder.llm.mixture import MixtureSchedule, Ramp
     from dataorder.llm.schedule import BatchSizeSchedule, StepInfo
     from dataorder.parallel.checks import check_items
     from dataorder.parallel.distributed import DistributedSampler

@@ -314,7 +314,8 @@ class Apportionment:
         # Vector counts: internal nodes grouped by depth, top-down; one numpy pass per level.
         inner_depth = np.array(depth, dtype=_I64)[n:]
         self._levels = []
-        for d in np.unique(inner_depth).tolist():
+        # (sorted(set(...)), not np.unique: its first call imports numpy.ma, ~6 ms)
+        for d in sorted(set(inner_depth.tolist())):
             at = np.flatnonzero(inner_depth == d)
             self._levels.append(
                 (inner[at], first[at], second[at], w_first[at], half[at], w_node[at])

@@ -193,7 +193,11 @@ class CursorSampler(abc.ABC, Generic[T_co]):
     ) -> EpochPlan[T_co]:
         """The :class:`EpochPlan` of ``epoch`` (default: the cursor's) on ``layout`` (default:
         this sampler's). Plans are cached; building one never moves the cursor."""
-        e = self._epoch if epoch is None else check_int("epoch", epoch, min_value=0, max_value=MAX_EPOCH)
+        e = (
+            self._epoch
+            if epoch is None
+            else check_int("epoch", epoch, min_value=0, max_value=MAX_EPOCH)
+        )
         lay = self.layout_info() if layout is None else dict(layout)
         key = (e, tuple(sorted(lay.items())))
         plan = self._plans.pop(key, None)

@@ -3,7 +3,9 @@
 :class:`SequentialBucketSampler` is a drop-in for NeMo Automodel's sampler of the same name, used
 as ``DataLoader(dataset, batch_sampler=sampler)`` over a
 :class:`~dataorder.diffusion.multires.BaseMultiresolutionDataset`. Each item it yields is one
-rank's batch: dataset indices that all share one bucket (one resolution).
+rank's batch: dataset indices that all share one bucket (one resolution). A bucket is a shape: a
+video dataset's buckets are ``(w, h, frames)`` and are read the same way, with dynamic batch
+sizes from the video calculator's cost model (:mod:`dataorder.diffusion.bucket_batches`).
 
 How an epoch is laid out is :mod:`dataorder.diffusion.bucket_plan`: the buckets one after
 another, each a stream of positions cut into global batches of ``b_j x R`` (``b_j`` the bucket's
@@ -30,9 +32,8 @@ mode a state saved on 8 ranks continues on 4 (or any ``R'`` with ``b_j x R'`` di
 
 from __future__ import annotations
 
-import hashlib
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -40,18 +41,26 @@ import numpy.typing as npt
 from torch.utils.data import Sampler
 
 from dataorder._validate import check_bool, check_choice, check_int, fail
-from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import derive_key
 from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.core.state import Scalar, split_state
 from dataorder.core.topology import Topology, resolve_topology
+from dataorder.diffusion.bucket_batches import (
+    DEFAULT_BASE_RESOLUTION,
+    batch_info,
+    check_resolution,
+    check_something_to_train,
+    dataset_batch_sizes,
+    dataset_table,
+    digest,
+)
+from dataorder.diffusion.bucket_checkpoints import BucketCheckpoints
 from dataorder.diffusion.bucket_plan import (
     BUCKET_ORDERS,
     BucketEpoch,
     BucketEpochPlan,
     BucketOrder,
     KeyedBucketOrder,
-    bucket_batch_sizes,
     longest_shape_run,
     plan_bucket_epoch,
     plan_interleaved_epoch,
@@ -73,25 +82,7 @@ IntArray = npt.NDArray[np.int64]
 _CHUNK_POSITIONS = 8192
 
 
-def _dataset_table(dataset: object) -> BucketTable:
-    table = getattr(dataset, "bucket_table", None)
-    if isinstance(table, BucketTable):
-        return table
-    keys = getattr(dataset, "sorted_bucket_keys", None)
-    groups = getattr(dataset, "bucket_groups", None)
-    if keys is not None and groups is not None:
-        return BucketTable.from_nemo_groups(keys, groups)
-    raise TypeError(
-        "dataset must be a BaseMultiresolutionDataset (or have NeMo's sorted_bucket_keys and "
-        f"bucket_groups); got dataset of type {type(dataset).__name__}"
-    )
-
-
-def _digest(values: IntArray) -> str:
-    return hashlib.blake2b(np.ascontiguousarray(values, "<i8").tobytes(), digest_size=8).hexdigest()
-
-
-class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]]):
+class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
     """Batches of one bucket at a time, the same bucket and batch size on every rank at each step.
 
     Two bucket orders (NOTE [ Interleaved buckets ] in :mod:`dataorder.diffusion.bucket_plan`):
@@ -162,7 +153,9 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
     Checkpoint schema (after the first batch of epoch 0; bools are 0/1; ``config.dataset`` hashes
     the buckets and the samples each holds, ``config.batch_sizes`` the per-bucket batch sizes;
     ``bucket`` is the ordinal in the epoch's bucket order and ``consumed`` the positions of that
-    bucket all ranks have taken; ``layout.num_replicas`` is informational in the default mode):
+    bucket all ranks have taken; ``layout.num_replicas`` is informational in the default mode;
+    ``compat="nemo"`` records ``config.num_replicas`` and NeMo's ``batches_yielded`` instead,
+    NOTE [ NeMo bucket states ]):
 
     >>> s = SequentialBucketSampler(ds, base_batch_size=2, drop_last=False,
     ...     shuffle_buckets=False, shuffle_within_bucket=False, num_replicas=2, rank=0)
@@ -205,7 +198,7 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
         bucket_order: str = "sequential",
         interleave_unit: int | None = None,
     ) -> None:
-        CursorBatchSampler.__init__(self)
+        BucketCheckpoints.__init__(self)
         self._compat: Compat = check_choice("compat", compat, COMPAT_MODES)  # type: ignore[assignment]
         self._bucket_order = check_choice("bucket_order", bucket_order, BUCKET_ORDERS)
         if self._bucket_order == "interleaved" and self._compat != "default":
@@ -215,7 +208,7 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
         self._base_batch_size = check_int(
             "base_batch_size", base_batch_size, min_value=1, max_value=MAX_BATCH_SIZE
         )
-        self._base_resolution = _check_resolution(base_resolution)
+        self._base_resolution = check_resolution(base_resolution)
         self._drop_last = check_bool("drop_last", drop_last)
         self._shuffle_buckets = check_bool("shuffle_buckets", shuffle_buckets)
         self._shuffle_within = check_bool("shuffle_within_bucket", shuffle_within_bucket)
@@ -245,17 +238,25 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
                     interleave_unit,
                 )
         self._dataset = dataset
-        self._table = _dataset_table(dataset)
-        self._batch_sizes = bucket_batch_sizes(
-            self._table.resolutions,
+        self._table = dataset_table(dataset)
+        self._batch_sizes = dataset_batch_sizes(
+            dataset,
+            self._table,
+            self._order,
             base_batch_size=self._base_batch_size,
             base_resolution=self._base_resolution,
             dynamic=self._dynamic,
-            batch_size_fn=self._batch_size_fn() if self._dynamic else None,
         )
-        self._batch_digest = _digest(self._batch_sizes)
+        self._batch_digest = digest(self._batch_sizes)
         # Batch counts, drops and pads do not depend on the order, so one plan tells them all.
-        self._check_something_to_train(self.plan(0))
+        check_something_to_train(
+            self.plan(0),
+            drop_last=self._drop_last,
+            base_batch_size=self._base_batch_size,
+            dynamic=self._dynamic,
+            num_replicas=self.num_replicas,
+            num_samples=self._table.num_samples,
+        )
 
     # -- configuration, read-only (NeMo's attribute names) ----------------------------------------
     @property
@@ -342,104 +343,6 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
         """Data-parallel rank (the same as :attr:`rank`)."""
         return self._topology.dp_rank
 
-    # NOTE [ NeMo bucket states ]
-    #     NeMo Automodel's sampler saves ``{"epoch": e, "batches_yielded": k}`` and, on load,
-    #     skips ``k`` batches of the next pass. With ``compat="nemo"`` (NeMo's order) such a state
-    #     loads here and the cursor goes to step ``k`` of epoch ``e``, which is where NeMo's
-    #     sampler continues in a loop that calls ``set_epoch(e)`` (NeMo applies the skip to
-    #     whatever epoch is set when the pass starts: B2). ``k`` is taken as NeMo wrote it: after
-    #     a NeMo resume its count restarts from 0 (B1), so such a checkpoint resumes where NeMo
-    #     would, not where the run really was. Our states carry ``batches_yielded`` in that mode
-    #     (counted from the epoch's start), so NeMo's sampler can load them too.
-
-    #: The keys of NeMo's bucket-sampler state (NOTE [ NeMo bucket states ]).
-    _NEMO_KEYS: ClassVar[frozenset[str]] = frozenset({"epoch", "batches_yielded"})
-
-    def state_dict(self) -> dict[str, Scalar]:
-        """The cursor (see :class:`~dataorder.core.cursor.CursorSampler`); with
-        ``compat="nemo"`` also NeMo's ``batches_yielded`` (NOTE [ NeMo bucket states ])."""
-        state = super().state_dict()
-        if self._compat == "nemo":
-            state["batches_yielded"] = self.epoch_plan().step_of(self._position)
-        return state
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Place the cursor where ``state_dict`` says (see
-        :meth:`~dataorder.core.cursor.CursorSampler.load_state_dict`). With ``compat="nemo"``
-        NeMo's ``{"epoch", "batches_yielded"}`` loads too (NOTE [ NeMo bucket states ]).
-
-        Raises:
-            ValueError: As the base class; also for a NeMo state without ``compat="nemo"``.
-        """
-        if isinstance(state_dict, Mapping) and set(state_dict) == self._NEMO_KEYS:
-            self._load_nemo(state_dict)
-            return
-        if isinstance(state_dict, Mapping) and "batches_yielded" in state_dict:
-            ours = {k: v for k, v in state_dict.items() if k != "batches_yielded"}
-            epoch, progress = self._checked_state(ours)
-            if ours.get("layout.num_replicas") == self.num_replicas:
-                step = self.epoch_plan(epoch).step_of(progress)
-                if state_dict["batches_yielded"] != step:
-                    raise ValueError(
-                        "state['batches_yielded'] must be the steps done at state['bucket'], "
-                        f"state['consumed'] = {step}; got {state_dict['batches_yielded']!r}"
-                    )
-            self._apply_state(epoch, progress)
-            return
-        super().load_state_dict(state_dict)
-
-    def _load_nemo(self, state: Mapping[str, Any]) -> None:
-        if self._compat != "nemo":
-            raise ValueError(
-                f"a NeMo Automodel sampler state ({dict(state)!r}) continues NeMo's order: build "
-                "this sampler with compat='nemo' to load it"
-            )
-        epoch = check_int("state['epoch']", state["epoch"], min_value=0)
-        plan = self.epoch_plan(epoch)
-        k = check_int("state['batches_yielded']", state["batches_yielded"], min_value=0)
-        # NeMo skips min(k, the epoch's batches): a count past the end leaves an empty pass
-        self._place(epoch, plan.progress_at(min(k, plan.num_steps)), loaded=True)
-
-    def _batch_size_fn(self) -> Callable[[tuple[int, int], int, tuple[int, int]], int]:
-        fn = self._order.batch_size_fn(self.dataset)
-        if fn is not None:
-            return fn
-        calculator = getattr(self.dataset, "calculator", None)
-        fn = getattr(calculator, "get_dynamic_batch_size", None)
-        if fn is None:
-            raise TypeError(
-                "dynamic_batch_size=True needs dataset.calculator.get_dynamic_batch_size; got "
-                f"dataset.calculator={calculator!r}"
-            )
-        return fn  # type: ignore[no-any-return]
-
-    def _check_something_to_train(self, plan: BucketEpochPlan) -> None:
-        if not self.drop_last:
-            return  # every bucket yields at least its tail batch
-        empty = plan.segments.full_blocks == 0
-        if not empty.any():
-            return
-        block = (
-            f"per-rank batch x num_replicas = {self.base_batch_size} x {self.num_replicas}"
-            if not self.dynamic_batch_size
-            else f"per-rank batch (dynamic) x num_replicas = b x {self.num_replicas}"
-        )
-        if plan.num_steps == 0:
-            raise ValueError(
-                f"drop_last=True leaves nothing to train on: each of the {plan.num_runs} "
-                f"buckets holds fewer samples than one global batch ({block}; largest bucket "
-                f"{int(plan.bucket_sizes.max())} samples). Use drop_last=False, a smaller "
-                "base_batch_size or a smaller num_replicas"
-            )
-        warnings.warn(
-            f"drop_last=True removes {int(empty.sum())} of {plan.num_runs} buckets entirely "
-            f"({int(plan.segments.n[empty].sum())} of {self._table.num_samples} samples): each "
-            f"holds fewer samples than one global batch ({block}). drop_last=False keeps them, "
-            "with fewer than num_replicas repeated samples per bucket",
-            UserWarning,
-            stacklevel=3,
-        )
-
     # -- planning ---------------------------------------------------------------------------------
     def plan(self, epoch: int | None = None) -> BucketEpochPlan:
         """The :class:`~dataorder.diffusion.bucket_plan.BucketEpochPlan` of ``epoch`` (default:
@@ -450,7 +353,10 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
         return plan.plan
 
     def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BucketEpoch:
-        dp_size = check_int("num_replicas", layout["num_replicas"], min_value=1)
+        # a layout field the order's config records is not repeated in the layout (NeMo's mode)
+        dp_size = check_int(
+            "num_replicas", layout.get("num_replicas", self.num_replicas), min_value=1
+        )
         within = self._order.within_orders(
             seed=self.seed, epoch=epoch, shuffle=self.shuffle_within_bucket
         )
@@ -545,13 +451,14 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
             sampler = cls(
                 dataset,
                 base_batch_size=config["base_batch_size"],  # type: ignore[arg-type]
-                base_resolution=base_resolution or (512, 512),
+                base_resolution=base_resolution or DEFAULT_BASE_RESOLUTION,
                 drop_last=bool(config["drop_last"]),
                 shuffle_buckets=bool(config["shuffle_buckets"]),
                 shuffle_within_bucket=bool(config["shuffle_within_bucket"]),
                 dynamic_batch_size=bool(config["dynamic_batch_size"]),
                 seed=config["seed"],  # type: ignore[arg-type]
-                num_replicas=dp_size or layout["num_replicas"],  # type: ignore[arg-type]
+                num_replicas=dp_size  # NeMo's mode records it in the config only
+                or layout.get("num_replicas", config.get("num_replicas")),  # type: ignore[arg-type]
                 rank=rank,
                 compat=config["compat"],  # type: ignore[arg-type]
                 bucket_order=str(config.get("bucket_order", "sequential")),
@@ -567,10 +474,10 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
             where = f"after the last of {plan.num_runs} buckets of epoch {self._epoch}"
         else:
             row = int(plan.buckets[k])
-            w, h = self._table.resolutions[row].tolist()
             where = (
                 f"bucket {k + 1} of {plan.num_runs} in epoch {self._epoch}'s order (row {row}, "
-                f"{w}x{h}, {int(plan.segments.n[k])} samples): {self._position['consumed']} "
+                f"{self._table.shape_name(row)}, {int(plan.segments.n[k])} samples): "
+                f"{self._position['consumed']} "
                 "positions taken"
             )
         return [
@@ -602,8 +509,10 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
         return config
 
     def layout_info(self) -> dict[str, int]:
-        """``num_replicas`` (recorded, never the rank)."""
-        return {"num_replicas": self.num_replicas}
+        """``num_replicas`` (recorded, never the rank), unless the order's config records it
+        already (``compat="nemo"``, which is not elastic: NOTE [ NeMo bucket states ])."""
+        recorded = self._order.config(self.num_replicas)
+        return {} if "num_replicas" in recorded else {"num_replicas": self.num_replicas}
 
     # -- inspection -------------------------------------------------------------------------------
     def get_batch_info(self, batch_idx: int, *, epoch: int | None = None) -> dict[str, Any]:
@@ -632,30 +541,7 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
         e = self._epoch if epoch is None else check_int("epoch", epoch, min_value=0)
         plan = self.plan(e)
         batch_idx = check_int("batch_idx", batch_idx, min_value=0, max_value=plan.num_steps - 1)
-        k, b = plan.locate(batch_idx)
-        layout = plan.run_layout(k)
-        bucket = int(plan.buckets[k])
-        per = layout.batch_size_at(b)
-        start = layout.batch_start(b)
-        # this rank's slots are start + rank + R * i, i < per; those >= n are padding
-        first_pad = max(0, -(-(layout.n - start - self.rank) // layout.dp_size))
-        name, res = self._table.key(bucket)
-        return {
-            "epoch": e,
-            "bucket": bucket,
-            "ordinal": k,
-            "batch_in_bucket": b,
-            "bucket_key": (name, res),
-            "resolution": res,
-            "aspect_name": name,
-            "batch_size": per,
-            "bucket_batch_size": layout.per_rank,
-            "global_batch_size": per * layout.dp_size,
-            "padding": max(0, per - first_pad),
-            "padding_global": min(
-                per * layout.dp_size, max(0, start + per * layout.dp_size - layout.n)
-            ),
-        }
+        return batch_info(plan, self._table, batch_idx, rank=self.rank, epoch=e)
 
     def __repr__(self) -> str:
         return (
@@ -668,16 +554,3 @@ class SequentialBucketSampler(CursorBatchSampler[list[int]], Sampler[list[int]])
             f"epoch={self._epoch}, bucket={self._position['bucket']}, "
             f"consumed={self._position['consumed']})"
         )
-
-
-def _check_resolution(value: object) -> tuple[int, int]:
-    what = "a (width, height) pair of positive ints"
-    if not isinstance(value, tuple | list) or len(value) != 2:
-        fail("base_resolution", what, value, TypeError)
-    w, h = value
-    for v in (w, h):
-        if isinstance(v, bool) or not isinstance(v, int | np.integer):
-            fail("base_resolution", what, value, TypeError)
-        if v <= 0:
-            fail("base_resolution", what, value)
-    return int(w), int(h)

@@ -2,8 +2,10 @@
 
 :class:`BaseMultiresolutionDataset` reads NeMo Automodel's preprocessed cache (``metadata.json``
 listing JSON shards of per-sample items) with NeMo's grouping rules, or is built from arrays of
-image sizes, from bucket ids, or from a scan manifest (:mod:`dataorder.diffusion.scan`). Its
-buckets are a :class:`~dataorder.diffusion.table.BucketTable` (compact arrays).
+image sizes, of clip sizes and frame counts, from bucket ids, or from a scan manifest (image or
+video: :mod:`dataorder.diffusion.manifest`). Its buckets are a
+:class:`~dataorder.diffusion.table.BucketTable` (compact arrays). A video bucket is a shape like
+any other (``(w, h, frames)``), so the bucket sampler reads video datasets unchanged.
 
 Example:
     >>> from dataorder.diffusion.multires import BaseMultiresolutionDataset
@@ -27,20 +29,21 @@ import numpy.typing as npt
 from torch.utils.data import Dataset
 
 from dataorder._validate import check_int, fail
+from dataorder.diffusion.scan_files import path_arg
 from dataorder.diffusion.table import (
     BucketTable,
     IntArray,
     as_int_array,
     aspect_name,
-    bucket_arrays,
     load_nemo_cache,
     narrow,
+    table_from_buckets,
     table_from_ids,
     table_from_items,
 )
 
 if TYPE_CHECKING:
-    from dataorder.diffusion.scan import Manifest
+    from dataorder.diffusion.manifest import Manifest
 
 __all__ = ["BaseMultiresolutionDataset"]
 
@@ -51,8 +54,8 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
     ``BaseMultiresolutionDataset(cache_dir, quantization=64)`` reads NeMo Automodel's
     preprocessed cache and groups it exactly as NeMo does (key ``(aspect name, resolution)``,
     buckets sorted by pixels, stable). ``__getitem__`` returns the sample's metadata dict;
-    subclasses load tensors from it. Other sources: :meth:`from_sizes`, :meth:`from_bucket_ids`
-    and :meth:`from_manifest`.
+    subclasses load tensors from it. Other sources: :meth:`from_sizes`, :meth:`from_video_sizes`,
+    :meth:`from_bucket_ids` and :meth:`from_manifest`.
 
     Subclasses written for NeMo work unchanged (NOTE [ NeMo's subclass protocol ]): the
     constructor sets ``cache_dir``, then calls ``self._load_metadata()`` and, if the subclass
@@ -66,15 +69,20 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
 
     Attributes:
         bucket_table: The :class:`BucketTable` (what the sampler reads).
-        calculator: A ``dataorder.diffusion.buckets.MultiTierBucketCalculator`` for dynamic
-            batch sizes.
+        calculator: For dynamic batch sizes: a ``MultiTierBucketCalculator``
+            (:mod:`dataorder.diffusion.buckets`), or a ``VideoBucketCalculator``
+            (:mod:`dataorder.diffusion.video`) whose cost model sizes video batches.
         metadata: The cache's items (``None`` for array-built datasets).
-        widths: Shape ``(N,)``, image widths (``from_sizes``, ``from_manifest``), else ``None``.
-        heights: Shape ``(N,)``, image heights, likewise.
-        paths: Image paths (``from_manifest``), else ``None``.
+        widths: Shape ``(N,)``, sample widths (``from_sizes``, ``from_video_sizes``,
+            ``from_manifest``), else ``None``.
+        heights: Shape ``(N,)``, sample heights, likewise.
+        frames: Shape ``(N,)``, clip frame counts (video datasets from sizes or a manifest),
+            else ``None``.
+        paths: Sample paths (``from_manifest``), else ``None``.
         cache_dir: The cache directory, or ``None``.
 
     Raises:
+        TypeError: If ``cache_dir`` is not a path.
         FileNotFoundError: If the cache is missing.
         ValueError: If it is malformed or empty.
     """
@@ -95,8 +103,8 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
     def __init__(self, cache_dir: str | os.PathLike[str], quantization: int = 64) -> None:
         from dataorder.diffusion.buckets import MultiTierBucketCalculator
 
+        self.cache_dir = Path(path_arg("cache_dir", cache_dir))
         self.quantization = check_int("quantization", quantization, min_value=1)
-        self.cache_dir = Path(cache_dir)
         self._keys: list[Any] | None = None
         items = self._load_metadata()
         if not isinstance(items, list):
@@ -148,6 +156,7 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
         id_to_row: IntArray | None = None,
         widths: IntArray | None = None,
         heights: IntArray | None = None,
+        frames: IntArray | None = None,
         paths: list[str] | None = None,
     ) -> None:
         self.bucket_table = table
@@ -162,6 +171,7 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
         self._id_to_row = id_to_row
         self.widths = None if widths is None else narrow(widths)
         self.heights = None if heights is None else narrow(heights)
+        self.frames = None if frames is None else narrow(frames)
         self.paths = paths
 
     # -- alternative constructors -----------------------------------------------------------
@@ -172,6 +182,8 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
         resolutions: npt.ArrayLike,
         *,
         aspect_ratios: npt.ArrayLike | None = None,
+        frames: npt.ArrayLike | None = None,
+        tokens: npt.ArrayLike | None = None,
         calculator: Any = None,
     ) -> BaseMultiresolutionDataset:
         """Build from samples already assigned to buckets.
@@ -180,12 +192,18 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
             bucket_ids: Shape ``(N,)``, ints in ``[0, K)``: the bucket of each sample.
             resolutions: Shape ``(K, 2)``, ``(width, height)`` of each bucket id.
             aspect_ratios: Shape ``(K,)``; default ``width / height``. Decides the aspect name.
+            frames: Shape ``(K,)``, the frame count of each bucket id: video buckets (sorted by
+                ``tokens``, else by ``pixels x frames``).
+            tokens: Shape ``(K,)``, the latent tokens of each video bucket id: what dynamic
+                batch sizes are computed from (with a ``VideoBucketCalculator`` as calculator).
             calculator: For dynamic batch sizes; default ``MultiTierBucketCalculator()``.
         """
         from dataorder.diffusion.buckets import MultiTierBucketCalculator
 
         ids = as_int_array("bucket_ids", bucket_ids, 1)
-        table, id_to_row = table_from_ids(ids, resolutions, aspect_ratios)
+        table, id_to_row = table_from_ids(
+            ids, resolutions, aspect_ratios, frames=frames, tokens=tokens
+        )
         obj = cls.__new__(cls)
         obj._setup(
             table,
@@ -205,48 +223,97 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
             widths: Shape ``(N,)``, positive ints.
             heights: Shape ``(N,)``, positive ints.
             calculator: A ``MultiTierBucketCalculator``; default ``MultiTierBucketCalculator()``.
+                For clips use :meth:`from_video_sizes`.
         """
         from dataorder.diffusion.buckets import MultiTierBucketCalculator
 
-        w = as_int_array("widths", widths, 1)
-        h = as_int_array("heights", heights, 1)
-        if w.shape != h.shape:
-            raise ValueError(f"widths and heights must have one shape; got {w.shape}, {h.shape}")
-        if w.size == 0:
-            fail("widths", "a non-empty array (the dataset must hold a sample)", w.tolist())
+        w, h = _sizes(widths=widths, heights=heights)
         calc = calculator if calculator is not None else MultiTierBucketCalculator()
+        if not isinstance(calc, MultiTierBucketCalculator):
+            what = "a MultiTierBucketCalculator (for clips: from_video_sizes)"
+            fail("calculator", what, calculator, TypeError)
         ids = np.asarray(calc.assign(w, h), dtype=np.int64)
-        buckets = calc.get_all_buckets()
-        res, ratios = bucket_arrays(buckets)
-        table, id_to_row = table_from_ids(ids, res, ratios)
+        table, id_to_row = table_from_buckets(ids, calc.get_all_buckets())
         obj = cls.__new__(cls)
         obj._setup(table, calc, item_ids=ids, id_to_row=id_to_row, widths=w, heights=h)
+        return obj
+
+    @classmethod
+    def from_video_sizes(
+        cls,
+        widths: npt.ArrayLike,
+        heights: npt.ArrayLike,
+        frames: npt.ArrayLike,
+        calculator: Any,
+    ) -> BaseMultiresolutionDataset:
+        """Build from clip sizes and frame counts: each clip goes to ``calculator.assign``.
+
+        Every clip must have a bucket, as the dataset index is the row: a clip too short or too
+        small for every bucket is refused, naming it. Drop such clips first with
+        ``build_video_scan(paths, widths, heights, frames, calculator).assigned()``
+        (:mod:`dataorder.diffusion.video_scan`), which gives each one's reason.
+
+        Args:
+            widths: Shape ``(N,)``, positive ints (as displayed).
+            heights: Shape ``(N,)``, positive ints.
+            frames: Shape ``(N,)``, positive ints.
+            calculator: A ``VideoBucketCalculator``; its cost model gives dynamic batch sizes.
+
+        Raises:
+            TypeError: If ``calculator`` is not a ``VideoBucketCalculator``.
+            ValueError: If the shapes differ, a value is out of range, or a clip has no bucket.
+        """
+        from dataorder.diffusion.video import TOO_SHORT, VideoBucketCalculator
+
+        if not isinstance(calculator, VideoBucketCalculator):
+            fail("calculator", "a VideoBucketCalculator", calculator, TypeError)
+        w, h, f = _sizes(widths=widths, heights=heights, frames=frames)
+        ids = calculator.assign(w, h, f)
+        if int(ids.min()) < 0:
+            i = int(np.flatnonzero(ids < 0)[0])
+            why = "too short" if int(ids[i]) == TOO_SHORT else "too small"
+            raise ValueError(
+                f"clip {i} ({int(w[i])}x{int(h[i])}, {int(f[i])} frames) has no bucket ({why}); "
+                "a dataset row is a training sample: keep the clips of "
+                "build_video_scan(paths, widths, heights, frames, calculator).assigned()"
+            )
+        table, id_to_row = table_from_buckets(ids, calculator.get_all_buckets())
+        obj = cls.__new__(cls)
+        obj._setup(
+            table, calculator, item_ids=ids, id_to_row=id_to_row, widths=w, heights=h, frames=f
+        )
         return obj
 
     @classmethod
     def from_manifest(
         cls, manifest: str | os.PathLike[str] | Manifest
     ) -> BaseMultiresolutionDataset:
-        """Build from a scan manifest (a path, or a ``dataorder.diffusion.scan.Manifest``).
+        """Build from a scan manifest (a path, or a ``dataorder.diffusion.manifest.Manifest``),
+        of images or of clips.
 
         The dataset index is the position in ``manifest.paths``; the calculator is rebuilt from
         the manifest's recorded configuration, so dynamic batch sizes match the scan.
-        """
-        from dataorder.diffusion.buckets import MultiTierBucketCalculator
-        from dataorder.diffusion.scan import Manifest, read_manifest
 
+        Raises:
+            TypeError: If ``manifest`` is neither a Manifest nor a path.
+            ValueError: If the file is not a valid manifest (naming the file and line).
+        """
+        from dataorder.diffusion.manifest import Manifest, read_manifest
+
+        if not isinstance(manifest, Manifest | str | os.PathLike):
+            fail("manifest", "a Manifest or a path to one", manifest, TypeError)
         m = manifest if isinstance(manifest, Manifest) else read_manifest(manifest)
-        res, ratios = bucket_arrays(m.buckets)
         ids = as_int_array("manifest.bucket_ids", m.bucket_ids, 1)
-        table, id_to_row = table_from_ids(ids, res, ratios)
+        table, id_to_row = table_from_buckets(ids, m.buckets)
         obj = cls.__new__(cls)
         obj._setup(
             table,
-            MultiTierBucketCalculator.from_config(m.calculator),
+            m.calculator_object(),
             item_ids=ids,
             id_to_row=id_to_row,
             widths=np.asarray(m.widths, dtype=np.int64),
             heights=np.asarray(m.heights, dtype=np.int64),
+            frames=None if m.frames is None else np.asarray(m.frames, dtype=np.int64),
             paths=list(m.paths),
         )
         return obj
@@ -260,7 +327,8 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
 
         Array-built datasets give ``{"index", "bucket", "bucket_resolution", "aspect_ratio"}``
         (``bucket`` is the row of :attr:`bucket_table`), plus ``width``/``height`` and ``path``
-        when known.
+        when known. Video datasets add ``bucket_frames`` (the frames to decode and trim to) and
+        the clip's own ``frames`` when known.
         """
         idx = check_int("idx", idx, min_value=0, max_value=len(self) - 1)
         if self.metadata is not None:
@@ -276,8 +344,12 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
             "bucket_resolution": (w, h),
             "aspect_ratio": float(self.bucket_table.aspect_ratios[row]),
         }
+        if self.bucket_table.frames is not None:
+            item["bucket_frames"] = int(self.bucket_table.frames[row])
         if self.widths is not None and self.heights is not None:
             item["width"], item["height"] = int(self.widths[idx]), int(self.heights[idx])
+        if self.frames is not None:
+            item["frames"] = int(self.frames[idx])
         if self.paths is not None:
             item["path"] = self.paths[idx]
         return item
@@ -287,14 +359,16 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
         """Bytes held in the dataset's numpy arrays (the bucket table and per-sample arrays)."""
         t = self.bucket_table
         arrays: list[npt.NDArray[Any] | None] = [t.indices, t.offsets, t.resolutions]
-        arrays += [t.aspect_ratios, self._item_ids, self._id_to_row, self.widths, self.heights]
+        arrays += [t.aspect_ratios, t.frames, t.tokens, self._item_ids, self._id_to_row]
+        arrays += [self.widths, self.heights, self.frames]
         return sum(a.nbytes for a in arrays if a is not None)
 
     # -- NeMo Automodel's attribute names -------------------------------------------------------
     @property
     def sorted_bucket_keys(self) -> list[Any]:
         """Bucket keys in the order the sampler reads them (NeMo's name): ``(aspect_name,
-        (width, height))``, or a subclass's own keys.
+        (width, height))`` (video: ``(aspect_name, (width, height), frames)``), or a subclass's
+        own keys.
 
         Assigning a reordering of the keys reorders :attr:`bucket_table` to match, as NeMo's
         sampler follows this list.
@@ -321,13 +395,14 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
         return _groups_of(self.bucket_table)
 
     def get_bucket_info(self) -> dict[str, Any]:
-        """``{"total_buckets": B, "buckets": {"wide/320x192": size, ...}}`` (NeMo's summary)."""
+        """``{"total_buckets": B, "buckets": {"wide/320x192": size, ...}}`` (NeMo's summary;
+        a video bucket is named like ``"wide/832x480x81f"``)."""
         t = self.bucket_table
         return {
             "total_buckets": t.num_buckets,
             "buckets": {
-                f"{t.aspect_names[j]}/{w}x{h}": int(t.sizes[j])
-                for j, (w, h) in enumerate(t.resolutions.tolist())
+                f"{t.aspect_names[j]}/{t.shape_name(j)}": int(t.sizes[j])
+                for j in range(t.num_buckets)
             },
         }
 
@@ -340,12 +415,32 @@ def _groups_of(table: BucketTable) -> dict[Any, dict[str, Any]]:
     """NeMo's ``bucket_groups`` of a table, in its bucket order."""
     out: dict[Any, dict[str, Any]] = {}
     for j in range(table.num_buckets):
-        name, res = table.key(j)
-        out[(name, res)] = {
+        key = table.key(j)
+        w, h = key[1]
+        group: dict[str, Any] = {
             "indices": table.bucket_indices(j).tolist(),
-            "aspect_name": name,
+            "aspect_name": key[0],
             "aspect_ratio": float(table.aspect_ratios[j]),
-            "resolution": res,
-            "pixels": res[0] * res[1],
+            "resolution": (w, h),
+            "pixels": w * h,
         }
+        if table.frames is not None:
+            group["frames"] = int(table.frames[j])
+        if table.tokens is not None:
+            group["tokens"] = int(table.tokens[j])
+        out[key] = group
     return out
+
+
+def _sizes(**columns: npt.ArrayLike) -> tuple[IntArray, ...]:
+    """Equal-length, non-empty 1-D int arrays, each named by its keyword."""
+    arrays = [as_int_array(name, v, 1) for name, v in columns.items()]
+    if len({a.shape for a in arrays}) > 1:
+        shapes = ", ".join(str(a.shape) for a in arrays)
+        names = [*columns]
+        joined = ", ".join(names[:-1]) + f" and {names[-1]}"
+        raise ValueError(f"{joined} must have one shape; got {shapes}")
+    if arrays[0].size == 0:
+        first = next(iter(columns))
+        fail(first, "a non-empty array (the dataset must hold a sample)", arrays[0].tolist())
+    return tuple(arrays)

@@ -1,15 +1,20 @@
-"""What a bucket set does to a dataset: crop loss, pixel budget, and lock-step waste.
+"""What a bucket set does to a dataset: crop loss, trim loss, budget, and lock-step waste.
 
-:func:`bucket_stats` takes a :class:`~dataorder.diffusion.scan.Manifest`, or image sizes plus a
-:class:`~dataorder.diffusion.buckets.MultiTierBucketCalculator`, and measures per bucket:
+:func:`bucket_stats` takes a :class:`~dataorder.diffusion.manifest.Manifest` (of images or of
+clips), or image sizes plus a :class:`~dataorder.diffusion.buckets.MultiTierBucketCalculator`, or
+clip sizes and frame counts plus a :class:`~dataorder.diffusion.video.VideoBucketCalculator`, and
+measures per bucket:
 
 * **images** in it;
 * **crop loss**, the share of an image's area cut away when it is resized to cover its bucket and
   cropped: ``1 - min(r_img / r_bkt, r_bkt / r_img)`` with ``r = w / h``; mean, 95th percentile,
   and how many images lose more than 10 %;
+* **trim loss** of clips (video only), its twin in time: the share of a clip's frames cut when
+  it is trimmed to its bucket's frame count, ``(F - f) / F``
+  (:func:`~dataorder.diffusion.video.trim_loss`); mean and 95th percentile;
 * **upscaled** images, those smaller than their bucket on some side;
-* **pixel budget** adherence, the bucket's pixels over ``max_pixels`` (never above 1 for our
-  buckets; a memory budget is only safe if it holds);
+* **budget** adherence, the bucket's pixels over ``max_pixels`` (video: its latent tokens over
+  ``max_tokens``), never above 1 for our buckets; a memory budget is only safe if it holds;
 * **lock-step waste** for ``num_replicas`` data-parallel ranks and per-rank batch size ``b``.
   The bucket sampler fills whole global batches of ``b * num_replicas`` from one bucket, so a
   bucket of ``n`` images is one segment of :func:`~dataorder.core.partition.plan_segments`,
@@ -47,17 +52,21 @@ import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_choice, check_int, fail
 from dataorder.core.keys import derive_key
-from dataorder.core.partition import Tail, plan_segments
+from dataorder.core.partition import MAX_BATCH_SIZE, Tail, plan_segments
+from dataorder.core.topology import MAX_DP_SIZE
 from dataorder.diffusion.bucket_plan import (
     BUCKET_ORDERS,
     longest_shape_run,
     plan_interleaved_epoch,
 )
 from dataorder.diffusion.buckets import MultiTierBucketCalculator
-from dataorder.diffusion.scan import Manifest
-from dataorder.diffusion.table import group_by_bucket
+from dataorder.diffusion.manifest import Manifest
+from dataorder.diffusion.scan_files import path_arg
+from dataorder.diffusion.table import group_by_bucket, sort_key
+from dataorder.diffusion.video import TOO_SHORT, VideoBucketCalculator, trim_loss
 
 __all__ = [
+    "MAX_DPI",
     "BucketStats",
     "bucket_stats",
     "crop_loss",
@@ -65,6 +74,10 @@ __all__ = [
     "plot_bucket_stats",
     "rich_bucket_table",
 ]
+
+
+#: Largest ``dpi`` of :func:`plot_bucket_stats` (matplotlib refuses images over 2**16 pixels).
+MAX_DPI = 2400
 
 
 def crop_loss(
@@ -95,30 +108,35 @@ class BucketStats:
     """Per-bucket statistics (arrays of shape ``(K,)``, indexed by bucket id) and totals.
 
     Attributes:
-        buckets: The buckets (dicts ``id``, ``resolution``, ``aspect_ratio``, ``pixels``).
-        max_pixels: The calculator's pixel budget.
+        buckets: The buckets (dicts ``id``, ``resolution``, ``aspect_ratio``, ``pixels``; video
+            buckets also ``frames``, ``latent_frames``, ``tokens``).
+        max_pixels: The calculator's pixel budget (a video calculator's per-frame cap, or None).
         num_replicas: Data-parallel ranks the waste was computed for.
         drop_last: Whether remainders are dropped (else the last batch shrinks and is padded).
-        counts: Images per bucket.
+        counts: Images (or clips) per bucket.
         mean_crop_loss: Mean crop loss of the bucket's images (NaN for an empty bucket).
         p95_crop_loss: 95th percentile of the same (NaN for an empty bucket).
         over_10: Images losing more than 10 % of their area.
         upscaled: Images smaller than their bucket on some side.
-        budget_ratio: Bucket pixels over ``max_pixels``.
+        budget_ratio: Bucket pixels over ``max_pixels`` (video: tokens over ``max_tokens``).
         batch_sizes: Per-rank batch size used for the bucket.
         batches: Steps the bucket gives every rank in an epoch.
         dropped: Images of the bucket no batch covers (``drop_last``).
         padded: Repeated samples that fill the bucket's last global batch (not ``drop_last``).
         overall: Totals over the dataset: ``images``, ``mean_crop_loss``, ``p95_crop_loss``,
             ``share_over_10``, ``upscaled``, ``budget_mean_abs_dev`` (mean over images of
-            ``|pixels / max_pixels - 1|``), ``budget_max_over`` (largest
-            ``pixels / max_pixels - 1`` over buckets, 0 if none is over), ``batches``,
-            ``dropped``, ``padded``, ``empty_buckets``, ``buckets_below_one_global_batch``,
-            ``longest_run`` (steps of one shape in a row, epoch 0).
+            ``|budget_ratio - 1|``), ``budget_max_over`` (largest ``budget_ratio - 1`` over
+            buckets, 0 if none is over), ``batches``, ``dropped``, ``padded``,
+            ``empty_buckets``, ``buckets_below_one_global_batch``, ``longest_run`` (steps of one
+            shape in a row, epoch 0); for clips also ``mean_trim_loss`` and ``p95_trim_loss``.
+        mean_trim_loss: Clips only: mean share of each bucket's clips' frames trimmed away
+            (NaN for an empty bucket); None for images.
+        p95_trim_loss: Clips only: 95th percentile of the same; None for images.
+        max_tokens: Clips only: the calculator's token budget; None for images.
     """
 
     buckets: list[dict[str, Any]]
-    max_pixels: int
+    max_pixels: int | None
     num_replicas: int
     drop_last: bool
     counts: npt.NDArray[np.int64]
@@ -132,6 +150,14 @@ class BucketStats:
     dropped: npt.NDArray[np.int64]
     padded: npt.NDArray[np.int64]
     overall: dict[str, float]
+    mean_trim_loss: npt.NDArray[np.float64] | None = None
+    p95_trim_loss: npt.NDArray[np.float64] | None = None
+    max_tokens: int | None = None
+
+    @property
+    def is_video(self) -> bool:
+        """Whether these are the statistics of clips (with trim loss)."""
+        return self.mean_trim_loss is not None
 
 
 def _sizes(name: str, values: object) -> npt.NDArray[np.int64]:
@@ -141,11 +167,103 @@ def _sizes(name: str, values: object) -> npt.NDArray[np.int64]:
     return arr.astype(np.int64, copy=False)
 
 
+class _Source:
+    """What ``bucket_stats`` measures: sizes, ids, buckets and the budget, from either input."""
+
+    def __init__(
+        self,
+        source: object,
+        heights: npt.ArrayLike | None,
+        calculator: object,
+        frames: npt.ArrayLike | None,
+    ) -> None:
+        self.frames: npt.NDArray[np.int64] | None = None
+        self.max_tokens: int | None = None
+        if isinstance(source, Manifest):
+            if heights is not None or calculator is not None or frames is not None:
+                raise TypeError("with a Manifest, pass neither heights nor calculator (nor frames)")
+            self.widths, self.heights, self.ids = source.widths, source.heights, source.bucket_ids
+            self.buckets: list[dict[str, Any]] = source.buckets
+            self.frames = source.frames
+            config = source.calculator
+            self.max_pixels: int | None = config.get("max_pixels")
+            if self.frames is not None:
+                self.max_tokens = int(config["max_tokens"])
+            return
+        if isinstance(source, str | bytes) or np.ndim(source) == 0:  # type: ignore[arg-type]
+            fail("source", "a Manifest or an array of widths", source, TypeError)
+        if heights is None or not isinstance(
+            calculator, VideoBucketCalculator | MultiTierBucketCalculator
+        ):
+            raise TypeError(
+                "bucket_stats(widths, heights, calculator): pass heights and a "
+                f"MultiTierBucketCalculator; got heights={heights!r}, calculator={calculator!r}"
+            )
+        video = isinstance(calculator, VideoBucketCalculator)
+        if video != (frames is not None):
+            what = "the clips' frame counts" if video else "None with an image calculator"
+            fail("frames", what, frames, TypeError)
+        self.widths, self.heights = _sizes("widths", source), _sizes("heights", heights)
+        if isinstance(calculator, VideoBucketCalculator):
+            self.frames = _sizes("frames", frames)
+            self.ids = calculator.assign(self.widths, self.heights, self.frames)
+            if self.ids.size and int(self.ids.min()) < 0:
+                i = int(np.flatnonzero(self.ids < 0)[0])
+                why = "too short" if int(self.ids[i]) == TOO_SHORT else "too small"
+                raise ValueError(
+                    f"clip {i} has no bucket ({why}); measure the clips of "
+                    "build_video_scan(paths, widths, heights, frames, calculator).assigned()"
+                )
+            self.max_tokens = calculator.max_tokens
+        else:
+            self.ids = calculator.assign(self.widths, self.heights)
+        self.buckets = calculator.get_all_buckets()
+        self.max_pixels = calculator.max_pixels
+
+    def budget_ratio(self, bw: npt.NDArray[np.int64], bh: npt.NDArray[np.int64]) -> Any:
+        """Each bucket's share of the budget: pixels, or tokens for video."""
+        if self.max_tokens is not None:
+            return np.array([b["tokens"] for b in self.buckets], dtype=np.int64) / self.max_tokens
+        return (bw * bh) / int(self.max_pixels or 1)
+
+
+def _per_bucket(
+    loss: npt.NDArray[np.float64], ids: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Mean and 95th percentile of ``loss`` per bucket (NaN for an empty bucket)."""
+    k = counts.size
+    order = np.argsort(ids, kind="stable")
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    mean = np.full(k, np.nan)
+    p95 = np.full(k, np.nan)
+    for j in np.flatnonzero(counts):
+        part = loss[order[starts[j] : starts[j + 1]]]
+        mean[j] = part.mean()
+        p95[j] = np.percentile(part, 95)
+    return mean, p95
+
+
+def _batch_sizes(batch_size: object, k: int) -> npt.NDArray[np.int64]:
+    if isinstance(batch_size, Sequence | np.ndarray):
+        if len(batch_size) != k:
+            fail("batch_size", f"an int or a sequence of {k} ints (one per bucket)", batch_size)
+        return np.array(
+            [
+                check_int(f"batch_size[{i}]", b, min_value=1, max_value=MAX_BATCH_SIZE)
+                for i, b in enumerate(batch_size)
+            ],
+            dtype=np.int64,
+        )
+    b = check_int("batch_size", batch_size, min_value=1, max_value=MAX_BATCH_SIZE)
+    return np.full(k, b, dtype=np.int64)
+
+
 def bucket_stats(
     source: Manifest | npt.ArrayLike,
     heights: npt.ArrayLike | None = None,
-    calculator: MultiTierBucketCalculator | None = None,
+    calculator: MultiTierBucketCalculator | VideoBucketCalculator | None = None,
     *,
+    frames: npt.ArrayLike | None = None,
     num_replicas: int = 1,
     batch_size: int | Sequence[int] | npt.NDArray[np.integer[Any]] = 1,
     drop_last: bool = True,
@@ -156,15 +274,17 @@ def bucket_stats(
     """Measure a bucketing of a dataset (see the module docstring).
 
     Args:
-        source: A :class:`~dataorder.diffusion.scan.Manifest` (its bucket ids and calculator are
-            used), or
-            image widths, shape ``(N,)``.
-        heights: Image heights, shape ``(N,)``, when ``source`` is widths.
-        calculator: Assigns the buckets of ``source`` widths and heights (required then). With a
-            manifest it must be None.
+        source: A :class:`~dataorder.diffusion.manifest.Manifest` (its bucket ids and
+            calculator are used; a video manifest's frames too), or widths, shape ``(N,)``.
+        heights: Heights, shape ``(N,)``, when ``source`` is widths.
+        calculator: Assigns the buckets of ``source`` widths and heights (required then): a
+            ``MultiTierBucketCalculator``, or a ``VideoBucketCalculator`` with ``frames``. With
+            a manifest it must be None.
+        frames: Clip frame counts, shape ``(N,)``, with a video calculator (every clip must
+            have a bucket: measure ``build_video_scan(...).assigned()``).
         num_replicas: Data-parallel ranks ``R``.
         batch_size: Per-rank batch size ``b``: one int, or one per bucket (e.g. from
-            ``calculator.get_dynamic_batch_size``).
+            ``calculator.get_dynamic_batch_size``, or a video calculator's ``batch_sizes``).
         drop_last: The sampler's ``drop_last``.
         bucket_order: The sampler's ``bucket_order``: ``"sequential"`` or ``"interleaved"``;
             only the longest run depends on it (both orders read the same batches).
@@ -178,67 +298,43 @@ def bucket_stats(
         TypeError: For arguments of the wrong kind.
         ValueError: For bad sizes or counts.
     """
-    if isinstance(source, Manifest):
-        if heights is not None or calculator is not None:
-            raise TypeError("with a Manifest, pass neither heights nor calculator")
-        widths_arr, heights_arr = source.widths, source.heights
-        ids = source.bucket_ids
-        buckets = source.buckets
-        budget = int(source.calculator["max_pixels"])
-    else:
-        if heights is None or not isinstance(calculator, MultiTierBucketCalculator):
-            raise TypeError(
-                "bucket_stats(widths, heights, calculator): pass heights and a "
-                f"MultiTierBucketCalculator; got heights={heights!r}, calculator={calculator!r}"
-            )
-        widths_arr, heights_arr = _sizes("widths", source), _sizes("heights", heights)
-        ids = calculator.assign(widths_arr, heights_arr)
-        buckets = calculator.get_all_buckets()
-        budget = calculator.max_pixels
-    dp_size = check_int("num_replicas", num_replicas, min_value=1)
+    src = _Source(source, heights, calculator, frames)
+    dp_size = check_int("num_replicas", num_replicas, min_value=1, max_value=MAX_DP_SIZE)
     drop = check_bool("drop_last", drop_last)
     arrangement = check_choice("bucket_order", bucket_order, BUCKET_ORDERS)
     unit = (
         dp_size
         if interleave_unit is None
-        else check_int("interleave_unit", interleave_unit, min_value=1)
+        else check_int("interleave_unit", interleave_unit, min_value=1, max_value=MAX_DP_SIZE)
     )
     seed = check_int("seed", seed, min_value=0)
+    buckets, ids = src.buckets, src.ids
     k = len(buckets)
-    if isinstance(batch_size, Sequence | np.ndarray):
-        if len(batch_size) != k:
-            fail("batch_size", f"an int or a sequence of {k} ints (one per bucket)", batch_size)
-        sizes = np.array(
-            [check_int(f"batch_size[{i}]", b, min_value=1) for i, b in enumerate(batch_size)],
-            dtype=np.int64,
-        )
-    else:
-        sizes = np.full(k, check_int("batch_size", batch_size, min_value=1), dtype=np.int64)
+    sizes = _batch_sizes(batch_size, k)
 
     bw = np.array([b["resolution"][0] for b in buckets], dtype=np.int64)
     bh = np.array([b["resolution"][1] for b in buckets], dtype=np.int64)
-    loss = crop_loss(widths_arr, heights_arr, bw[ids], bh[ids])
+    loss = crop_loss(src.widths, src.heights, bw[ids], bh[ids])
     counts = np.bincount(ids, minlength=k).astype(np.int64)
-    order = np.argsort(ids, kind="stable")
-    starts = np.concatenate(([0], np.cumsum(counts)))
-    mean = np.full(k, np.nan)
-    p95 = np.full(k, np.nan)
-    for j in np.flatnonzero(counts):
-        part = loss[order[starts[j] : starts[j + 1]]]
-        mean[j] = part.mean()
-        p95[j] = np.percentile(part, 95)
+    mean, p95 = _per_bucket(loss, ids, counts)
     over = np.bincount(ids[loss > 0.1], minlength=k).astype(np.int64)
-    up_mask = (bw[ids] > widths_arr) | (bh[ids] > heights_arr)
+    up_mask = (bw[ids] > src.widths) | (bh[ids] > src.heights)
     upscaled = np.bincount(ids[up_mask], minlength=k).astype(np.int64)
-    ratio = (bw * bh) / budget
+    ratio = src.budget_ratio(bw, bh)
+    bucket_frames = tokens = None
+    if src.frames is not None:
+        bucket_frames = np.array([b["frames"] for b in buckets], dtype=np.int64)
+        tokens = np.array([b["tokens"] for b in buckets], dtype=np.int64)
 
     # the same partition the sampler uses: every bucket a segment of whole global batches
     tail: Tail = "drop" if drop else "shrink"
     segments = plan_segments(counts, per_rank=sizes, dp_size=dp_size, tail=tail)
     batches = np.diff(segments.offsets)
     if arrangement == "interleaved" and counts.any():
-        # the dataset's bucket table order (fewest pixels first), which the sampler apportions
-        rows, _, _ = group_by_bucket(ids, bw * bh)
+        # the dataset's bucket table order (fewest pixels or tokens first), which the sampler
+        # apportions
+        res = np.stack([bw, bh], axis=1)
+        rows, _, _ = group_by_bucket(ids, sort_key(res, bucket_frames, tokens))
         key = derive_key(seed, epoch=0, stream="sequential_bucket", purpose="interleave")
         plan = plan_interleaved_epoch(
             counts[rows], sizes[rows], unit=unit, dp_size=dp_size, drop_last=drop, key=key
@@ -265,9 +361,15 @@ def bucket_stats(
         "buckets_below_one_global_batch": float(((counts > 0) & (counts < sizes * dp_size)).sum()),
         "longest_run": float(longest),
     }
+    trim_mean = trim_p95 = None
+    if src.frames is not None and bucket_frames is not None:
+        trim = trim_loss(src.frames, bucket_frames[ids])
+        trim_mean, trim_p95 = _per_bucket(trim, ids, counts)
+        overall["mean_trim_loss"] = float(trim.mean()) if n else float("nan")
+        overall["p95_trim_loss"] = float(np.percentile(trim, 95)) if n else float("nan")
     return BucketStats(
         buckets=[dict(b) for b in buckets],
-        max_pixels=budget,
+        max_pixels=src.max_pixels,
         num_replicas=dp_size,
         drop_last=drop,
         counts=counts,
@@ -281,6 +383,9 @@ def bucket_stats(
         dropped=dropped,
         padded=padded,
         overall=overall,
+        mean_trim_loss=trim_mean,
+        p95_trim_loss=trim_p95,
+        max_tokens=src.max_tokens,
     )
 
 
@@ -299,6 +404,35 @@ _HEADERS = (
     "dropped",
     "padded",
 )
+#: A video table: frames after the resolution, trim beside crop, tokens for the budget.
+_VIDEO_HEADERS = (
+    "id",
+    "resolution",
+    "frames",
+    "AR",
+    "clips",
+    "mean crop %",
+    "p95 crop %",
+    "mean trim %",
+    "p95 trim %",
+    "> 10 %",
+    "upscaled",
+    "tokens / budget",
+    "batch",
+    "steps",
+    "dropped",
+    "padded",
+)
+
+
+def _checked(stats: object) -> BucketStats:
+    if not isinstance(stats, BucketStats):
+        fail("stats", "a BucketStats (from bucket_stats)", stats, TypeError)
+    return stats
+
+
+def _headers(stats: BucketStats) -> tuple[str, ...]:
+    return _VIDEO_HEADERS if stats.is_video else _HEADERS
 
 
 def _pct(value: float) -> str:
@@ -309,14 +443,17 @@ def _rows(stats: BucketStats) -> list[list[str]]:
     rows = []
     for j, b in enumerate(stats.buckets):
         w, h = b["resolution"]
+        crop = [_pct(float(stats.mean_crop_loss[j])), _pct(float(stats.p95_crop_loss[j]))]
+        if stats.mean_trim_loss is not None and stats.p95_trim_loss is not None:
+            crop += [_pct(float(stats.mean_trim_loss[j])), _pct(float(stats.p95_trim_loss[j]))]
         rows.append(
             [
                 str(b["id"]),
                 f"{w}x{h}",
+                *([str(b["frames"])] if stats.is_video else []),
                 f"{w / h:.3f}",
                 str(int(stats.counts[j])),
-                _pct(float(stats.mean_crop_loss[j])),
-                _pct(float(stats.p95_crop_loss[j])),
+                *crop,
                 str(int(stats.over_10[j])),
                 str(int(stats.upscaled[j])),
                 f"{stats.budget_ratio[j]:.3f}",
@@ -332,14 +469,23 @@ def _rows(stats: BucketStats) -> list[list[str]]:
 def _summary(stats: BucketStats) -> str:
     o = stats.overall
     n = int(o["images"])
+    what = "clips" if stats.is_video else "images"
     waste = "dropped" if stats.drop_last else "padded"
     wasted = int(o["dropped"] if stats.drop_last else o["padded"])
     share = wasted / n if n else 0.0
+    trim = ""
+    if stats.is_video:
+        trim = (
+            f"trim loss mean {_pct(o['mean_trim_loss'])} %, p95 {_pct(o['p95_trim_loss'])} % "
+            "of frames; "
+        )
+    budget = "tokens" if stats.is_video else "pixels"
     return (
-        f"{n} images in {len(stats.buckets)} buckets ({int(o['empty_buckets'])} empty); "
+        f"{n} {what} in {len(stats.buckets)} buckets ({int(o['empty_buckets'])} empty); "
         f"crop loss mean {_pct(o['mean_crop_loss'])} %, p95 {_pct(o['p95_crop_loss'])} %, "
-        f"{_pct(o['share_over_10'])} % of images lose > 10 %; {int(o['upscaled'])} upscaled; "
-        f"pixels vs budget: mean |ratio - 1| {o['budget_mean_abs_dev']:.3f}, "
+        f"{_pct(o['share_over_10'])} % of {what} lose > 10 %; {trim}"
+        f"{int(o['upscaled'])} upscaled; "
+        f"{budget} vs budget: mean |ratio - 1| {o['budget_mean_abs_dev']:.3f}, "
         f"max over {o['budget_max_over']:.3f}; with {stats.num_replicas} replicas: "
         f"{int(o['batches'])} steps, {wasted} samples {waste} ({100 * share:.2f} %), "
         f"{int(o['buckets_below_one_global_batch'])} buckets smaller than one global batch"
@@ -347,10 +493,17 @@ def _summary(stats: BucketStats) -> str:
 
 
 def format_bucket_table(stats: BucketStats) -> str:
-    """The statistics as a markdown table followed by a one-paragraph summary."""
+    """The statistics as a markdown table followed by a one-paragraph summary (clips: with
+    ``frames`` and trim-loss columns).
+
+    Raises:
+        TypeError: If ``stats`` is not a :class:`BucketStats`.
+    """
+    stats = _checked(stats)
+    headers = _headers(stats)
     lines = [
-        "| " + " | ".join(_HEADERS) + " |",
-        "|" + "|".join(" --- " if i < 2 else " ---: " for i in range(len(_HEADERS))) + "|",
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join(" --- " if i < 2 else " ---: " for i in range(len(headers))) + "|",
     ]
     lines += ["| " + " | ".join(row) + " |" for row in _rows(stats)]
     return "\n".join(lines) + "\n\n" + _summary(stats) + "\n"
@@ -360,8 +513,10 @@ def rich_bucket_table(stats: BucketStats) -> Any:
     """The statistics as a ``rich.table.Table`` (caption: the summary).
 
     Raises:
+        TypeError: If ``stats`` is not a :class:`BucketStats`.
         ImportError: If rich is not installed (``pip install 'dataorder[cli]'``).
     """
+    stats = _checked(stats)
     try:
         from rich.table import Table
     except ImportError as exc:
@@ -369,7 +524,7 @@ def rich_bucket_table(stats: BucketStats) -> Any:
             "rich_bucket_table needs rich; install it with: pip install 'dataorder[cli]'"
         ) from exc
     table = Table(title="Buckets", caption=_summary(stats))
-    for i, name in enumerate(_HEADERS):
+    for i, name in enumerate(_headers(stats)):
         table.add_column(name, justify="left" if i < 2 else "right")
     for row in _rows(stats):
         table.add_row(*row)
@@ -377,14 +532,19 @@ def rich_bucket_table(stats: BucketStats) -> Any:
 
 
 def plot_bucket_stats(stats: BucketStats, path: str | os.PathLike[str], *, dpi: int = 100) -> None:
-    """Save a PNG with three panels over the buckets (ordered by aspect ratio).
+    """Save a PNG with three panels over the buckets (clips: over the buckets in use).
 
-    Images per bucket; mean and p95 crop loss; samples dropped or padded under lock-step global
-    batches. Titles carry the totals.
+    Images per bucket; mean and p95 crop loss (clips: and mean trim loss); samples dropped or
+    padded under lock-step global batches. Titles carry the totals.
 
     Raises:
+        TypeError: If ``stats`` is not a :class:`BucketStats` or ``path`` not a path.
+        ValueError: If ``dpi`` is not in ``[1, MAX_DPI]``.
         ImportError: If matplotlib is not installed (``pip install 'dataorder[plots]'``).
     """
+    stats = _checked(stats)
+    target = path_arg("path", path)
+    dpi = check_int("dpi", dpi, min_value=1, max_value=MAX_DPI)
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -392,38 +552,54 @@ def plot_bucket_stats(stats: BucketStats, path: str | os.PathLike[str], *, dpi: 
         raise ImportError(
             "plot_bucket_stats needs matplotlib; install it with: pip install 'dataorder[plots]'"
         ) from exc
-    dpi = check_int("dpi", dpi, min_value=1)
-    k = len(stats.buckets)
-    labels = [f"{b['resolution'][0]}x{b['resolution'][1]}" for b in stats.buckets]
+    # hundreds of video buckets: only those in use get a bar
+    shown = np.flatnonzero(stats.counts) if stats.is_video else np.arange(len(stats.buckets))
+    k = shown.size
+    labels = []
+    for j in shown.tolist():
+        b = stats.buckets[j]
+        frames = f"x{b['frames']}f" if stats.is_video else ""
+        labels.append(f"{b['resolution'][0]}x{b['resolution'][1]}{frames}")
     x = np.arange(k)
     fig = Figure(figsize=(max(8.0, 0.32 * k + 3), 9.0), dpi=dpi)
     FigureCanvasAgg(fig)  # an Agg canvas of its own: no pyplot, no global backend switch
     ax1, ax2, ax3 = fig.subplots(3, 1, sharex=True)
     o = stats.overall
-    ax1.bar(x, stats.counts, color="tab:blue")
-    ax1.set_ylabel("images")
+    what = "clips" if stats.is_video else "images"
+    ax1.bar(x, stats.counts[shown], color="tab:blue")
+    ax1.set_ylabel(what)
+    unit = "tokens" if stats.is_video else "pixels"
+    cap = f"max_tokens={stats.max_tokens}" if stats.is_video else f"max_pixels={stats.max_pixels}"
+    of = f"{k} of {len(stats.buckets)}" if stats.is_video else f"{k}"
     ax1.set_title(
-        f"{int(o['images'])} images, {k} buckets, max_pixels={stats.max_pixels}; "
-        f"mean |pixels/budget - 1| = {o['budget_mean_abs_dev']:.3f}"
+        f"{int(o['images'])} {what}, {of} buckets, {cap}; "
+        f"mean |{unit}/budget - 1| = {o['budget_mean_abs_dev']:.3f}"
     )
-    ax2.bar(x - 0.2, 100 * np.nan_to_num(stats.mean_crop_loss), 0.4, label="mean")
-    ax2.bar(x + 0.2, 100 * np.nan_to_num(stats.p95_crop_loss), 0.4, label="p95")
-    ax2.axhline(10, color="grey", linewidth=0.8, linestyle="--")
-    ax2.set_ylabel("crop loss (% of area)")
-    ax2.set_title(
+    bars = [("mean crop", stats.mean_crop_loss), ("p95 crop", stats.p95_crop_loss)]
+    title = (
         f"crop loss: mean {_pct(o['mean_crop_loss'])} %, p95 {_pct(o['p95_crop_loss'])} %, "
-        f"{_pct(o['share_over_10'])} % of images lose > 10 %"
+        f"{_pct(o['share_over_10'])} % of {what} lose > 10 %"
     )
+    if stats.mean_trim_loss is not None:
+        bars.append(("mean trim", stats.mean_trim_loss))
+        title += f"; trim loss: mean {_pct(o['mean_trim_loss'])} % of frames"
+    width = 0.8 / len(bars)
+    for i, (label, values) in enumerate(bars):
+        offset = (i - (len(bars) - 1) / 2) * width
+        ax2.bar(x + offset, 100 * np.nan_to_num(values[shown]), width, label=label)
+    ax2.axhline(10, color="grey", linewidth=0.8, linestyle="--")
+    ax2.set_ylabel("loss (% of area or frames)" if stats.is_video else "crop loss (% of area)")
+    ax2.set_title(title)
     ax2.legend(loc="upper right")
-    waste = stats.dropped if stats.drop_last else stats.padded
+    waste = (stats.dropped if stats.drop_last else stats.padded)[shown]
     kind = "dropped (drop_last)" if stats.drop_last else "padded (last batch shrinks)"
     ax3.bar(x, waste, color="tab:red")
     ax3.set_ylabel(kind.split(" ")[0])
     ax3.set_title(
         f"{int(waste.sum())} samples {kind} with {stats.num_replicas} replicas, "
-        f"batch {int(stats.batch_sizes.max()) if k else 0} per rank"
+        f"batch {int(stats.batch_sizes.max()) if stats.batch_sizes.size else 0} per rank"
     )
     ax3.set_xticks(x)
     ax3.set_xticklabels(labels, rotation=90, fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.fspath(path), format="png")
+    fig.savefig(target, format="png")

@@ -1,19 +1,20 @@
 """Which samples share a bucket, held as compact arrays. No torch here.
 
-A bucket is one training shape: a ``(width, height)`` resolution and an aspect name. Every sample
-belongs to exactly one bucket, and the bucket sampler (:mod:`dataorder.diffusion.bucket_sampler`)
-only needs, per bucket, its size, its resolution and the dataset indices it holds. Those live in
-a :class:`BucketTable`, a CSR layout of two int64 arrays whatever the dataset size:
+A bucket is one training shape: a ``(width, height)`` resolution and an aspect name, and for
+video a frame count too. Every sample belongs to exactly one bucket, and the bucket sampler
+(:mod:`dataorder.diffusion.bucket_sampler`) only needs, per bucket, its size, its shape and the
+dataset indices it holds. Those live in a :class:`BucketTable`, a CSR layout of two int64 arrays
+whatever the dataset size:
 
 * ``indices`` (shape ``(N,)``): every dataset index, grouped by bucket, in dataset order inside a
   bucket;
 * ``offsets`` (shape ``(B + 1,)``): bucket ``j`` holds ``indices[offsets[j]:offsets[j + 1]]``.
 
-Buckets are sorted by pixel count ascending, ties in order of first appearance in the dataset
-(NeMo Automodel's ``sorted_bucket_keys``). Ten million samples cost 80 MB here; NeMo's dict of
-Python lists of indices costs about 360 MB (a pointer and an int object per sample). The
-multi-resolution dataset (:mod:`dataorder.diffusion.multires`) builds its table with the
-functions here.
+Buckets are sorted by pixel count ascending (video buckets: by latent tokens), ties in order of
+first appearance in the dataset (NeMo Automodel's ``sorted_bucket_keys``). Ten million samples
+cost 80 MB here; NeMo's dict of Python lists of indices costs about 360 MB (a pointer and an int
+object per sample). The multi-resolution dataset (:mod:`dataorder.diffusion.multires`) builds its
+table with the functions here.
 
 Example:
     >>> from dataorder.diffusion.table import table_from_ids
@@ -39,10 +40,12 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_int
+from dataorder.diffusion.scan_files import path_arg
 
 __all__ = [
     "ASPECT_SQUARE_MAX",
     "ASPECT_TALL_BELOW",
+    "BucketKey",
     "BucketTable",
     "IntArray",
     "as_int_array",
@@ -51,6 +54,8 @@ __all__ = [
     "group_by_bucket",
     "load_nemo_cache",
     "narrow",
+    "sort_key",
+    "table_from_buckets",
     "table_from_ids",
     "table_from_items",
 ]
@@ -61,6 +66,8 @@ ASPECT_TALL_BELOW = 0.85
 ASPECT_SQUARE_MAX = 1.18
 
 IntArray = npt.NDArray[np.int64]
+#: NeMo's bucket key ``(aspect_name, (width, height))``; a video bucket adds its frame count.
+BucketKey = tuple[str, tuple[int, int]] | tuple[str, tuple[int, int], int]
 
 
 def aspect_name(aspect_ratio: float) -> str:
@@ -83,6 +90,19 @@ def as_int_array(name: str, values: object, ndim: int) -> IntArray:
     return arr.astype(np.int64, copy=False)
 
 
+def sort_key(
+    resolutions: npt.NDArray[np.int64],
+    frames: npt.NDArray[np.int64] | None = None,
+    tokens: npt.NDArray[np.int64] | None = None,
+) -> IntArray:
+    """What buckets are sorted by (ascending, ties by first appearance): latent tokens if
+    known, else the volume ``pixels x frames`` of a video bucket, else pixels."""
+    if tokens is not None:
+        return np.asarray(tokens, dtype=np.int64)
+    key: IntArray = resolutions[:, 0] * resolutions[:, 1]
+    return key if frames is None else key * frames
+
+
 def group_by_bucket(
     bucket_ids: npt.ArrayLike, pixels: npt.ArrayLike
 ) -> tuple[IntArray, IntArray, IntArray]:
@@ -90,7 +110,8 @@ def group_by_bucket(
 
     Args:
         bucket_ids: Shape ``(N,)``, the bucket of every sample, ints in ``[0, K)``.
-        pixels: Shape ``(K,)``, the pixel count of every possible bucket.
+        pixels: Shape ``(K,)``, the sort key of every possible bucket: its pixel count, or
+            :func:`sort_key` (tokens) for video buckets.
 
     Returns:
         ``(order, offsets, indices)``: ``order`` (shape ``(B,)``) lists the ``B`` buckets that
@@ -142,6 +163,9 @@ class BucketTable:
             recorded on its first sample).
         offsets: Shape ``(B + 1,)``: bucket ``j`` holds ``indices[offsets[j]:offsets[j + 1]]``.
         indices: Shape ``(N,)``, dataset indices grouped by bucket, dataset order inside each.
+        frames: Shape ``(B,)``, each video bucket's frame count; None for image buckets.
+        tokens: Shape ``(B,)``, each video bucket's latent tokens (what its batch size is
+            computed from), or None.
     """
 
     resolutions: IntArray
@@ -149,6 +173,8 @@ class BucketTable:
     aspect_ratios: npt.NDArray[np.float64]
     offsets: IntArray
     indices: IntArray
+    frames: IntArray | None = None
+    tokens: IntArray | None = None
 
     def __post_init__(self) -> None:
         b = len(self.aspect_names)
@@ -168,6 +194,16 @@ class BucketTable:
             raise ValueError("offsets must increase strictly and end at len(indices)")
         if int(self.resolutions.min()) <= 0:
             raise ValueError(f"resolutions must be positive; got {self.resolutions.tolist()}")
+        for name in ("frames", "tokens"):
+            column = getattr(self, name)
+            if column is None:
+                continue
+            if column.shape != (b,) or int(column.min()) <= 0:
+                raise ValueError(
+                    f"{name} must have shape ({b},) and be positive; got {column.tolist()}"
+                )
+        if self.tokens is not None and self.frames is None:
+            raise ValueError("tokens are a video table's: pass frames too")
 
     @classmethod
     def from_nemo_groups(
@@ -177,7 +213,7 @@ class BucketTable:
 
         This accepts any NeMo-style dataset (O(N) conversion, done once): each group needs
         ``indices``, ``resolution`` and ``aspect_name``; ``aspect_ratio`` defaults to the
-        resolution's.
+        resolution's. Video groups also have ``frames`` (and ``tokens``), all or none.
         """
         keys = list(sorted_bucket_keys)
         if not keys:
@@ -197,7 +233,9 @@ class BucketTable:
         indices = np.concatenate([np.asarray(g["indices"], dtype=np.int64) for g in groups])
         if indices.size and int(indices.min()) < 0:
             raise ValueError("bucket_groups indices must be non-negative")
-        return cls(res, tuple(str(g["aspect_name"]) for g in groups), ratios, offsets, indices)
+        video = {name: _group_column(groups, name) for name in ("frames", "tokens")}
+        names = tuple(str(g["aspect_name"]) for g in groups)
+        return cls(res, names, ratios, offsets, indices, video["frames"], video["tokens"])
 
     @property
     def num_buckets(self) -> int:
@@ -224,10 +262,23 @@ class BucketTable:
         bucket = check_int("bucket", bucket, min_value=0, max_value=self.num_buckets - 1)
         return self.indices[self.offsets[bucket] : self.offsets[bucket + 1]]
 
-    def key(self, bucket: int) -> tuple[str, tuple[int, int]]:
-        """NeMo's bucket key ``(aspect_name, (width, height))``."""
+    @property
+    def is_video(self) -> bool:
+        """Whether the buckets are video shapes (they have frame counts)."""
+        return self.frames is not None
+
+    def key(self, bucket: int) -> BucketKey:
+        """NeMo's bucket key ``(aspect_name, (width, height))``; a video bucket's is
+        ``(aspect_name, (width, height), frames)``, so frame counts of one size stay apart."""
         w, h = self.resolutions[bucket].tolist()
-        return self.aspect_names[bucket], (w, h)
+        if self.frames is None:
+            return self.aspect_names[bucket], (w, h)
+        return self.aspect_names[bucket], (w, h), int(self.frames[bucket])
+
+    def shape_name(self, bucket: int) -> str:
+        """``"832x480"``, or ``"832x480x81f"`` for a video bucket of 81 frames."""
+        w, h = self.resolutions[bucket].tolist()
+        return f"{w}x{h}" if self.frames is None else f"{w}x{h}x{int(self.frames[bucket])}f"
 
     @cached_property
     def fingerprint(self) -> str:
@@ -237,22 +288,56 @@ class BucketTable:
         names, and the same dataset indices in each bucket in the same order, so a sampler state
         moves between them. Membership is hashed too: a rescan that moves samples between buckets
         (same bucket sizes) changes the order of every bucket it touches, and a state from before
-        it must be refused. Hashing 10 M indices takes a few tens of milliseconds.
+        it must be refused. Hashing 10 M indices takes a few tens of milliseconds. A video
+        table's frame counts are hashed too; an image table hashes exactly what it did before
+        video existed, so saved image states stay valid.
         """
         h = hashlib.blake2b(digest_size=8, person=b"dataorder.bktab")
         h.update(np.ascontiguousarray(self.sizes, dtype="<i8").tobytes())
         h.update(np.ascontiguousarray(self.resolutions, dtype="<i8").tobytes())
         h.update(",".join(self.aspect_names).encode())
+        if self.frames is not None:
+            h.update(b"frames")
+            h.update(np.ascontiguousarray(self.frames, dtype="<i8").tobytes())
         narrow = "<u4" if self.num_samples and int(self.indices.max()) < 2**32 else "<i8"
         h.update(np.ascontiguousarray(self.indices, dtype=narrow).data)
         return h.hexdigest()
+
+
+def _group_column(groups: Sequence[Mapping[str, Any]], name: str) -> IntArray | None:
+    """``name`` of every NeMo-style group as an array, or None if no group has it."""
+    have = [name in g for g in groups]
+    if not any(have):
+        return None
+    if not all(have):
+        raise ValueError(f"bucket_groups must give {name!r} for every bucket or for none")
+    return np.array([check_int(name, g[name], min_value=1) for g in groups], dtype=np.int64)
+
+
+def _per_bucket(name: str, values: npt.ArrayLike | None, k: int) -> IntArray | None:
+    if values is None:
+        return None
+    arr = as_int_array(name, values, 1)
+    if arr.shape != (k,):
+        raise ValueError(f"{name} must have shape ({k},) (one per bucket id); got {arr.shape}")
+    if arr.size and int(arr.min()) <= 0:
+        raise ValueError(f"{name} must be positive; got min={int(arr.min())}")
+    return arr
 
 
 def table_from_ids(
     bucket_ids: npt.ArrayLike,
     resolutions: npt.ArrayLike,
     aspect_ratios: npt.ArrayLike | None,
+    *,
+    frames: npt.ArrayLike | None = None,
+    tokens: npt.ArrayLike | None = None,
 ) -> tuple[BucketTable, IntArray]:
+    """The table of samples with these bucket ids, and each id's row (-1: no sample).
+
+    ``resolutions`` (``(K, 2)``), ``aspect_ratios``, ``frames`` and ``tokens`` (``(K,)``) are
+    per bucket id; ``frames`` makes it a video table, sorted by :func:`sort_key`.
+    """
     res = as_int_array("resolutions", resolutions, 2)
     if res.shape[1:] != (2,):
         raise ValueError(f"resolutions must have shape (K, 2); got {res.shape}")
@@ -264,13 +349,20 @@ def table_from_ids(
         ratios = np.asarray(aspect_ratios, dtype=np.float64)
         if ratios.shape != (res.shape[0],):
             raise ValueError(f"aspect_ratios must have shape ({res.shape[0]},); got {ratios.shape}")
-    order, offsets, indices = group_by_bucket(bucket_ids, res[:, 0] * res[:, 1])
+    k = res.shape[0]
+    f = _per_bucket("frames", frames, k)
+    t = _per_bucket("tokens", tokens, k)
+    if t is not None and f is None:
+        raise ValueError("tokens are a video table's: pass frames too")
+    order, offsets, indices = group_by_bucket(bucket_ids, sort_key(res, f, t))
     table = BucketTable(
         res[order],
         tuple(aspect_name(float(r)) for r in ratios[order]),
         ratios[order],
         offsets,
         indices,
+        None if f is None else f[order],
+        None if t is None else t[order],
     )
     # bucket id -> row of the table (-1 for ids no sample uses)
     id_to_row = np.full(res.shape[0], -1, dtype=np.int64)
@@ -296,11 +388,12 @@ def load_nemo_cache(cache_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     found in", "Invalid metadata format in"), which code written for NeMo may match on.
 
     Raises:
+        TypeError: If ``cache_dir`` is not a path.
         FileNotFoundError: If ``metadata.json`` or a shard is missing (the message names it).
         ValueError: If a file is not valid JSON (naming the file and line) or does not have the
-            expected shape (naming the file and the field).
+            expected shape (naming the file and the field), an item's resolution included.
     """
-    root = Path(cache_dir)
+    root = Path(path_arg("cache_dir", cache_dir))
     meta_file = root / "metadata.json"
     if not meta_file.is_file():
         raise FileNotFoundError(
@@ -320,6 +413,7 @@ def load_nemo_cache(cache_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
             f"shard file names); got {got}"
         )
     items: list[dict[str, Any]] = []
+    field = ""  # chosen from the first item of the cache, as table_from_items does
     for shard in shards:
         path = root / shard
         if not path.is_file():
@@ -334,8 +428,33 @@ def load_nemo_cache(cache_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
             raise ValueError(
                 f"{path}: item {bad} must be a JSON object; got {type(data[bad]).__name__}"
             )
+        if data:
+            field = field or _resolution_field(data[0])
+            for i, item in enumerate(data):
+                try:
+                    _item_resolution(i, item, field)
+                except ValueError as err:
+                    raise ValueError(f"{path}: {err}") from None
         items.extend(data)
     return items
+
+
+def _resolution_field(first: Mapping[str, Any]) -> str:
+    """NeMo's choice: ``bucket_resolution`` if the first item has it, else ``crop_resolution``."""
+    return "bucket_resolution" if "bucket_resolution" in first else "crop_resolution"
+
+
+def _item_resolution(i: int, item: Mapping[str, Any], field: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in item[field])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(
+            f"item {i} must have {field!r} as a (width, height) pair (the field is chosen "
+            f"from item 0); got {item.get(field)!r}"
+        ) from err
+    if w <= 0 or h <= 0:
+        raise ValueError(f"item {i}: {field} must be positive; got {[w, h]}")
+    return w, h
 
 
 def table_from_items(items: Sequence[Mapping[str, Any]]) -> BucketTable:
@@ -343,19 +462,13 @@ def table_from_items(items: Sequence[Mapping[str, Any]]) -> BucketTable:
     the first item (``bucket_resolution`` if present, else ``crop_resolution``)."""
     if not items:
         raise ValueError("dataset must hold at least one sample; got an empty cache")
-    field = "bucket_resolution" if "bucket_resolution" in items[0] else "crop_resolution"
+    field = _resolution_field(items[0])
     codes: dict[tuple[str, int, int], int] = {}
     first_ratio: list[float] = []
     item_codes: list[int] = []
     for i, item in enumerate(items):
         ratio = float(item.get("aspect_ratio", 1.0))
-        try:
-            w, h = (int(v) for v in item[field])
-        except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(
-                f"item {i} must have {field!r} as a (width, height) pair (the field is chosen "
-                f"from item 0); got {item.get(field)!r}"
-            ) from err
+        w, h = _item_resolution(i, item, field)
         key = (aspect_name(ratio), w, h)
         code = codes.get(key)
         if code is None:
@@ -363,8 +476,6 @@ def table_from_items(items: Sequence[Mapping[str, Any]]) -> BucketTable:
             first_ratio.append(ratio)
         item_codes.append(code)
     res = np.array([[w, h] for _, w, h in codes], dtype=np.int64)
-    if int(res.min()) <= 0:
-        raise ValueError(f"{field} must be positive; got {res[res.min(axis=1) <= 0][0].tolist()}")
     # Codes are numbered in order of first appearance, so group_by_bucket's tie-break by first
     # sample is NeMo's stable sort of the keys by pixels.
     order, offsets, indices = group_by_bucket(np.array(item_codes, dtype=np.int64), res.prod(1))
@@ -405,3 +516,18 @@ def bucket_arrays(
     if not seen.all():
         raise ValueError(f"bucket ids must be 0..{k - 1} exactly once")
     return res, ratios
+
+
+def table_from_buckets(
+    bucket_ids: npt.ArrayLike, buckets: Sequence[Mapping[str, Any]]
+) -> tuple[BucketTable, IntArray]:
+    """:func:`table_from_ids` over a calculator's bucket dicts (``get_all_buckets()`` of an
+    image or a video calculator, or a manifest's ``buckets``); video buckets keep their
+    ``frames`` and ``tokens``."""
+    res, ratios = bucket_arrays(buckets)
+    video = bool(buckets) and all("frames" in b for b in buckets)
+    frames = tokens = None
+    if video:
+        frames = np.array([b["frames"] for b in buckets], dtype=np.int64)
+        tokens = np.array([b["tokens"] for b in buckets], dtype=np.int64)
+    return table_from_ids(bucket_ids, res, ratios, frames=frames, tokens=tokens)

@@ -73,7 +73,6 @@ from dataorder.llm.orders import (
 )
 
 __all__ = [
-    "MAX_SEED",
     "BaseMegatronSampler",
     "MegatronPretrainingRandomSampler",
     "MegatronPretrainingSampler",

@@ -5,12 +5,15 @@ Subcommands:
 * ``dataorder demo``: a real 8-process gloo job that trains with every sampler, checkpoints
   mid-epoch, restarts on another data-parallel size and checks the result
   (:mod:`dataorder.tools.demo`);
-* ``dataorder buckets --preset 1024p``: the bucket table of a preset;
+* ``dataorder buckets --preset 1024p``: the bucket table of a preset (``--video --preset
+  wan2.1-480p``: of a video model's setting, :mod:`dataorder.diffusion.video`);
 * ``dataorder scan DIR -o MANIFEST``: image sizes from headers into a manifest
-  (:mod:`dataorder.diffusion.scan`);
+  (:mod:`dataorder.diffusion.scan`); with ``--video``, clip sizes and frame counts
+  (:mod:`dataorder.diffusion.video_scan`, needs PyAV: ``pip install 'dataorder[video]'``);
 * ``dataorder plan MANIFEST --num-replicas 64 --batch-size 8``: what an epoch of the bucket
-  sampler looks like on that layout: images per bucket, crop loss, dropped or padded samples,
-  steps (:mod:`dataorder.diffusion.stats`);
+  sampler looks like on that layout: samples per bucket, crop loss (and trim loss for clips),
+  dropped or padded samples, steps (:mod:`dataorder.diffusion.stats`); ``--fit`` adds a bucket
+  set fitted to the manifest, beside its own (:mod:`dataorder.diffusion.fit`);
 * ``dataorder inspect STATE.json``: what a saved sampler state means, and the next batch.
 
 Tables use rich when it is installed (``pip install 'dataorder[cli]'``) and plain text otherwise
@@ -29,11 +32,14 @@ from typing import IO, Any, NoReturn
 
 from dataorder.tools.inspect_state import cmd_inspect
 from dataorder.tools.output import (
+    DEFAULT_IMAGE_PRESET,
+    DEFAULT_VIDEO_PRESET,
     EXIT_CHECKS_FAILED,
     EXIT_USAGE,
     Output,
     add_calculator_args,
     calculator_from_args,
+    int_arg,
     one_line,
 )
 from dataorder.tools.plan import cmd_plan
@@ -148,7 +154,11 @@ def _aspect(w: int, h: int) -> str:
 
 def _cmd_buckets(args: argparse.Namespace, out: Output) -> int:
     calc = calculator_from_args(args)
+    if args.batch_size is not None and not args.video:
+        raise ValueError("--batch-size applies with --video (cost-model batch sizes per bucket)")
     buckets = calc.get_all_buckets()
+    if args.video:
+        return _video_buckets(args, out, calc, buckets)
     if args.json:
         out.json({"calculator": calc.config(), "buckets": buckets})
         return 0
@@ -164,7 +174,7 @@ def _cmd_buckets(args: argparse.Namespace, out: Output) -> int:
         ]
         for b in buckets
     ]
-    source = f"--max-pixels {budget:,}" if args.max_pixels is not None else args.preset
+    source = f"--max-pixels {budget:,}" if args.max_pixels is not None else calc_preset(args)
     out.table(
         f"{len(buckets)} buckets: {source}, quantization {calc.quantization}, "
         f"compat {calc.compat!r}",
@@ -174,48 +184,108 @@ def _cmd_buckets(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def calc_preset(args: argparse.Namespace) -> str:
+    """The preset the options name (their default if none)."""
+    return str(args.preset or (DEFAULT_VIDEO_PRESET if args.video else DEFAULT_IMAGE_PRESET))
+
+
+def _video_buckets(args: argparse.Namespace, out: Output, calc: Any, buckets: Any) -> int:
+    from dataorder.diffusion.video import PRESETS
+
+    sizes = None if args.batch_size is None else calc.batch_sizes(args.batch_size).tolist()
+    if args.json:
+        extra = {} if sizes is None else {"batch_sizes": sizes}
+        out.json({"calculator": calc.config(), "buckets": buckets, **extra})
+        return 0
+    rows = [
+        [
+            b["id"],
+            b["frames"],
+            f"{b['resolution'][0]}x{b['resolution'][1]}",
+            f"{b['aspect_ratio']:.3f}",
+            _aspect(*b["resolution"]),
+            f"{b['tokens']:,}",
+            f"{b['tokens'] / calc.max_tokens:.1%}",
+            *([] if sizes is None else [sizes[b["id"]]]),
+        ]
+        for b in buckets
+    ]
+    frames = calc.frame_counts
+    upscale = "none" if calc.max_upscale is None else str(calc.max_upscale)
+    name = calc_preset(args)
+    out.table(
+        f"{len(buckets)} buckets: {name}, {len(frames)} frame counts {frames[0]}..{frames[-1]}, "
+        f"max_tokens {calc.max_tokens:,}, quantization {calc.quantization}, "
+        f"max_upscale {upscale}",
+        ["id", "frames", "resolution", "w/h", "shape", "tokens", "of budget"]
+        + ([] if sizes is None else [f"batch (b={args.batch_size} at the budget)"]),
+        rows,
+    )
+    out.line(PRESETS[name].description)
+    out.line(f"source: {PRESETS[name].source}")
+    return 0
+
+
 # -- scan -----------------------------------------------------------------------------------------
 def _cmd_scan(args: argparse.Namespace, out: Output) -> int:
-    from dataorder.diffusion.scan import scan_images, write_manifest
+    from dataorder.diffusion.manifest import manifest_from_scan, write_manifest
+    from dataorder.diffusion.scan import scan_images
 
     if not os.path.isdir(args.directory):
         raise ValueError(f"DIR must be an existing directory; got DIR={args.directory!r}")
     calc = calculator_from_args(args)
+    what = "clips" if args.video else "images"
     progress: Any = False
     if not args.no_progress:
         try:
-            import rich  # noqa: F401  (scan_images draws the bar with it)
+            import rich  # noqa: F401  (the scan draws the bar with it)
         except ImportError:
-            progress = _plain_progress(sys.stderr)
+            progress = _plain_progress(sys.stderr, what)
         else:
             progress = True
-    manifest = scan_images(args.directory, calc, workers=args.workers, progress=progress)
+    unassigned = None
+    if args.video:
+        from dataorder.diffusion.video_scan import scan_videos
+
+        scan = scan_videos(args.directory, calc, workers=args.workers, progress=progress)
+        unassigned = scan.unassigned()
+        manifest = manifest_from_scan(scan)
+    else:
+        manifest = scan_images(args.directory, calc, workers=args.workers, progress=progress)
     if len(manifest) == 0:
-        reason = f" ({len(manifest.errors)} unreadable)" if manifest.errors else ""
-        raise ValueError(f"no readable image under {args.directory}{reason}; nothing written")
+        reason = f" ({len(manifest.errors)} unusable)" if manifest.errors else ""
+        one = what[:-1]
+        raise ValueError(f"no readable {one} under {args.directory}{reason}; nothing written")
     write_manifest(manifest, args.output)
     used = int((manifest.bucket_counts() > 0).sum())
     out.line(
-        f"scanned {len(manifest)} images into {used} of {len(manifest.buckets)} buckets; "
+        f"scanned {len(manifest)} {what} into {used} of {len(manifest.buckets)} buckets; "
         f"wrote {args.output}"
     )
-    if manifest.errors:
-        out.line(f"{len(manifest.errors)} files could not be read and were skipped:")
-        for path, reason in manifest.errors[:5]:
+    errors = manifest.errors
+    if unassigned is not None and any(unassigned.values()):
+        out.line(
+            f"{unassigned['too_short']} clips too short and {unassigned['too_small']} too small "
+            "for every bucket were left out (listed in the manifest header with the reason)"
+        )
+        errors = [e for e in errors if not e[1].startswith(("too short:", "too small:"))]
+    if errors:
+        out.line(f"{len(errors)} files could not be read and were skipped:")
+        for path, reason in errors[:5]:
             out.line(f"  {path}: {reason}")
-        if len(manifest.errors) > 5:
-            out.line(f"  ... and {len(manifest.errors) - 5} more (listed in the manifest header)")
+        if len(errors) > 5:
+            out.line(f"  ... and {len(errors) - 5} more (listed in the manifest header)")
     return 0
 
 
-def _plain_progress(stream: IO[str]) -> Callable[[int, int], None]:
+def _plain_progress(stream: IO[str], what: str = "images") -> Callable[[int, int], None]:
     last = [-1]
 
     def report(done: int, total: int) -> None:
         percent = 100 * done // max(total, 1)
         if percent != last[0] and (percent % 10 == 0 or done == total):
             last[0] = percent
-            print(f"scanned {done}/{total} images ({percent}%)", file=stream, flush=True)
+            print(f"scanned {done}/{total} {what} ({percent}%)", file=stream, flush=True)
 
     return report
 
@@ -231,6 +301,41 @@ def _resolution(text: str) -> tuple[int, int]:
     if w < 1 or h < 1:
         raise argparse.ArgumentTypeError(f"must be positive; got {text!r}")
     return w, h
+
+
+def _share(text: str) -> float:
+    """A share in ``[0, 1]`` (``--max-waste``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1]; got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1]; got {text!r}")
+    return value
+
+
+def _int_list(text: str) -> list[int]:
+    """Comma-separated positive ints (``--source-sizes``)."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be positive ints separated by commas; got {text!r}"
+        ) from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"must be positive ints separated by commas; got {text!r}")
+    return values
+
+
+def _float_list(text: str) -> list[float]:
+    """Comma-separated non-negative numbers (``--weights``)."""
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be numbers separated by commas; got {text!r}"
+        ) from None
+    return values
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -298,22 +403,34 @@ def build_parser() -> argparse.ArgumentParser:
         "buckets",
         parents=[common],
         help="the bucket table of a preset",
-        description="Print the resolution buckets of a pixel budget.",
+        description=(
+            "Print the resolution buckets of a pixel budget, or with --video the (frames, "
+            "height, width) buckets of a video model's token budget."
+        ),
     )
-    add_calculator_args(p, upscale=False)
+    add_calculator_args(p, upscale=False, video=True)
+    p.add_argument(
+        "--batch-size",
+        type=int_arg(1),
+        default=None,
+        help="with --video: the per-rank batch at the full budget; show each bucket's",
+    )
     p.add_argument("--json", action="store_true", help="print the buckets as JSON")
     p.set_defaults(func=_cmd_buckets)
 
     p = sub.add_parser(
         "scan",
         parents=[common],
-        help="read image sizes from headers into a manifest",
-        description="Read the size of every image under DIR (headers only) and bucket it.",
+        help="read image (or video) sizes from headers into a manifest",
+        description=(
+            "Read the size of every image under DIR (headers only) and bucket it; with --video, "
+            "the size and frame count of every clip (needs PyAV: pip install 'dataorder[video]')."
+        ),
     )
     p.add_argument("directory", metavar="DIR")
     p.add_argument("-o", "--output", required=True, metavar="MANIFEST", help="manifest to write")
-    add_calculator_args(p, upscale=True)
-    p.add_argument("--workers", type=int, default=None, help="reader threads")
+    add_calculator_args(p, upscale=True, video=True)
+    p.add_argument("--workers", type=int_arg(1), default=None, help="reader threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_scan)
 
@@ -327,8 +444,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("manifest", metavar="MANIFEST")
-    p.add_argument("--num-replicas", type=int, required=True, help="data-parallel size")
-    p.add_argument("--batch-size", type=int, required=True, help="per-rank batch size")
+    p.add_argument("--num-replicas", type=int_arg(1), required=True, help="data-parallel size")
+    p.add_argument("--batch-size", type=int_arg(1), required=True, help="per-rank batch size")
     p.add_argument("--drop-last", action="store_true", help="drop each bucket's partial batch")
     p.add_argument(
         "--dynamic-batch-size",
@@ -342,6 +459,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="where --batch-size applies with --dynamic-batch-size (default: 512x512)",
     )
     p.add_argument("--png", default=None, help="write a plot of the plan to this PNG")
+    p.add_argument(
+        "--fit",
+        action="store_true",
+        help="also fit a bucket set to the manifest for this layout, shown beside (images)",
+    )
+    p.add_argument(
+        "--max-waste",
+        type=_share,
+        default=0.01,
+        help="with --fit: largest share of samples dropped or padded (default: 0.01)",
+    )
+    p.add_argument(
+        "--write-manifest",
+        metavar="PATH",
+        default=None,
+        help="with --fit: write the manifest re-bucketed by the fitted set",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=cmd_plan)
 
@@ -356,23 +490,38 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("state", metavar="STATE.json")
-    p.add_argument("--rank", type=int, default=None, help="show only this rank's next batch")
+    p.add_argument("--rank", type=int_arg(0), default=None, help="show only this rank's next batch")
     p.add_argument(
         "--num-replicas",
-        type=int,
+        type=int_arg(1),
         default=None,
         help="show the next batches on this data-parallel size (an elastic resume)",
     )
     p.add_argument(
-        "--micro-batch-size", type=int, default=None, help="Megatron: another micro-batch size"
+        "--micro-batch-size",
+        type=int_arg(1),
+        default=None,
+        help="Megatron: another micro-batch size",
     )
     p.add_argument(
         "--count",
-        type=int,
+        type=int_arg(1),
         default=8,
         help="indices to show for a per-index sampler (default: 8)",
     )
     p.add_argument("--manifest", default=None, help="bucket sampler: the dataset's manifest")
+    p.add_argument(
+        "--source-sizes",
+        type=_int_list,
+        default=None,
+        help="blended sampler: samples in each source, e.g. 1000,500,250",
+    )
+    p.add_argument(
+        "--weights",
+        type=_float_list,
+        default=None,
+        help="blended sampler: the weights it was built with, e.g. 0.5,0.3,0.2",
+    )
     p.add_argument(
         "--sizes",
         default=None,

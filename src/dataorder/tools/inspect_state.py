@@ -22,12 +22,14 @@ __all__ = ["cmd_inspect"]
 def _sampler_classes() -> dict[str, Any]:
     """The samplers ``inspect`` can rebuild, by the ``kind`` their states record."""
     from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+    from dataorder.llm.blend import BlendedSampler
     from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
     from dataorder.parallel.distributed import DistributedSampler
 
     classes: list[Any] = [
         MegatronPretrainingSampler,
         MegatronPretrainingRandomSampler,
+        BlendedSampler,
         DistributedSampler,
         SequentialBucketSampler,
     ]
@@ -42,7 +44,10 @@ def _bucket_dataset(args: argparse.Namespace) -> Any:
     if args.sizes:
         import numpy as np
 
-        table = np.loadtxt(args.sizes, delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
+        try:
+            table = np.loadtxt(args.sizes, delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
+        except ValueError as err:  # numpy names the row, not the file
+            raise ValueError(f"{args.sizes}: not a CSV of width,height rows ({err})") from None
         if table.shape[1] != 2:
             raise ValueError(f"--sizes must be a CSV of width,height rows; got {args.sizes}")
         return BaseMultiresolutionDataset.from_sizes(
@@ -103,7 +108,7 @@ def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
                 out.line(report["note"])
     errors = [r["error"] for r in reports if r["error"]]
     if errors:  # the explanation above still stands; what failed is rebuilding the sampler
-        print(f"dataorder: error: {one_line(ValueError(errors[0]))}", file=sys.stderr)
+        print(f"dataorder: error: {one_line(ValueError(f'{path}: {errors[0]}'))}", file=sys.stderr)
         return EXIT_USAGE
     return 0
 
@@ -135,12 +140,22 @@ def _inspect_one(where: str, state: dict[str, Any], args: argparse.Namespace) ->
     try:
         if cls is None:
             raise ValueError(f"dataorder does not know how to rebuild a {kind!r} sampler")
-        needs_dataset = "dataset" in cls.from_state.__code__.co_varnames
+        for key, value in layout.items():  # sizes; named as the state names them
+            if type(value) is not int or value < 1:
+                raise ValueError(f"layout.{key} must be a positive int; got layout.{key}={value!r}")
+        needs = cls.from_state.__code__.co_varnames
+        needs_dataset = "dataset" in needs
+        needs_mixture = "sizes" in needs and "weights" in needs
         dataset = _bucket_dataset(args) if needs_dataset else None
         if needs_dataset and dataset is None:
             note = (
                 "next batch: not shown; a bucket sampler needs its dataset: pass --manifest "
                 "MANIFEST or --sizes CSV"
+            )
+        elif needs_mixture and not (args.source_sizes and args.weights):
+            note = (
+                "next batch: not shown; a blended sampler needs its sources: pass "
+                "--source-sizes N,N,... and --weights W,W,... (the state holds only digests)"
             )
         else:
             context = {
@@ -149,6 +164,8 @@ def _inspect_one(where: str, state: dict[str, Any], args: argparse.Namespace) ->
                 "dataset": dataset,
                 "base_resolution": args.base_resolution,
             }
+            if needs_mixture:
+                context.update(sizes=args.source_sizes, weights=args.weights)
             probe = cls.from_state(state, **context)  # ValueError naming what does not match
             samplers = {
                 r: cls.from_state(state, rank=r, **context)

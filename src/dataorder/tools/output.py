@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "Output",
     "add_calculator_args",
     "calculator_from_args",
+    "int_arg",
     "one_line",
 ]
 
@@ -109,29 +110,114 @@ def _numeric(cells: Sequence[Sequence[str]], column: int) -> bool:
     return True
 
 
-# -- demo -----------------------------------------------------------------------------------------
+def int_arg(min_value: int) -> Callable[[str], int]:
+    """An argparse ``type`` for an int of at least ``min_value`` (1: positive, 0: non-negative).
+
+    A value out of range is a usage error naming the option, never a silently ignored 0 or a
+    negative size passed on (``argument --count: must be a positive int; got '-1'``).
+    """
+    what = {0: "a non-negative int", 1: "a positive int"}.get(min_value, f"an int >= {min_value}")
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}; got {text!r}") from None
+        if value < min_value:
+            raise argparse.ArgumentTypeError(f"must be {what}; got {text!r}")
+        return value
+
+    parse.__name__ = what  # argparse names the type in some of its messages
+    return parse
+
+
+# -- the bucket calculator options -----------------------------------------------------------------
+#: ``--preset`` when none is given.
+DEFAULT_IMAGE_PRESET = "1024p"
+DEFAULT_VIDEO_PRESET = "wan2.1-480p"
+
+
 def calculator_from_args(args: argparse.Namespace) -> Any:
+    """The calculator the options describe: a video one with ``--video``, else an image one.
+
+    Raises:
+        ValueError: For an option the chosen kind does not take, or an unknown preset.
+    """
+    if getattr(args, "video", False):
+        return _video_calculator(args)
     from dataorder.diffusion.buckets import MultiTierBucketCalculator
 
+    for flag, value in (("--max-frames", getattr(args, "max_frames", None)),
+                        ("--max-upscale", getattr(args, "max_upscale", None))):  # fmt: skip
+        if value is not None:
+            raise ValueError(f"{flag} applies to video buckets: add --video")
+    quantization = 64 if args.quantization is None else args.quantization
     kwargs: dict[str, Any] = {"compat": args.compat}
     if getattr(args, "no_upscale", False):
         kwargs["no_upscale"] = True
     if args.max_pixels is not None:
-        return MultiTierBucketCalculator(args.quantization, args.max_pixels, **kwargs)
-    return MultiTierBucketCalculator.from_preset(args.preset, args.quantization, **kwargs)
+        return MultiTierBucketCalculator(quantization, args.max_pixels, **kwargs)
+    preset = args.preset or DEFAULT_IMAGE_PRESET
+    return MultiTierBucketCalculator.from_preset(preset, quantization, **kwargs)
 
 
-def add_calculator_args(p: argparse.ArgumentParser, *, upscale: bool) -> None:
+def _video_calculator(args: argparse.Namespace) -> Any:
+    from dataorder.diffusion.video import VideoBucketCalculator
+
+    for flag, given in (("--max-pixels", args.max_pixels is not None),
+                        ("--compat", args.compat != "default"),
+                        ("--no-upscale", getattr(args, "no_upscale", False))):  # fmt: skip
+        if given:
+            raise ValueError(
+                f"{flag} applies to image buckets; a video bucket set comes from --preset, "
+                "--max-frames, --max-upscale and --quantization"
+            )
+    overrides: dict[str, Any] = {}
+    if args.max_frames is not None:
+        overrides["max_frames"] = args.max_frames
+    if args.max_upscale is not None:
+        overrides["max_upscale"] = None if args.max_upscale == "none" else args.max_upscale
+    if args.quantization is not None:
+        overrides["quantization"] = args.quantization
+    return VideoBucketCalculator.from_preset(args.preset or DEFAULT_VIDEO_PRESET, **overrides)
+
+
+def _upscale_arg(text: str) -> Any:
+    """``--max-upscale``: ``none``, or an exact number such as ``3/2`` or ``1.5``."""
+    from fractions import Fraction
+
+    if text.lower() == "none":
+        return "none"
+    try:
+        value = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(
+            f"must be a number >= 1 such as 3/2 or 1.5, or none; got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number >= 1 or none; got {text!r}")
+    return value
+
+
+def add_calculator_args(p: argparse.ArgumentParser, *, upscale: bool, video: bool = False) -> None:
+    """The bucket-set options; with ``video``, also ``--video`` and its own options."""
+    presets = "256p, 512p, 768p, 1024p or 1536p (default: 1024p)"
+    if video:
+        from dataorder.diffusion.video import PRESETS
+
+        presets += f"; with --video: {', '.join(PRESETS)} (default: {DEFAULT_VIDEO_PRESET})"
+    p.add_argument("--preset", default=None, help=f"pixel budget: {presets}")
     p.add_argument(
-        "--preset",
-        default="1024p",
-        help="pixel budget: 256p, 512p, 768p, 1024p or 1536p (default: 1024p)",
+        "--max-pixels",
+        type=int_arg(1),
+        default=None,
+        help="an explicit pixel budget instead of --preset",
     )
     p.add_argument(
-        "--max-pixels", type=int, default=None, help="an explicit pixel budget instead of --preset"
-    )
-    p.add_argument(
-        "--quantization", type=int, default=64, help="bucket sides are multiples (default: 64)"
+        "--quantization",
+        type=int_arg(1),
+        default=None,
+        help="bucket sides are multiples (default: 64; video: the preset's patch in pixels)",
     )
     p.add_argument(
         "--compat",
@@ -144,6 +230,24 @@ def add_calculator_args(p: argparse.ArgumentParser, *, upscale: bool) -> None:
             "--no-upscale",
             action="store_true",
             help="only assign an image to buckets that fit inside it",
+        )
+    if video:
+        p.add_argument(
+            "--video",
+            action="store_true",
+            help="video buckets (frames x height x width under a token budget)",
+        )
+        p.add_argument(
+            "--max-frames",
+            type=int_arg(1),
+            default=None,
+            help="with --video: the longest bucket (default: the preset's)",
+        )
+        p.add_argument(
+            "--max-upscale",
+            type=_upscale_arg,
+            default=None,
+            help="with --video: the largest upscale of a clip, e.g. 3/2 (the default) or none",
         )
 
 

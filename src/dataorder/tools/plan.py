@@ -1,38 +1,38 @@
 """``dataorder plan MANIFEST --num-replicas R --batch-size B``: an epoch of the bucket sampler.
 
-Images per bucket, crop loss, steps, and the samples dropped or padded by lock-step global
-batches on that layout. Steps, drops and padding are the sampler's own plan
-(:mod:`dataorder.diffusion.bucket_plan`); ``bucket_stats`` adds the crop loss and the per-bucket
-view over the same partition.
+Samples per bucket, crop loss (and trim loss for a video manifest), steps, and the samples
+dropped or padded by lock-step global batches on that layout. Steps, drops and padding are the
+sampler's own plan (:mod:`dataorder.diffusion.bucket_plan`); ``bucket_stats`` adds the crop loss
+and the per-bucket view over the same partition.
+
+With ``--fit`` (image manifests) it also fits a bucket set to the manifest's sizes for this
+layout (:func:`dataorder.diffusion.fit.fit_to_data`, at most ``--max-waste`` of the samples
+wasted) and prints it beside the manifest's set, crop loss and waste for both;
+``--write-manifest PATH`` saves the manifest re-bucketed by the fitted set, whose calculator
+config records it, for the training run to read.
 """
 
 from __future__ import annotations
 
 import argparse
+import warnings
+from typing import Any
 
 from dataorder.tools.output import Output
 
 __all__ = ["cmd_plan"]
 
 
-def cmd_plan(args: argparse.Namespace, out: Output) -> int:
-    import warnings
-
-    import numpy as np
-
+def _sampler(manifest: Any, args: argparse.Namespace, dataset: Any = None) -> Any:
+    """The sampler of this layout over the manifest's dataset (or ``dataset``), with the
+    warnings it gives."""
     from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
     from dataorder.diffusion.multires import BaseMultiresolutionDataset
-    from dataorder.diffusion.scan import read_manifest
-    from dataorder.diffusion.stats import bucket_stats, plot_bucket_stats
 
-    manifest = read_manifest(args.manifest)
-    if len(manifest) == 0:
-        raise ValueError(f"{args.manifest} lists no image; nothing to plan")
-    # The sampler itself says what an epoch is: steps, drops and padding on this layout.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         sampler = SequentialBucketSampler(
-            BaseMultiresolutionDataset.from_manifest(manifest),
+            dataset if dataset is not None else BaseMultiresolutionDataset.from_manifest(manifest),
             base_batch_size=args.batch_size,
             base_resolution=args.base_resolution,
             drop_last=args.drop_last,
@@ -40,23 +40,55 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
             num_replicas=args.num_replicas,
             rank=0,
         )
-    # per-rank batch size of every calculator bucket (the sampler's, for the buckets in use)
-    calc = manifest.calculator_object()
-    sizes = [
+    return sampler, caught
+
+
+def _batch_sizes(manifest: Any, calc: Any, args: argparse.Namespace) -> list[int]:
+    """The per-rank batch size of every calculator bucket (the sampler's, for those in use)."""
+    if not args.dynamic_batch_size:
+        return [args.batch_size] * len(manifest.buckets)
+    if manifest.is_video:  # the cost model, relative to the full token budget
+        return [int(b) for b in calc.batch_sizes(args.batch_size)]
+    return [
         calc.get_dynamic_batch_size(
             b["resolution"], base_batch_size=args.batch_size, base_resolution=args.base_resolution
         )
-        if args.dynamic_batch_size
-        else args.batch_size
         for b in manifest.buckets
     ]
+
+
+def cmd_plan(args: argparse.Namespace, out: Output) -> int:
+    import numpy as np
+
+    from dataorder.diffusion.manifest import read_manifest
+    from dataorder.diffusion.stats import bucket_stats, plot_bucket_stats
+
+    manifest = read_manifest(args.manifest)
+    video = manifest.is_video
+    what = "clips" if video else "images"
+    if len(manifest) == 0:
+        raise ValueError(f"{args.manifest} lists no {what[:-1]}; nothing to plan")
+    if video and (args.fit or args.write_manifest):
+        raise ValueError(
+            "--fit fits image bucket sets; "
+            f"{args.manifest} is a video manifest (its buckets come from a video model's preset)"
+        )
+    if args.write_manifest and not args.fit:
+        raise ValueError("--write-manifest writes the fitted set's manifest: add --fit")
+    # The sampler itself says what an epoch is: steps, drops and padding on this layout.
+    sampler, caught = _sampler(manifest, args)
+    calc = manifest.calculator_object()
     stats = bucket_stats(
-        manifest, num_replicas=args.num_replicas, batch_size=sizes, drop_last=args.drop_last
+        manifest,
+        num_replicas=args.num_replicas,
+        batch_size=_batch_sizes(manifest, calc, args),
+        drop_last=args.drop_last,
     )
     o = stats.overall
     steps, dropped, padded = len(sampler), sampler.samples_dropped, sampler.samples_padded
+    fitted = _Fitted.build(manifest, calc, args) if args.fit else None
+    used = np.flatnonzero(stats.counts)
     if args.json:
-        used = np.flatnonzero(stats.counts)
         out.json(
             {
                 "manifest": args.manifest,
@@ -68,75 +100,191 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
                 "samples_dropped": dropped,
                 "samples_padded": padded,
                 "overall": o,
-                "buckets": [
-                    {
-                        "id": int(j),
-                        "resolution": list(stats.buckets[j]["resolution"]),
-                        "images": int(stats.counts[j]),
-                        "mean_crop_loss": float(stats.mean_crop_loss[j]),
-                        "p95_crop_loss": float(stats.p95_crop_loss[j]),
-                        "batch_size": int(stats.batch_sizes[j]),
-                        "steps": int(stats.batches[j]),
-                        "dropped": int(stats.dropped[j]),
-                        "padded": int(stats.padded[j]),
-                    }
-                    for j in used
-                ],
+                "buckets": [_json_bucket(stats, int(j)) for j in used],
+                **({"fitted": fitted.as_json()} if fitted is not None else {}),
             }
         )
         return 0
-    rows = []
-    for j in np.flatnonzero(stats.counts):
-        w, h = stats.buckets[j]["resolution"]
-        rows.append(
-            [
-                int(j),
-                f"{w}x{h}",
-                int(stats.counts[j]),
-                f"{100 * stats.mean_crop_loss[j]:.1f}",
-                f"{100 * stats.p95_crop_loss[j]:.1f}",
-                int(stats.upscaled[j]),
-                int(stats.batch_sizes[j]),
-                int(stats.batches[j]),
-                int(stats.dropped[j]),
-                int(stats.padded[j]),
-            ]
-        )
+    rows = [_row(stats, int(j)) for j in used]
+    head = ["id", "bucket", *(["frames"] if video else []), what, "crop % mean", "crop % p95"]
+    head += ["trim % mean", "trim % p95"] if video else []
+    head += ["upscaled", "batch", "steps", "dropped", "padded"]
     out.table(
-        f"{args.manifest}: {int(o['images'])} images in {len(rows)} of {len(stats.buckets)} "
+        f"{args.manifest}: {int(o['images'])} {what} in {len(rows)} of {len(stats.buckets)} "
         "buckets",
-        [
-            "id",
-            "bucket",
-            "images",
-            "crop % mean",
-            "crop % p95",
-            "upscaled",
-            "batch",
-            "steps",
-            "dropped",
-            "padded",
-        ],
+        head,
         rows,
     )
     out.line(
         f"crop loss: mean {100 * o['mean_crop_loss']:.1f} %, p95 {100 * o['p95_crop_loss']:.1f} %, "
-        f"{100 * o['share_over_10']:.1f} % of images lose more than 10 % of their area; "
-        f"{int(o['upscaled'])} images smaller than their bucket (upscaled)"
+        f"{100 * o['share_over_10']:.1f} % of {what} lose more than 10 % of their area; "
+        f"{int(o['upscaled'])} {what} smaller than their bucket (upscaled)"
     )
+    if video:
+        out.line(
+            f"trim loss: mean {100 * o['mean_trim_loss']:.1f} %, p95 "
+            f"{100 * o['p95_trim_loss']:.1f} % of a clip's frames cut to its bucket's frame count"
+        )
     per_rank = "dynamic batch" if args.dynamic_batch_size else f"batch {args.batch_size}"
     out.line(
         f"on {args.num_replicas} replicas x {per_rank} per rank: {steps} steps per epoch; "
         f"{dropped} samples dropped, {padded} padding slots (repeated samples)"
-        + ("" if args.drop_last else "; every image is read once per epoch")
+        + ("" if args.drop_last else f"; every {what[:-1]} is read once per epoch")
     )
     small = int(o["buckets_below_one_global_batch"])
     if small:
         fate = "dropped whole (drop_last)" if args.drop_last else "read in one padded step each"
-        out.line(f"{small} buckets hold fewer images than one global batch: {fate}")
+        out.line(f"{small} buckets hold fewer {what} than one global batch: {fate}")
     for warning in caught:
         out.line(f"note: {warning.message}")
+    if fitted is not None:
+        fitted.print(out, stats, (steps, dropped, padded))
     if args.png:
         plot_bucket_stats(stats, args.png)
         out.line(f"wrote {args.png}")
     return 0
+
+
+def _row(stats: Any, j: int) -> list[object]:
+    b = stats.buckets[j]
+    w, h = b["resolution"]
+    row: list[object] = [j, f"{w}x{h}", *([b["frames"]] if stats.is_video else [])]
+    row += [int(stats.counts[j]), f"{100 * stats.mean_crop_loss[j]:.1f}"]
+    row += [f"{100 * stats.p95_crop_loss[j]:.1f}"]
+    if stats.is_video:
+        row += [f"{100 * stats.mean_trim_loss[j]:.1f}", f"{100 * stats.p95_trim_loss[j]:.1f}"]
+    row += [int(stats.upscaled[j]), int(stats.batch_sizes[j]), int(stats.batches[j])]
+    return [*row, int(stats.dropped[j]), int(stats.padded[j])]
+
+
+def _json_bucket(stats: Any, j: int) -> dict[str, Any]:
+    b = stats.buckets[j]
+    out: dict[str, Any] = {"id": j, "resolution": list(b["resolution"])}
+    if stats.is_video:
+        out["frames"] = int(b["frames"])
+    out["clips" if stats.is_video else "images"] = int(stats.counts[j])
+    out.update(
+        mean_crop_loss=float(stats.mean_crop_loss[j]),
+        p95_crop_loss=float(stats.p95_crop_loss[j]),
+    )
+    if stats.is_video:
+        out["mean_trim_loss"] = float(stats.mean_trim_loss[j])
+        out["p95_trim_loss"] = float(stats.p95_trim_loss[j])
+    out.update(
+        batch_size=int(stats.batch_sizes[j]),
+        steps=int(stats.batches[j]),
+        dropped=int(stats.dropped[j]),
+        padded=int(stats.padded[j]),
+    )
+    return out
+
+
+class _Fitted:
+    """A bucket set fitted to a manifest for one layout, and what the sampler does with it."""
+
+    def __init__(self, fit: Any, stats: Any, sampler: Any, written: str | None) -> None:
+        self.fit, self.stats, self.sampler, self.written = fit, stats, sampler, written
+
+    @classmethod
+    def build(cls, manifest: Any, calc: Any, args: argparse.Namespace) -> _Fitted:
+        """Fit for the sampler's own waste on this layout: ``drop_last`` drops ``n mod (b R)``
+        per bucket; without it the last batch shrinks and pads ``(-n) mod R``."""
+        from dataorder.diffusion.buckets import MultiTierBucketCalculator
+        from dataorder.diffusion.fit import fit_to_data
+        from dataorder.diffusion.manifest import build_manifest, write_manifest
+        from dataorder.diffusion.multires import BaseMultiresolutionDataset
+        from dataorder.diffusion.stats import bucket_stats
+
+        r = args.num_replicas
+        # a fitted calculator scales batches as the default rule does
+        scale = MultiTierBucketCalculator(
+            calc.quantization, calc.max_pixels, max_batch_size=calc.max_batch_size
+        )
+
+        def per_rank(w: int, h: int) -> int:
+            if not args.dynamic_batch_size:
+                return int(args.batch_size)
+            return scale.get_dynamic_batch_size((w, h), args.batch_size, args.base_resolution)
+
+        g: Any = r  # no drop_last: the last batch shrinks and pads (-n) mod R
+        if args.drop_last:
+            g = (
+                (lambda w, h: r * per_rank(w, h))
+                if args.dynamic_batch_size
+                else r * args.batch_size
+            )
+        common = {
+            "global_batch_size": g,
+            "max_waste": args.max_waste,
+            "max_pixels": calc.max_pixels,
+            "quantization": calc.quantization,
+            "drop_last": args.drop_last,
+        }
+        fit = fit_to_data(manifest.widths, manifest.heights, **common)
+        fitted = MultiTierBucketCalculator.fit_to_data(
+            manifest.widths, manifest.heights, max_batch_size=calc.max_batch_size, **common
+        )
+        sizes = [per_rank(w, h) for w, h in fitted.resolutions.tolist()]
+        stats = bucket_stats(manifest.widths, manifest.heights, fitted, num_replicas=r,
+                             batch_size=sizes, drop_last=args.drop_last)  # fmt: skip
+        dataset = BaseMultiresolutionDataset.from_sizes(manifest.widths, manifest.heights, fitted)
+        sampler, _ = _sampler(None, args, dataset)
+        written = None
+        if args.write_manifest:
+            rebucketed = build_manifest(manifest.paths, manifest.widths, manifest.heights, fitted,
+                                        errors=manifest.errors)  # fmt: skip
+            write_manifest(rebucketed, args.write_manifest)
+            written = args.write_manifest
+        return cls(fit, stats, sampler, written)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "config": self.sampler.dataset.calculator.config(),
+            "method": self.fit.method,
+            "steps_per_epoch": len(self.sampler),
+            "samples_dropped": self.sampler.samples_dropped,
+            "samples_padded": self.sampler.samples_padded,
+            "overall": self.stats.overall,
+            "written": self.written,
+        }
+
+    def print(self, out: Output, stats: Any, plan: tuple[int, int, int]) -> None:
+        mine = (len(self.sampler), self.sampler.samples_dropped, self.sampler.samples_padded)
+        rows = [
+            _side_row(f"manifest's ({len(stats.buckets)} buckets)", stats, plan),
+            _side_row(f"fitted ({self.fit.num_buckets} buckets)", self.stats, mine),
+        ]
+        head = ["bucket set", "used", "crop % mean", "crop % p95", "> 10 %", "steps", "dropped",
+                "padded"]  # fmt: skip
+        out.table("bucket sets on this layout", head, rows)
+        kind = "dropped" if self.fit.drop_last else "padded"
+        out.line(
+            f"fitted ({self.fit.method}): {self.fit.waste} samples {kind} "
+            f"({100 * self.fit.waste_share:.2f} % <= {100 * self.fit.max_waste:.2f} %), "
+            f"mean crop loss {100 * self.fit.mean_crop_loss:.2f} %"
+        )
+        s = self.stats
+        fitted_rows = [
+            [j, f"{w}x{h}", int(s.counts[j]), f"{100 * s.mean_crop_loss[j]:.1f}",
+             int(s.batch_sizes[j]), int(s.batches[j]), int(s.dropped[j]), int(s.padded[j])]
+            for j, (w, h) in enumerate(b["resolution"] for b in s.buckets)
+        ]  # fmt: skip
+        out.table(
+            "fitted buckets",
+            ["id", "bucket", "images", "crop % mean", "batch", "steps", "dropped", "padded"],
+            fitted_rows,
+        )
+        if self.written:
+            out.line(f"wrote {self.written}: the manifest re-bucketed by the fitted set")
+
+
+def _side_row(name: str, stats: Any, plan: tuple[int, int, int]) -> list[object]:
+    o = stats.overall
+    return [
+        name,
+        int((stats.counts > 0).sum()),
+        f"{100 * o['mean_crop_loss']:.2f}",
+        f"{100 * o['p95_crop_loss']:.2f}",
+        f"{100 * o['share_over_10']:.2f}",
+        *plan,
+    ]

@@ -1,0 +1,184 @@
+"""What the two scans share: finding files, reading them on a thread pool, reporting progress.
+
+The image scan (:mod:`dataorder.diffusion.scan`) and the video scan
+(:mod:`dataorder.diffusion.video_scan`) differ only in how one file is read. Both list a folder
+recursively in sorted order (so sample indices do not depend on the file system), read files in
+chunks on a thread pool, keep the input order, and report progress through a rich bar, else a
+tqdm bar, a callback, or not at all. No torch, no Pillow, no PyAV here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any, TypeVar
+
+from dataorder._validate import check_bool, check_int, fail
+
+__all__ = [
+    "Progress",
+    "Reporter",
+    "extensions_arg",
+    "list_files",
+    "path_arg",
+    "read_files",
+    "scan_paths",
+    "workers_arg",
+]
+
+#: ``progress=`` of a scan: True for a bar on stderr, False for none, or ``callback(done, total)``.
+Progress = bool | Callable[[int, int], None]
+
+R = TypeVar("R")
+
+
+def path_arg(name: str, value: object) -> str:
+    """``value`` as a str path, or a TypeError naming ``name`` (``open(0)`` would read stdin)."""
+    if not isinstance(value, str | os.PathLike) or not isinstance(os.fspath(value), str):
+        fail(name, "a path (a str or os.PathLike)", value, TypeError)
+    return os.fspath(value)
+
+
+def extensions_arg(extensions: object) -> tuple[str, ...]:
+    """File endings as a lower-case tuple, or a TypeError naming ``extensions``."""
+    if isinstance(extensions, str) or not isinstance(extensions, Iterable):
+        fail(
+            "extensions",
+            "an iterable of file endings such as ('.jpg', '.png')",
+            extensions,
+            TypeError,
+        )
+    ends = tuple(extensions)
+    if not all(isinstance(e, str) for e in ends):
+        fail("extensions", "an iterable of str", extensions, TypeError)
+    return tuple(e.lower() for e in ends)
+
+
+def list_files(directory: str | os.PathLike[str], extensions: Iterable[str]) -> list[str]:
+    """Every file under ``directory`` (recursively) whose name ends in one of ``extensions``.
+
+    Endings are compared case-insensitively. The result is sorted, so a dataset's order (its
+    sample indices) does not depend on the file system's listing order.
+
+    Raises:
+        TypeError: If ``directory`` is not a path or ``extensions`` not an iterable of str.
+        ValueError: If ``directory`` is not an existing directory.
+    """
+    root = path_arg("directory", directory)
+    if not os.path.isdir(root):
+        fail("directory", "an existing directory", root)
+    ends = extensions_arg(extensions)
+    found: list[str] = []
+    for dirpath, _dirnames, filenames in os.walk(root):
+        found.extend(os.path.join(dirpath, f) for f in filenames if f.lower().endswith(ends))
+    found.sort()
+    return found
+
+
+def scan_paths(paths_or_dir: object, extensions: Iterable[str]) -> list[str]:
+    """The files a scan reads: a directory's (:func:`list_files`) or the given ones, in order.
+
+    Raises:
+        TypeError: If ``paths_or_dir`` is neither a path nor an iterable of paths.
+        ValueError: If it is a path that is not a directory.
+    """
+    if isinstance(paths_or_dir, str | os.PathLike):
+        root = path_arg("paths_or_dir", paths_or_dir)
+        if not os.path.isdir(root):
+            fail("paths_or_dir", "a directory or an iterable of paths", root)
+        return list_files(root, extensions)
+    if isinstance(paths_or_dir, bytes) or not isinstance(paths_or_dir, Iterable):
+        fail("paths_or_dir", "a directory or an iterable of paths", paths_or_dir, TypeError)
+    return [path_arg(f"paths_or_dir[{i}]", p) for i, p in enumerate(paths_or_dir)]
+
+
+def workers_arg(workers: object) -> int:
+    """Reader threads: None means ``min(32, 4 * os.cpu_count())``.
+
+    More threads than cores, because on network file systems each header read mostly waits (and
+    Pillow's parsers and FFmpeg's probe release or barely hold the GIL).
+    """
+    default = min(32, 4 * (os.cpu_count() or 1))
+    return check_int("workers", default if workers is None else workers, min_value=1)
+
+
+class Reporter:
+    """Progress through a rich bar, else a tqdm bar (if installed), a callback, or nothing."""
+
+    def __init__(self, progress: Progress, total: int, label: str) -> None:
+        self.total = total
+        self.done = 0
+        self.callback: Callable[[int, int], None] | None = None
+        self.rich: Any = None
+        self.tqdm: Any = None
+        if callable(progress):
+            self.callback = progress
+            return
+        if not check_bool("progress", progress) or not total:
+            return
+        try:
+            from rich.console import Console
+            from rich.progress import Progress as RichProgress
+        except ImportError:
+            try:
+                from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
+            except ImportError:
+                return
+            self.tqdm = tqdm(total=total, desc=label, unit="file", leave=False)
+            return
+        self.rich = RichProgress(console=Console(stderr=True), transient=True)
+        self.task = self.rich.add_task(label, total=total)
+        self.rich.start()
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        if self.callback is not None:
+            self.callback(self.done, self.total)
+        if self.rich is not None:
+            self.rich.update(self.task, completed=self.done)
+        if self.tqdm is not None:
+            self.tqdm.update(n)
+
+    def close(self) -> None:
+        if self.rich is not None:
+            self.rich.stop()
+        if self.tqdm is not None:
+            self.tqdm.close()
+
+
+def read_files(
+    paths: Sequence[str],
+    read_chunk: Callable[[Sequence[str]], list[R]],
+    *,
+    workers: int,
+    progress: Progress,
+    label: str,
+    chunk_range: tuple[int, int],
+) -> list[R]:
+    """``read_chunk`` over ``paths`` on ``workers`` threads; one result per path, in order.
+
+    Chunks hold about 8 per thread, within ``chunk_range``, so threads finish together;
+    ``workers=1`` reads in the calling thread. ``read_chunk`` turns one file's failure into that
+    file's result; an exception it raises stops the scan.
+    """
+    reporter = Reporter(progress, len(paths), label)
+    lo, hi = chunk_range
+    size = max(lo, min(hi, len(paths) // (workers * 8)))
+    chunks = [paths[i : i + size] for i in range(0, len(paths), size)]
+    results: list[list[R]] = [[] for _ in chunks]
+    try:
+        if workers == 1:
+            for i, chunk in enumerate(chunks):
+                results[i] = read_chunk(chunk)
+                reporter.advance(len(chunk))
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                futures = {pool.submit(read_chunk, c): i for i, c in enumerate(chunks)}
+                for future in as_completed(futures):
+                    i = futures[future]
+                    results[i] = future.result()
+                    reporter.advance(len(chunks[i]))
+    finally:
+        reporter.close()
+    return [r for chunk in results for r in chunk]

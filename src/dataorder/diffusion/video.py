@@ -1,0 +1,612 @@
+"""Video buckets over (frames, height, width) under a latent-token budget, and each clip's bucket.
+
+The video counterpart of :mod:`dataorder.diffusion.buckets`: a bucket is one training shape
+``(frames, w, h)``, and the spatial rule is the image rule (:mod:`dataorder.diffusion.lattice`,
+:mod:`dataorder.diffusion.lookup`) applied once per pixel budget.
+
+**Tokens.** A clip of ``f`` frames at ``w x h`` becomes ``L(f) = 1 + (f - 1) // tc`` latent
+frames in a causal VAE with temporal compression ``tc`` (the first frame is encoded alone, then
+``tc`` frames per latent frame; Wan, HunyuanVideo, CogVideoX, LTX-Video), then
+``ceil(L / pt) * (h / (sc * ph)) * (w / (sc * pw))`` tokens with spatial compression ``sc`` and
+transformer patch ``(pt, ph, pw)``. ``ceil`` is CogVideoX 1.5's padding of an odd latent length
+to its temporal patch of 2; with ``pt = 1`` it changes nothing. Every legal frame count
+satisfies ``(f - 1) % tc == 0``.
+
+**Bucket set.** For each legal frame count ``f`` (an explicit list, or ``step * k + 1`` in
+``[min_frames, max_frames]``: :func:`causal_frame_counts`), the per-frame pixel budget is
+``P(f) = min(max_pixels, (max_tokens // T(f)) * sc**2 * ph * pw)`` with ``T(f) = ceil(L / pt)``,
+so no bucket has more than ``max_tokens`` tokens and ``max_pixels`` stops short clips from
+being blown up to huge frames. The spatial buckets of ``f`` are the image calculator's default
+set for ``P(f)`` on a lattice of ``quantization`` (default ``lcm(sc * ph, sc * pw)``): per
+nominal aspect ratio the lattice point that best trades aspect error against budget shortfall,
+mirrored, so each frame count's set is transpose-symmetric by construction. Frame counts with the
+same ``P(f)`` share one spatial set (a *tier*). Ids are frame-major: all buckets of the smallest
+frame count first, each frame count's buckets in ascending aspect ratio, so within one frame
+count bucket ``base + K - 1 - i`` is bucket ``base + i`` transposed.
+
+**Assignment of a clip (W, H, F)** (:meth:`VideoBucketCalculator.get_bucket_id_for_video` is the
+reference in exact integers, :meth:`~VideoBucketCalculator.assign` its vectorised equal):
+
+1. *Time: trimmed, never stretched.* ``f`` is the largest legal frame count ``<= F`` (the clip
+   keeps ``f`` of its frames). A clip shorter than the smallest legal count gets
+   :data:`TOO_SHORT` (-1). A 1-frame clip goes to ``f = 1`` when 1 is legal.
+2. *Space: never upscaled beyond* ``max_upscale = u`` (default 3/2; None means no limit, the
+   image calculator's behaviour). Candidates are ``f``'s buckets with ``bw <= u * W`` and
+   ``bh <= u * H`` (exact rationals): the cover-resize scale ``max(bw / W, bh / H)`` is at most
+   ``u``. If none qualifies the clip gets :data:`TOO_SMALL` (-2): NOTE [ too small: drop, not
+   upscale ].
+3. *Aspect.* Among the candidates, the nearest in log aspect ratio, which is the least crop
+   loss; an exact tie goes to the squarer bucket, then the lower id.
+
+NOTE [ too small: drop, not upscale ]
+    The image calculator falls back to the nearest bucket, upscaled, when nothing fits. Video
+    drops such a clip instead, with its own id: (a) every shorter frame count of the same
+    calculator has a budget at least as large, so there is no smaller tier to fall to; (b) a
+    clip upscaled 2-3x spends the full token budget on interpolated pixels, and a bucket of
+    blurry clips teaches blur; (c) a distinct id keeps the loss visible and countable, and the
+    data owner chooses: raise ``max_upscale``, set it to None, or bucket the dropped clips with
+    a second calculator of a smaller budget. The default ``u = 3/2`` keeps a 640x360 clip in a
+    480p set (scale 1.3) and an 854x480 clip in a 720p set (1.5); ``u = 1`` is no default,
+    because every bucket sits near the budget and a 832x479 clip would have nowhere to go.
+
+**Batch sizes** come from a :class:`~dataorder.diffusion.cost.CostModel` (NOTE [ Cost-model
+batch sizes ] in :mod:`dataorder.diffusion.cost`): :meth:`VideoBucketCalculator.batch_sizes`
+gives every bucket the largest per-rank batch within the cost of the full-budget bucket.
+
+Example:
+    >>> from dataorder.diffusion.video import VideoBucketCalculator
+    >>> calc = VideoBucketCalculator.from_preset("wan2.1-480p")
+    >>> calc.max_tokens, calc.frame_counts[:3], calc.frame_counts[-1], len(calc)
+    (32760, (1, 5, 9), 81, 693)
+    >>> b = calc.get_bucket_for_video(1920, 1080, 250)  # 16:9, 250 frames: trimmed to 81
+    >>> b["frames"], b["resolution"], b["tokens"]
+    (81, (832, 480), 32760)
+    >>> calc.assign([1920, 1080, 1920, 640, 320], [1080, 1920, 1080, 480, 180],
+    ...             [250, 250, 3, 50, 81]).tolist()  # 3 frames: a still; 320x180 needs 2.6x
+    [685, 667, 25, 416, -2]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from numbers import Rational
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dataorder._validate import check_int, check_optional_int, fail
+from dataorder.diffusion.cost import CostModel, exact_rational
+from dataorder.diffusion.lattice import (
+    DEFAULT_ASPECT_RATIOS,
+    AspectRatio,
+    canonical_ratio,
+    default_resolutions,
+)
+from dataorder.diffusion.lookup import as_size_array
+from dataorder.diffusion.video_assign import TOO_SHORT, TOO_SMALL, Tier, VideoAssigner
+from dataorder.diffusion.video_frames import (
+    MAX_VIDEO_SIZE,
+    causal_frame_counts,
+    frame_counts_arg,
+    resample_frame_counts,
+    trim_loss,
+)
+from dataorder.diffusion.video_presets import PRESETS, VideoPreset
+
+__all__ = [
+    "DEFAULT_MAX_UPSCALE",
+    "MAX_VIDEO_SIZE",
+    "PRESETS",
+    "TOO_SHORT",
+    "TOO_SMALL",
+    "VIDEO_BUCKETS_VERSION",
+    "VideoBucket",
+    "VideoBucketCalculator",
+    "VideoPreset",
+    "causal_frame_counts",
+    "resample_frame_counts",
+    "trim_loss",
+]
+
+#: Bumped whenever bucket generation or assignment changes; part of
+#: :meth:`VideoBucketCalculator.config`, so a manifest written under another rule is refused.
+VIDEO_BUCKETS_VERSION = 1
+
+#: Default upscale limit (NOTE [ too small: drop, not upscale ]).
+DEFAULT_MAX_UPSCALE = Fraction(3, 2)
+
+#: ``VideoBucketCalculator.config()["kind"]``: tells a video calculator's config from an image one.
+CONFIG_KIND = "video"
+
+VideoBucket = dict[str, Any]
+
+
+class VideoBucketCalculator:
+    """Video buckets ``(frames, w, h)`` under a latent-token budget, and the bucket of every clip.
+
+    See the module docstring for the rules. Build one directly, from a named setting
+    (:meth:`from_preset`), or from a saved :meth:`config` (:meth:`from_config`). Buckets and
+    lookup tables are built once at construction; the methods only read them.
+
+    Args:
+        max_tokens: The token budget: no bucket has more latent tokens.
+        frame_counts: Legal frame counts, each ``tc * k + 1``. None means
+            :func:`causal_frame_counts` of ``max_frames``, ``min_frames`` and ``frame_step``.
+        max_frames: With ``frame_counts=None``: the largest frame count (required then).
+        min_frames: With ``frame_counts=None``: the smallest (default 1: stills allowed).
+        frame_step: With ``frame_counts=None``: the spacing (default ``temporal_compression``).
+        spatial_compression: The VAE's spatial factor ``sc``.
+        temporal_compression: The causal VAE's temporal factor ``tc``.
+        patch_size: The transformer's patch ``(pt, ph, pw)``.
+        max_pixels: Pixel cap per frame; None means only the token budget limits.
+        quantization: Side quantum of every bucket; None means ``lcm(sc * ph, sc * pw)``. Must
+            be a multiple of that, or a bucket would not be a whole number of patches.
+        aspect_ratios: Nominal ratios, as for the image calculator (floats, ``(w, h)`` pairs or
+            ``"W:H"`` strings; each also stands for its transpose). None means
+            :data:`~dataorder.diffusion.lattice.DEFAULT_ASPECT_RATIOS`.
+        max_upscale: Largest cover-resize scale a clip may get, ``>= 1``: an int, a Fraction, a
+            ``'p/q'`` string or a float (taken at its exact value); None means no limit.
+        cost_model: What a sample costs, for :meth:`batch_sizes`; None means
+            ``CostModel()`` (cost proportional to tokens).
+        max_batch_size: Upper clamp of :meth:`batch_sizes`; None means 4 times the reference
+            batch size.
+
+    Raises:
+        TypeError: For an argument of the wrong type (a bool where an int is meant included).
+        ValueError: For a value out of range, e.g. a frame count that is not ``tc * k + 1`` or a
+            ``max_tokens`` too small to give a frame count one lattice cell.
+
+    Example:
+        >>> calc = VideoBucketCalculator(4096, max_frames=17, max_pixels=512 * 512,
+        ...                              aspect_ratios=["1:1", "16:9"])
+        >>> print(calc.summary())  # 17 frames: 5 latent frames, so 4096 // 5 * 256 px per frame
+        15 buckets, max_tokens=4096, quantization=16, max_upscale=3/2
+          frames     1  ids 0-2  <= 262144 px/frame  tokens 1008-1024
+          frames     5  ids 3-5  <= 262144 px/frame  tokens 2016-2048
+          frames     9  ids 6-8  <= 262144 px/frame  tokens 3024-3072
+          frames    13  ids 9-11  <= 262144 px/frame  tokens 4032-4096
+          frames    17  ids 12-14  <= 209664 px/frame  tokens 3920-3990
+        >>> [(b["frames"], b["resolution"], b["tokens"]) for b in calc.get_all_buckets()][-3:]
+        [(17, (336, 608), 3990), (17, (448, 448), 3920), (17, (608, 336), 3990)]
+    """
+
+    def __init__(
+        self,
+        max_tokens: int,
+        *,
+        frame_counts: Sequence[int] | None = None,
+        max_frames: int | None = None,
+        min_frames: int = 1,
+        frame_step: int | None = None,
+        spatial_compression: int = 8,
+        temporal_compression: int = 4,
+        patch_size: Sequence[int] = (1, 2, 2),
+        max_pixels: int | None = None,
+        quantization: int | None = None,
+        aspect_ratios: Sequence[AspectRatio | str] | None = None,
+        max_upscale: Rational | int | float | str | None = DEFAULT_MAX_UPSCALE,
+        cost_model: CostModel | None = None,
+        max_batch_size: int | None = None,
+    ) -> None:
+        self._max_tokens = check_int("max_tokens", max_tokens, min_value=1)
+        # a latent cell is at most one frame of MAX_VIDEO_SIZE pixels a side (exact int64 maths)
+        sc = check_int(
+            "spatial_compression", spatial_compression, min_value=1, max_value=MAX_VIDEO_SIZE
+        )
+        tc = check_int(
+            "temporal_compression", temporal_compression, min_value=1, max_value=MAX_VIDEO_SIZE
+        )
+        what = "a (pt, ph, pw) triple of positive ints"
+        if isinstance(patch_size, str | bytes) or not isinstance(patch_size, Sequence):
+            fail("patch_size", what, patch_size, TypeError)
+        if len(patch_size) != 3:
+            fail("patch_size", what, patch_size)
+        pt, ph, pw = (
+            check_int(f"patch_size[{i}]", p, min_value=1) for i, p in enumerate(patch_size)
+        )
+        self._sc, self._tc, self._patch = sc, tc, (pt, ph, pw)
+        natural = math.lcm(sc * ph, sc * pw)
+        self._quantization_arg = check_optional_int("quantization", quantization, min_value=1)
+        q = natural if self._quantization_arg is None else self._quantization_arg
+        if q % natural:
+            fail("quantization", f"a multiple of lcm(sc * ph, sc * pw) = {natural}", quantization)
+        self._q = q
+        self._max_pixels = check_optional_int("max_pixels", max_pixels, min_value=1)
+        self._frames = frame_counts_arg(frame_counts, max_frames, min_frames, frame_step, tc)
+
+        given = DEFAULT_ASPECT_RATIOS if aspect_ratios is None else aspect_ratios
+        if isinstance(given, str | bytes) or not isinstance(given, Sequence):
+            fail("aspect_ratios", "a sequence of aspect ratios", aspect_ratios, TypeError)
+        if not given:
+            fail("aspect_ratios", "a non-empty sequence", aspect_ratios)
+        self._ratios = tuple(canonical_ratio(i, r) for i, r in enumerate(given))
+        self._default_ratios = aspect_ratios is None
+
+        self._u: Fraction | None = None
+        if max_upscale is not None:
+            self._u = exact_rational("max_upscale", max_upscale, allow_float=True)
+            if self._u < 1:
+                fail("max_upscale", "a number >= 1 or None", max_upscale)
+        if cost_model is not None and not isinstance(cost_model, CostModel):
+            fail("cost_model", "a CostModel or None", cost_model, TypeError)
+        self._cost = CostModel() if cost_model is None else cost_model
+        self._max_batch_size = check_optional_int("max_batch_size", max_batch_size, min_value=1)
+        self._build()
+
+    # -- construction -----------------------------------------------------------------------
+
+    def _build(self) -> None:
+        _, ph, pw = self._patch
+        cell = self._sc * self._sc * ph * pw  # pixels per spatial token
+        tier_of_budget: dict[int, int] = {}
+        self._tiers: list[Tier] = []
+        buckets: list[VideoBucket] = []
+        frame_tier: list[int] = []
+        frame_base: list[int] = []
+        for f in self._frames:
+            latent = 1 + (f - 1) // self._tc
+            temporal = -(-latent // self._patch[0])
+            budget = (self._max_tokens // temporal) * cell
+            capped = False
+            if self._max_pixels is not None and self._max_pixels <= budget:
+                budget, capped = self._max_pixels, True
+            if budget < self._q * self._q:
+                if capped:
+                    fail(
+                        "max_pixels",
+                        f"at least {self._q * self._q} (one {self._q}x{self._q} cell)",
+                        self._max_pixels,
+                    )
+                need = temporal * (self._q * self._q // cell)
+                fail(
+                    "max_tokens",
+                    f"at least {need} for frames={f} (one {self._q}x{self._q} cell)",
+                    self._max_tokens,
+                )
+            if budget not in tier_of_budget:
+                tier_of_budget[budget] = len(self._tiers)
+                res = default_resolutions(self._ratios, budget, self._q)
+                self._tiers.append(Tier(budget, res, self._u))
+            t = tier_of_budget[budget]
+            frame_tier.append(t)
+            frame_base.append(len(buckets))
+            for w, h in self._tiers[t].res:
+                buckets.append(
+                    {
+                        "id": len(buckets),
+                        "frames": f,
+                        "resolution": (w, h),
+                        "aspect_ratio": w / h,
+                        "pixels": w * h,
+                        "latent_frames": latent,
+                        "tokens": temporal * (w // (self._sc * pw)) * (h // (self._sc * ph)),
+                    }
+                )
+        self._buckets = buckets
+        self._frame_tier = np.array(frame_tier, dtype=np.intp)
+        self._frame_base = np.array(frame_base, dtype=np.int64)
+        self._assigner = VideoAssigner(
+            self._tiers, self._frames, self._frame_tier, self._frame_base, self._u
+        )
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> VideoBucketCalculator:
+        """A calculator of a named setting in :data:`PRESETS`; keyword arguments override it.
+
+        ``frame_counts=`` replaces the preset's frame rule (its ``max_frames``); any other
+        constructor argument replaces the preset's value.
+
+        Raises:
+            ValueError: For an unknown name.
+
+        Example:
+            >>> VideoBucketCalculator.from_preset("wan2.1-480p", max_frames=161).frame_counts[-1]
+            161
+            >>> print(PRESETS["ltx-video"].description)
+            LTX-Video 0.9.x: 1216x704, 121 frames (8k+1) at 30 fps, VAE 8x32x32, patch 1: \
+16 x 22 x 38 = 13,376 tokens
+        """
+        if not isinstance(name, str) or name not in PRESETS:
+            fail("name", "one of " + ", ".join(repr(k) for k in PRESETS), name)
+        kwargs = dict(PRESETS[name].kwargs)
+        if "frame_counts" in overrides:
+            for key in ("max_frames", "min_frames", "frame_step"):
+                kwargs.pop(key, None)
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    def config(self) -> dict[str, Any]:
+        """Everything needed to rebuild this calculator, as a JSON-serialisable dict.
+
+        ``kind`` is ``"video"``, which tells it apart from an image calculator's config in a
+        manifest. Frame counts are always listed explicitly.
+
+        Example:
+            >>> VideoBucketCalculator(4096, frame_counts=[1, 5], max_upscale="4/3").config()
+            {'kind': 'video', 'version': 1, 'max_tokens': 4096, 'frame_counts': [1, 5], \
+'spatial_compression': 8, 'temporal_compression': 4, 'patch_size': [1, 2, 2], \
+'max_pixels': None, 'quantization': None, 'aspect_ratios': None, 'max_upscale': '4/3', \
+'cost_model': {'token_cost': '1', 'attention_cost': '0'}, 'max_batch_size': None}
+        """
+        ratios = None
+        if not self._default_ratios:
+            ratios = [list(r) if isinstance(r, tuple) else r for r in self._ratios]
+        return {
+            "kind": CONFIG_KIND,
+            "version": VIDEO_BUCKETS_VERSION,
+            "max_tokens": self._max_tokens,
+            "frame_counts": list(self._frames),
+            "spatial_compression": self._sc,
+            "temporal_compression": self._tc,
+            "patch_size": list(self._patch),
+            "max_pixels": self._max_pixels,
+            "quantization": self._quantization_arg,
+            "aspect_ratios": ratios,
+            "max_upscale": None if self._u is None else str(self._u),
+            "cost_model": self._cost.config(),
+            "max_batch_size": self._max_batch_size,
+        }
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> VideoBucketCalculator:
+        """Rebuild a calculator from :meth:`config` (e.g. a manifest's ``calculator`` field).
+
+        Raises:
+            TypeError: If ``config`` is not a mapping.
+            ValueError: If keys are missing or unknown, ``kind`` is not ``"video"``, or the
+                config was written by another bucket algorithm version.
+        """
+        if not isinstance(config, Mapping):
+            fail("config", "a mapping", config, TypeError)
+        expected = set(cls(64, frame_counts=[1], max_pixels=256).config())
+        missing, unknown = expected - set(config), set(config) - expected
+        if missing or unknown:
+            raise ValueError(
+                f"config must have exactly the keys {sorted(expected)}; "
+                f"missing {sorted(missing)}, unknown {sorted(unknown)}"
+            )
+        if config["kind"] != CONFIG_KIND:
+            fail("config['kind']", repr(CONFIG_KIND), config["kind"])
+        if config["version"] != VIDEO_BUCKETS_VERSION:
+            fail("config['version']", f"{VIDEO_BUCKETS_VERSION}", config["version"])
+        kwargs = {k: v for k, v in config.items() if k not in ("kind", "version")}
+        if isinstance(kwargs["patch_size"], list):
+            kwargs["patch_size"] = tuple(kwargs["patch_size"])
+        kwargs["cost_model"] = CostModel.from_config(kwargs["cost_model"])
+        return cls(**kwargs)
+
+    # -- the bucket set ---------------------------------------------------------------------
+
+    @property
+    def max_tokens(self) -> int:
+        """The token budget: no bucket has more tokens."""
+        return self._max_tokens
+
+    @property
+    def frame_counts(self) -> tuple[int, ...]:
+        """The legal frame counts, ascending."""
+        return self._frames
+
+    @property
+    def spatial_compression(self) -> int:
+        """The VAE's spatial factor."""
+        return self._sc
+
+    @property
+    def temporal_compression(self) -> int:
+        """The causal VAE's temporal factor."""
+        return self._tc
+
+    @property
+    def patch_size(self) -> tuple[int, int, int]:
+        """The transformer's ``(pt, ph, pw)``."""
+        return self._patch
+
+    @property
+    def max_pixels(self) -> int | None:
+        """The per-frame pixel cap (None: only the token budget limits)."""
+        return self._max_pixels
+
+    @property
+    def quantization(self) -> int:
+        """Side quantum of every bucket."""
+        return self._q
+
+    @property
+    def aspect_ratios(self) -> tuple[AspectRatio, ...]:
+        """The nominal aspect ratios, as validated."""
+        return self._ratios
+
+    @property
+    def max_upscale(self) -> Fraction | None:
+        """The upscale limit (None: no limit)."""
+        return self._u
+
+    @property
+    def cost_model(self) -> CostModel:
+        """The cost model of :meth:`batch_sizes`."""
+        return self._cost
+
+    @property
+    def max_batch_size(self) -> int | None:
+        """The explicit batch-size clamp, or None for 4 times the reference batch size."""
+        return self._max_batch_size
+
+    @property
+    def num_buckets(self) -> int:
+        """Number of buckets."""
+        return len(self._buckets)
+
+    @property
+    def resolutions(self) -> npt.NDArray[np.int64]:
+        """Bucket ``(w, h)`` by id: a new int64 array of shape ``(num_buckets, 2)``."""
+        return np.array([b["resolution"] for b in self._buckets], dtype=np.int64).reshape(-1, 2)
+
+    @property
+    def bucket_frames(self) -> npt.NDArray[np.int64]:
+        """Frames of every bucket by id: a new int64 array of shape ``(num_buckets,)``."""
+        return np.array([b["frames"] for b in self._buckets], dtype=np.int64)
+
+    @property
+    def tokens(self) -> npt.NDArray[np.int64]:
+        """Tokens of every bucket by id: a new int64 array of shape ``(num_buckets,)``."""
+        return np.array([b["tokens"] for b in self._buckets], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def __repr__(self) -> str:
+        return (
+            f"VideoBucketCalculator(max_tokens={self._max_tokens}, frames={self._frames[0]}.."
+            f"{self._frames[-1]} ({len(self._frames)} counts), quantization={self._q}, "
+            f"max_upscale={None if self._u is None else str(self._u)}, "
+            f"tiers={len(self._tiers)}, num_buckets={len(self)})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, VideoBucketCalculator):
+            return NotImplemented
+        return self.config() == other.config()
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.config(), sort_keys=True))
+
+    def get_all_buckets(self) -> list[VideoBucket]:
+        """All buckets in id order as fresh dicts: ``id``, ``frames``, ``resolution`` ``(w, h)``,
+        ``aspect_ratio``, ``pixels``, ``latent_frames``, ``tokens``."""
+        return [dict(b) for b in self._buckets]
+
+    def get_bucket_by_id(self, bucket_id: int) -> VideoBucket:
+        """The bucket with this id (a copy).
+
+        Raises:
+            ValueError: If ``bucket_id`` is not in ``[0, num_buckets - 1]`` (no negative wrap).
+        """
+        i = check_int("bucket_id", bucket_id, min_value=0, max_value=len(self._buckets) - 1)
+        return dict(self._buckets[i])
+
+    def get_bucket_by_shape(self, width: int, height: int, frames: int) -> VideoBucket | None:
+        """The bucket of exactly ``frames`` frames at ``width x height`` (a copy), or None."""
+        w = check_int("width", width, min_value=1)
+        h = check_int("height", height, min_value=1)
+        f = check_int("frames", frames, min_value=1)
+        if f not in self._frames:
+            return None
+        j = self._frames.index(f)
+        tier = self._tiers[int(self._frame_tier[j])]
+        if (w, h) not in tier.res:
+            return None
+        return dict(self._buckets[int(self._frame_base[j]) + tier.res.index((w, h))])
+
+    def batch_sizes(
+        self, reference_batch_size: int, *, reference_tokens: int | None = None
+    ) -> npt.NDArray[np.int64]:
+        """Per-rank batch size of every bucket by id, from :attr:`cost_model`.
+
+        Each bucket gets the largest batch whose cost fits ``reference_batch_size`` samples of
+        ``reference_tokens`` tokens, clamped to ``[1, max_batch_size]`` (NOTE [ Cost-model batch
+        sizes ] in :mod:`dataorder.diffusion.cost`).
+
+        Args:
+            reference_batch_size: Per-rank batch size known to fit the reference.
+            reference_tokens: Tokens of the reference sample; None means :attr:`max_tokens`
+                (``reference_batch_size`` is what fits at the full budget).
+
+        Returns:
+            int64 array of shape ``(num_buckets,)``.
+
+        Example:
+            >>> calc = VideoBucketCalculator.from_preset("wan2.1-480p", max_batch_size=64)
+            >>> bs = calc.batch_sizes(1)
+            >>> [int(bs[calc.get_bucket_for_video(832, 480, f)["id"]]) for f in (1, 17, 81)]
+            [21, 4, 1]
+        """
+        ref = self._max_tokens if reference_tokens is None else reference_tokens
+        return self._cost.batch_sizes(self.tokens, ref, reference_batch_size, self._max_batch_size)
+
+    def summary(self) -> str:
+        """A text table: per frame count its ids, tier (pixel budget) and token range."""
+        lines = [
+            f"{len(self)} buckets, max_tokens={self._max_tokens}, quantization={self._q}, "
+            f"max_upscale={None if self._u is None else str(self._u)}"
+        ]
+        for j, f in enumerate(self._frames):
+            t = self._tiers[int(self._frame_tier[j])]
+            base = int(self._frame_base[j])
+            toks = [self._buckets[base + k]["tokens"] for k in range(t.k)]
+            lines.append(
+                f"  frames {f:5d}  ids {base}-{base + t.k - 1}  <= {t.budget} px/frame  "
+                f"tokens {min(toks)}-{max(toks)}"
+            )
+        return "\n".join(lines)
+
+    # -- assignment -------------------------------------------------------------------------
+
+    def get_bucket_id_for_video(self, width: int, height: int, frames: int) -> int:
+        """The bucket id of one clip: the reference rule (module docstring), in exact integers.
+
+        Returns:
+            A bucket id, :data:`TOO_SHORT` (-1) or :data:`TOO_SMALL` (-2).
+
+        Raises:
+            TypeError: If an argument is not an int (or is a bool).
+            ValueError: If an argument is not in ``[1, MAX_VIDEO_SIZE]``.
+        """
+        w = check_int("width", width, min_value=1, max_value=MAX_VIDEO_SIZE)
+        h = check_int("height", height, min_value=1, max_value=MAX_VIDEO_SIZE)
+        f = check_int("frames", frames, min_value=1, max_value=MAX_VIDEO_SIZE)
+        j = -1
+        for i, g in enumerate(self._frames):  # the largest legal count <= f: trim, never stretch
+            if g <= f:
+                j = i
+        if j < 0:
+            return TOO_SHORT
+        pos = self._tiers[int(self._frame_tier[j])].position(w, h)
+        return TOO_SMALL if pos < 0 else int(self._frame_base[j]) + pos
+
+    def get_bucket_for_video(self, width: int, height: int, frames: int) -> VideoBucket | None:
+        """The bucket of one clip (a copy), or None if it is too short or too small.
+
+        Example:
+            >>> calc = VideoBucketCalculator.from_preset("wan2.1-480p")
+            >>> calc.get_bucket_for_video(1080, 1920, 40)["resolution"]
+            (480, 832)
+            >>> calc.get_bucket_for_video(320, 180, 40) is None  # 480p would upscale it 2.6x
+            True
+        """
+        k = self.get_bucket_id_for_video(width, height, frames)
+        return None if k < 0 else dict(self._buckets[k])
+
+    def assign(
+        self, widths: npt.ArrayLike, heights: npt.ArrayLike, frames: npt.ArrayLike
+    ) -> npt.NDArray[np.int64]:
+        """Bucket ids of arrays of clips; equal to :meth:`get_bucket_id_for_video` element-wise.
+
+        Table lookups only, 32,768 clips at a time (:mod:`dataorder.diffusion.video_assign`).
+
+        Args:
+            widths: Integer array of widths, any shape.
+            heights: Integer array of heights, the same shape.
+            frames: Integer array of frame counts, the same shape.
+
+        Returns:
+            int64 array of ids (or :data:`TOO_SHORT` / :data:`TOO_SMALL`), the shape of
+            ``widths``.
+
+        Raises:
+            TypeError: If an array is not of an integer dtype.
+            ValueError: If the shapes differ or a value is not in ``[1, MAX_VIDEO_SIZE]``.
+        """
+        w = as_size_array("widths", widths)
+        h = as_size_array("heights", heights)
+        f = as_size_array("frames", frames)
+        if not (w.shape == h.shape == f.shape):
+            raise ValueError(
+                "widths, heights and frames must have the same shape; got "
+                f"{w.shape}, {h.shape} and {f.shape}"
+            )
+        return self._assigner.assign(w.ravel(), h.ravel(), f.ravel()).reshape(w.shape)

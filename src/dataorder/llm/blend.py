@@ -1,0 +1,587 @@
+"""A Megatron-style micro-batch sampler over a weighted mixture of K map-style sources.
+
+:class:`BlendedSampler` replaces Megatron-LM's ``BlendedDataset`` index (``--data-path 0.3 A 0.7
+B``) and its sampler with one pure function of the run's sample count: no index arrays, no cache
+files, no build step. It yields each rank's micro-batches as flat indices into
+``torch.utils.data.ConcatDataset(datasets)`` (sample ``i`` of source ``d`` is
+``sum(sizes[:d]) + i``), so any map-style datasets work through
+``DataLoader(ConcatDataset(datasets), batch_sampler=sampler)``.
+
+The order is :class:`~dataorder.llm.blend_order.BlendOrder`'s (its module docstring has the
+four steps): each global batch takes each source's exact share (NOTE [ Mixture exactness ] in
+:mod:`dataorder.llm.mixture`), its slots shuffled, every source reading its samples in a fresh
+keyed order per pass over it (NOTE [ Source orders ] in :mod:`dataorder.llm.blend_order`).
+This module is the sampler around it: configuration, the partition of each global batch into
+the ranks' micro-batches, the checkpoint and the cursor.
+
+How the peers blend (read for design only; details in the project's reference notes):
+
+* Megatron-LM's ``BlendedDataset`` runs a greedy loop over every sample before the first one
+  (``build_blending_indices`` in ``megatron/core/datasets/helpers.cpp``: O(samples x K), 10
+  bytes per sample of ``dataset_index``/``dataset_sample_index``), caches it on a shared file
+  system, and rebuilds it, into another order, whenever the weights, the size or the seed
+  change; a blend cannot change mid-run (Megatron-LM #457, PR #725 open). Its prefixes stray by
+  up to about 2 samples with skewed weights; ours stay within ``B_d < 1.75`` at every
+  global-batch boundary, with O(K) memory and nothing to build.
+* Levanter's block-deterministic mixture truncates each block's counts and gives the remainder
+  to the largest source, so small weights round to zero for a whole run (marin PR #8373).
+  Here a source of weight ``1e-6`` gets its first sample within ``B_d / 1e-6 < 1.75e6``
+  samples of its segment's start (about ``1e6`` in practice).
+* MosaicML Streaming's ``stratified`` batching is exact per batch but regenerates an epoch's
+  sample ids (8 bytes per sample) at every start; torchdata's ``MultiNodeWeightedSampler``,
+  lhotse, litdata and Megatron-Energon draw sources i.i.d. (exact only in expectation) with
+  per-rank RNG states, so they are not elastic.
+
+Resume, elasticity and the loop contract are :mod:`dataorder.core.cursor`'s, exactly as for the
+Megatron samplers: the state is the epoch and the global count of samples consumed in it (plus
+a digest of the trained part of the mixture schedule), identical on every rank, and loads into
+any micro-batch size and data-parallel size whose block divides the count and every global batch.
+A layout's block must divide every global batch of each epoch it reads, from the epoch's start:
+after a batch-size ramp-up, a layout that does not divide the ramp's early batches continues
+from the next epoch, not inside the ramp's epoch. A state holds digests of the sizes and the
+schedules, not the values: :meth:`BlendedSampler.from_state` takes them from the caller, and the
+digests prove them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from dataorder._validate import check_int, fail
+from dataorder.core.apportion import APPORTIONMENT_VERSION
+from dataorder.core.blockplan import BlockPlan
+from dataorder.core.cursor import CursorBatchSampler
+from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
+from dataorder.core.partition import plan_epoch
+from dataorder.core.permutation import MAX_DOMAIN, PERMUTATION_VERSION
+from dataorder.core.state import MAX_EPOCH, Scalar, parse_state, split_state
+from dataorder.core.topology import Topology, resolve_topology
+from dataorder.llm.blend_order import BLEND_STREAM, BLEND_VERSION, BlendOrder
+from dataorder.llm.mixture import Mixture, MixtureSchedule, WeightVector
+from dataorder.llm.schedule import BatchSizeSchedule
+
+__all__ = ["BlendedSampler"]
+
+# Every construction the order depends on, in one field (the state stays under 512 bytes with
+# a long schedule tag, a 20-digit seed and a batch-size schedule digest).
+_VERSIONS = (
+    f"blend{BLEND_VERSION}-permutation{PERMUTATION_VERSION}-key{KEY_DERIVATION_VERSION}-"
+    f"apportionment{APPORTIONMENT_VERSION}"
+)
+# Positions mapped per vectorised chunk and rank, as in the Megatron samplers.
+_CHUNK_POSITIONS = 16384
+# Most (window x source) counts a chunk holds at once: 2**20 int64 = 8 MB.
+_CHUNK_CELLS = 2**20
+# Sources named one by one in describe_progress; the rest are counted.
+_SHOWN_SOURCES = 8
+
+
+def _digest(payload: object) -> str:
+    text = json.dumps(payload, separators=(",", ":")).encode()
+    return hashlib.blake2b(text, digest_size=8).hexdigest()
+
+
+def _check_sizes(sizes: object) -> tuple[int, ...]:
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, (Sequence, np.ndarray)):
+        fail("sizes", "a sequence of positive ints, one per source", sizes, TypeError)
+    out = tuple(
+        n
+        if type(n) is int and 1 <= n <= MAX_DOMAIN  # the common case: no ABC checks
+        else check_int(f"sizes[{d}]", n, min_value=1, max_value=MAX_DOMAIN)
+        for d, n in enumerate(list(sizes))
+    )
+    if not out:
+        fail("sizes", "a non-empty sequence of positive ints", sizes)
+    if sum(out) > MAX_DOMAIN:
+        fail("sum(sizes)", "at most 2**62", sum(out))
+    return out
+
+
+class BlendedSampler(CursorBatchSampler[list[int]]):
+    """Micro-batches of a weighted mixture of K sources, exact in every global batch.
+
+    Each item is one data-parallel rank's micro-batch of flat ``ConcatDataset`` indices (the
+    order is :class:`~dataorder.llm.blend_order.BlendOrder`'s). Every global batch gives each
+    source its weight's share within ``B_d < 1.75`` samples, cumulatively, at every
+    global-batch boundary (NOTE [ Mixture exactness ] in :mod:`dataorder.llm.mixture`); the
+    slots are shuffled so every rank gets a random mix; every source reads its samples without
+    repeats until it has read them all (NOTE [ Source orders ] in
+    :mod:`dataorder.llm.blend_order`). State is O(1), memory O(K), and the batch of any step is
+    computed without replay. Epochs are stretches of one run (NOTE [ Blended epochs ], ibid.).
+
+    Args:
+        sizes: Samples in each source (the lengths of the datasets given to ``ConcatDataset``,
+            in the same order), positive ints.
+        weights: One weight per source (non-negative reals, at least one positive, normalised),
+            or a :class:`~dataorder.llm.mixture.MixtureSchedule` that changes them with the
+            samples consumed (piecewise constant, or linear :class:`~dataorder.llm.mixture.Ramp`
+            \\ s). Weights are relative to the *samples trained*, not to the sources' sizes
+            (Megatron's ``--data-path`` convention).
+        micro_batch_size: Samples per micro-batch on each rank.
+        data_parallel_rank: This rank; None: from ``topology``, ``mesh``, the process group or
+            the environment (:func:`~dataorder.core.topology.resolve_topology`).
+        data_parallel_size: The number of data-parallel ranks; None: as the rank.
+        global_batch_size: The global batch size ``G`` (a multiple of ``micro_batch_size x
+            data_parallel_size``), or a :class:`~dataorder.llm.schedule.BatchSizeSchedule`
+            (ramp-up): the quotas are exact for each global batch as the loop trains it.
+        seed: The seed of the slot and source orders, an int in ``[0, 2**64)``.
+        total_samples: Samples per epoch (NOTE [ Blended epochs ]); default ``sum(sizes)``. At
+            least the largest global batch size.
+        consumed_samples: Megatron's run-wide count of consumed samples: the sampler starts
+            there (a multiple of ``micro_batch_size x data_parallel_size`` from its epoch's
+            start).
+        mesh: A ``DeviceMesh``: rank and size are its data-parallel coordinates.
+        dp_dims: The mesh's data-parallel dims.
+        topology: A :class:`~dataorder.core.topology.Topology` instead of the rank and size.
+
+    Raises:
+        TypeError: If an argument has the wrong type (a bool where an int is meant, too).
+        ValueError: If an argument is out of range; the message names it and its value.
+
+    Example: two sources of 6 and 4 samples (flat indices 0-5 and 6-9), weights 3:1,
+    ``micro_batch_size=2, data_parallel_size=2, global_batch_size=4, total_samples=8``. Each
+    global batch of 4 takes 3 samples of source 0 and 1 of source 1, in a shuffled order, so
+    the epoch reads all six samples of source 0 once and two of source 1 (6 and 9 are not
+    read: ``samples_dropped == 2``)::
+
+        step 0: rank 0: [1, 5]  rank 1: [4, 7]      (sources 0, 0 | 0, 1)
+        step 1: rank 0: [2, 0]  rank 1: [8, 3]      (sources 0, 0 | 1, 0)
+
+    >>> ranks = [BlendedSampler([6, 4], [3, 1], 2, r, 2, 4, seed=0, total_samples=8)
+    ...          for r in range(2)]
+    >>> [list(s) for s in ranks]
+    [[[1, 5], [2, 0]], [[4, 7], [8, 3]]]
+    >>> ranks[0].consumed_per_source(8).tolist(), ranks[0].samples_dropped
+    ([6, 2], 2)
+
+    Checkpoint schema (after the first micro-batch; the same on every rank): ``consumed`` is
+    the samples of the epoch all ranks have taken, ``mixture`` the digest of the schedule's
+    trained part (NOTE [ Trained part of a schedule ]), ``config.sizes`` a digest of the
+    sizes, ``config.global_batch_size`` an int or ``"schedule:<digest>"``, ``config.versions``
+    the versions of the constructions the order uses; ``layout.*`` is informational:
+
+    >>> s = BlendedSampler([6, 4], [3, 1], 2, 0, 2, 4, seed=0, total_samples=8)
+    >>> _ = next(iter(s))
+    >>> s.state_dict()  # doctest: +NORMALIZE_WHITESPACE
+    {'format': 'dataorder.state', 'version': 1, 'kind': 'blended',
+     'fingerprint': '74451f53c4938613', 'epoch': 0, 'consumed': 4,
+     'mixture': '1:d85e6794c688ebc4:1b3', 'config.sizes': '7adca2809df81fd3',
+     'config.total_samples': 8, 'config.global_batch_size': 4,
+     'config.seed': 0, 'config.versions': 'blend1-permutation1-key1-apportionment1',
+     'layout.micro_batch_size': 2, 'layout.data_parallel_size': 2}
+    """
+
+    state_kind: ClassVar[str] = "blended"
+    #: Resumable on another micro_batch_size or data_parallel_size.
+    elastic: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        weights: WeightVector | MixtureSchedule,
+        micro_batch_size: int,
+        data_parallel_rank: int | None = None,
+        data_parallel_size: int | None = None,
+        global_batch_size: int | BatchSizeSchedule | None = None,
+        *,
+        seed: int,
+        total_samples: int | None = None,
+        consumed_samples: int = 0,
+        mesh: Any = None,
+        dp_dims: Sequence[str] | None = None,
+        topology: Topology | None = None,
+    ) -> None:
+        super().__init__()
+        self._sizes = _check_sizes(sizes)
+        k = len(self._sizes)
+        if isinstance(weights, MixtureSchedule):
+            if weights.num_sources != k:
+                fail(
+                    "weights",
+                    f"a MixtureSchedule over len(sizes) = {k} sources",
+                    f"MixtureSchedule over {weights.num_sources} sources",
+                )
+            self._schedule = weights
+        else:
+            self._schedule = MixtureSchedule.constant(weights, name="weights")
+            if self._schedule.num_sources != k:
+                fail("len(weights)", f"len(sizes) = {k}", self._schedule.num_sources)
+        self._mbs = check_int("micro_batch_size", micro_batch_size, min_value=1)
+        self._topology = resolve_topology(
+            data_parallel_size,
+            data_parallel_rank,
+            mesh=mesh,
+            dp_dims=dp_dims,
+            topology=topology,
+            names=("data_parallel_size", "data_parallel_rank"),
+        )
+        self._dp = self._topology.dp_size
+        self._rank = self._topology.dp_rank
+        if isinstance(global_batch_size, BatchSizeSchedule):
+            self._batches = global_batch_size
+        elif global_batch_size is None:
+            fail("global_batch_size", "a positive int or a BatchSizeSchedule", None, TypeError)
+        else:
+            gbs = check_int("global_batch_size", global_batch_size, min_value=1)
+            self._batches = BatchSizeSchedule.constant(gbs)
+        self._batches.check_layout(micro_batch_size=self._mbs, data_parallel_size=self._dp)
+        self._seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
+        largest = max(seg.global_batch_size for seg in self._batches.segments)
+        if total_samples is None:
+            default = sum(self._sizes)
+            if default < largest:
+                fail(
+                    "total_samples",
+                    f"given when sum(sizes) = {default} is below the largest global batch "
+                    f"size {largest} (an epoch holds at least one global batch)",
+                    None,
+                )
+            total_samples = default
+        self._total = check_int(
+            "total_samples", total_samples, min_value=largest, max_value=MAX_DOMAIN
+        )
+        self._mixture = Mixture(
+            self._schedule,
+            derive_key(self._seed, epoch=0, stream=BLEND_STREAM, purpose="apportionment"),
+        )
+        self._order = BlendOrder(self._sizes, self._mixture, self._batches, self._total, self._seed)
+        self._stats: tuple[int, tuple[int, int]] | None = None
+        thresholds = self._batches.thresholds
+        self._gbs_config: Scalar = (
+            thresholds[0][1] if len(thresholds) == 1 else f"schedule:{_digest(thresholds)}"
+        )
+        self._sizes_digest = _digest(self._sizes)
+        consumed_samples = check_int("consumed_samples", consumed_samples, min_value=0)
+        epoch, consumed = self._order.epoch_of(consumed_samples)
+        if epoch > MAX_EPOCH:
+            fail("consumed_samples", f"a count within {MAX_EPOCH + 1} epochs", consumed_samples)
+        plan = self.epoch_plan(epoch)  # validates this layout against the epoch's batches
+        try:
+            plan.step_of({"consumed": consumed}, strict=True)
+        except ValueError:
+            fail(
+                "consumed_samples",
+                "a run-wide count on a micro-batch block boundary: its epoch's start plus a "
+                f"multiple of micro_batch_size x data_parallel_size = {self._mbs * self._dp}",
+                consumed_samples,
+            )
+        if consumed_samples:
+            self._place(epoch, {"consumed": consumed}, loaded=True)
+
+    # -- configuration, read-only ---------------------------------------------------------------
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Samples in each source."""
+        return self._sizes
+
+    @property
+    def num_sources(self) -> int:
+        """The number of sources K."""
+        return len(self._sizes)
+
+    @property
+    def schedule(self) -> MixtureSchedule:
+        """The mixture schedule (a constant one for plain weights)."""
+        return self._schedule
+
+    @property
+    def batch_size_schedule(self) -> BatchSizeSchedule:
+        """The global batch size schedule (a constant one for an int)."""
+        return self._batches
+
+    @property
+    def order(self) -> BlendOrder:
+        """The order: run positions to flat indices."""
+        return self._order
+
+    @property
+    def seed(self) -> int:
+        """The seed."""
+        return self._seed
+
+    @property
+    def total_samples(self) -> int:
+        """Samples per epoch (nominal; NOTE [ Blended epochs ])."""
+        return self._total
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Samples per micro-batch on each rank."""
+        return self._mbs
+
+    @property
+    def data_parallel_rank(self) -> int:
+        """This sampler's rank."""
+        return self._rank
+
+    @property
+    def data_parallel_size(self) -> int:
+        """The number of data-parallel ranks."""
+        return self._dp
+
+    @property
+    def topology(self) -> Topology:
+        """This process's data-parallel place."""
+        return self._topology
+
+    @property
+    def consumed_samples(self) -> int:
+        """The run-wide count of samples consumed (Megatron's ``consumed_samples``)."""
+        return self._order.epoch_bounds(self._epoch)[0] + self._position["consumed"]
+
+    def consumed_per_source(self, samples: int | None = None) -> npt.NDArray[np.int64]:
+        """How many samples each source has contributed after ``samples`` run-wide samples.
+
+        Args:
+            samples: A run-wide count (default: :attr:`consumed_samples`).
+
+        Returns:
+            An int64 array of K counts summing to ``samples``. O(K) per schedule entry before
+            ``samples`` (each entry's starting counts are kept once computed).
+        """
+        if samples is None:
+            samples = self.consumed_samples
+        return self._mixture.counts(check_int("samples", samples, min_value=0))
+
+    def _epoch_stats(self) -> tuple[int, int]:
+        if self._stats is None or self._stats[0] != self._epoch:
+            first, end = self._order.epoch_bounds(self._epoch)
+            distinct, reads = self._order.coverage(first, end)
+            seen = int(distinct.sum())
+            self._stats = (self._epoch, (sum(self._sizes) - seen, int(reads.sum()) - seen))
+        return self._stats[1]
+
+    @property
+    def samples_dropped(self) -> int:
+        """Samples of the datasets the cursor's epoch never reads (NOTE [ Blended epochs ]).
+
+        Computed on first use per epoch, in O(min(head, tail)) per source that crosses a source
+        epoch (:func:`~dataorder.llm.blend_order.distinct_draws`); the order never needs it.
+        """
+        return self._epoch_stats()[0]
+
+    @property
+    def samples_padded(self) -> int:
+        """Reads in the cursor's epoch that repeat a sample already read in it (an upsampled
+        source, or a source's reads that cross into its next source epoch). Never ``None``."""
+        return self._epoch_stats()[1]
+
+    def __repr__(self) -> str:
+        return (
+            f"BlendedSampler(sources={len(self._sizes)}, micro_batch_size={self._mbs}, "
+            f"data_parallel_rank={self._rank}, data_parallel_size={self._dp}, "
+            f"global_batch_size={self._gbs_config!r}, seed={self._seed}, "
+            f"total_samples={self._total}; epoch={self._epoch}, "
+            f"consumed={self._position['consumed']})"
+        )
+
+    # -- CursorSampler --------------------------------------------------------------------------
+    def order_config(self) -> dict[str, Scalar]:
+        """Fields that fix the order; the mixture schedule is checked separately, by its trained
+        part (NOTE [ Trained part of a schedule ])."""
+        return {
+            "sizes": self._sizes_digest,
+            "total_samples": self._total,
+            "global_batch_size": self._gbs_config,
+            "seed": self._seed,
+            "versions": _VERSIONS,
+        }
+
+    @property
+    def dp_rank(self) -> int:
+        """This sampler's data-parallel rank."""
+        return self._rank
+
+    def layout_info(self) -> dict[str, int]:
+        """``micro_batch_size`` and ``data_parallel_size`` (recorded, never the rank)."""
+        return {"micro_batch_size": self._mbs, "data_parallel_size": self._dp}
+
+    def _chunk_steps(self) -> int:
+        # Keep the (window x source) counts of a chunk bounded: a chunk of s micro-steps spans
+        # about s * M / G_min + 2 global batches.
+        block = self._mbs * self._dp
+        smallest = min(seg.global_batch_size for seg in self._batches.segments)
+        windows = max(3, _CHUNK_CELLS // (len(self._sizes) + 1))
+        return max(1, min(_CHUNK_POSITIONS // self._mbs, (windows - 2) * smallest // block))
+
+    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BlockPlan[list[int]]:
+        mbs = check_int("micro_batch_size", layout["micro_batch_size"], min_value=1)
+        dp = check_int("data_parallel_size", layout["data_parallel_size"], min_value=1)
+        first, end = self._order.epoch_bounds(epoch)
+        self._batches.check_layout(
+            micro_batch_size=mbs, data_parallel_size=dp, from_step=self._batches.step_at(first)
+        )
+        lay = plan_epoch(end - first, per_rank=mbs, dp_size=dp, tail="drop")
+        order = self._order
+
+        def make_rows(rank: int) -> Callable[[npt.NDArray[np.int64]], list[list[int]]]:
+            def rows(positions: npt.NDArray[np.int64]) -> list[list[int]]:
+                out: list[list[int]] = order.samples(positions + first).tolist()
+                return out
+
+            return rows
+
+        return BlockPlan(lay, "contiguous", make_rows)
+
+    # -- state ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Scalar]:
+        """The cursor as a flat dict; ``mixture`` digests the trained part of the schedule."""
+        tag = self._schedule.trained_tag(self.consumed_samples)
+        out: dict[str, Scalar] = {}
+        for key, value in super().state_dict().items():
+            out[key] = value
+            if key == "consumed":
+                out["mixture"] = tag
+        return out
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Place the cursor where ``state_dict`` says (see
+        :meth:`~dataorder.core.cursor.CursorSampler.load_state_dict`).
+
+        The schedule may differ from the saving run's only after the saved position: a state
+        whose trained part differs is refused, naming the entry (NOTE [ Trained part of a
+        schedule ]).
+
+        Raises:
+            TypeError: If ``state_dict`` is not a mapping.
+            ValueError: As the base class, or if the trained part of the schedule differs.
+        """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict must be a dict; got {type(state_dict).__name__}")
+        state = dict(state_dict)
+        missing = object()
+        tag = state.pop("mixture", missing)
+        epoch, progress, _ = parse_state(
+            state,
+            kind=self.state_kind,
+            config=self.order_config(),
+            progress_keys=self.progress_keys,
+            layout_keys=tuple(self.layout_info()),
+        )
+        if tag is missing:
+            raise ValueError("state is missing keys ['mixture']")
+        first, end = self._order.epoch_bounds(epoch)
+        if progress["consumed"] <= end - first:  # else the base class refuses the position
+            self._schedule.check_trained(tag, first + progress["consumed"])
+        super().load_state_dict(state)
+
+    @classmethod
+    def from_state(
+        cls,
+        state: Mapping[str, Any],
+        *,
+        sizes: Sequence[int] | None = None,
+        weights: WeightVector | MixtureSchedule | None = None,
+        rank: int = 0,
+        dp_size: int | None = None,
+        micro_batch_size: int | None = None,
+        global_batch_size: BatchSizeSchedule | None = None,
+        **_: Any,
+    ) -> BlendedSampler:
+        """Rebuild the sampler that wrote ``state``, on ``rank``, positioned where it was.
+
+        A state holds the seed, ``total_samples`` and a constant global batch size, but only
+        digests of the sizes, of the trained part of the schedule and of a batch-size schedule:
+        those come from the caller, and loading the state proves them (a differing size or
+        trained schedule entry is refused, named).
+
+        Args:
+            state: A ``state_dict()`` of this class.
+            sizes: The sources' sizes the state was written over.
+            weights: The weights or :class:`~dataorder.llm.mixture.MixtureSchedule`; only its
+                part before the saved position must be the one trained.
+            rank: The data-parallel rank to build.
+            dp_size: Another data-parallel size (an elastic resume); default: the state's.
+            micro_batch_size: Another micro-batch size; default: the state's.
+            global_batch_size: The :class:`~dataorder.llm.schedule.BatchSizeSchedule` of a
+                state whose ``config.global_batch_size`` is a ``"schedule:<digest>"``;
+                default: the state's int.
+
+        Raises:
+            ValueError: If the state is not of this class, a value it does not hold is missing,
+                or the values or the layout cannot continue it.
+
+        >>> s = BlendedSampler([6, 4], [3, 1], 2, 0, 2, 4, seed=0, total_samples=8)
+        >>> _ = next(iter(s))
+        >>> again = BlendedSampler.from_state(s.state_dict(), sizes=[6, 4], weights=[3, 1], rank=1)
+        >>> again.consumed_samples, next(iter(again)) == s.batch_at(1, rank=1)
+        (4, True)
+        """
+        config, layout, _progress = split_state(state)
+        if state.get("kind") != cls.state_kind:
+            fail("state['kind']", repr(cls.state_kind), state.get("kind"))
+        held_only_as_digest = "(a state holds only its digest)"
+        if sizes is None:
+            fail(
+                "sizes",
+                f"the sources' sizes the state was written over {held_only_as_digest}",
+                None,
+            )
+        if weights is None:
+            fail(
+                "weights", f"the weights or MixtureSchedule of the run {held_only_as_digest}", None
+            )
+        gbs = config.get("global_batch_size")
+        if global_batch_size is None:
+            if isinstance(gbs, str):
+                fail(
+                    "global_batch_size",
+                    f"the BatchSizeSchedule of a state with global_batch_size={gbs!r} "
+                    f"{held_only_as_digest}",
+                    None,
+                )
+            global_batch_size = gbs  # type: ignore[assignment]
+        sampler = cls(
+            sizes,
+            weights,
+            micro_batch_size or layout.get("micro_batch_size"),  # type: ignore[arg-type]
+            rank,
+            dp_size or layout.get("data_parallel_size"),  # type: ignore[arg-type]
+            global_batch_size,
+            seed=config.get("seed"),  # type: ignore[arg-type]
+            total_samples=config.get("total_samples"),  # type: ignore[arg-type]
+        )
+        sampler.load_state_dict(state)
+        return sampler
+
+    def describe_progress(self) -> list[tuple[str, str]]:
+        """Where the cursor is (what ``dataorder inspect`` prints): the epoch and its stretch
+        of the run, the micro-steps, the run-wide count, what each source has given and the
+        schedule's entry."""
+        first, end = self._order.epoch_bounds(self._epoch)
+        consumed = self._position["consumed"]
+        plan = self.epoch_plan()
+        step = plan.step_of(self._position)
+        run = first + consumed
+        entry = self._schedule.segment_at(run)
+        counts = self.consumed_per_source(run).tolist()
+        shown = [
+            f"{c} of source {d} ({c / n:.3g} passes over {n})"
+            for d, (c, n) in enumerate(zip(counts, self._sizes, strict=True))
+        ]
+        if len(shown) > _SHOWN_SOURCES:
+            shown = [*shown[:_SHOWN_SOURCES], f"... and {len(shown) - _SHOWN_SOURCES} more sources"]
+        return [
+            (
+                "position",
+                f"{consumed} of {end - first} samples of epoch {self._epoch} (the run's "
+                f"samples {first} to {end - 1})",
+            ),
+            (
+                "micro-steps",
+                f"{step} of {plan.num_steps} done; {self.remaining} left on every rank",
+            ),
+            ("consumed_samples", f"{run} (Megatron's run-wide count)"),
+            ("per source", "; ".join(shown)),
+            (
+                "mixture",
+                f"entry {entry} of {len(self._schedule)} (from sample "
+                f"{self._schedule.segments[entry].start})",
+            ),
+        ]

@@ -273,12 +273,20 @@ def test_demo_runs_and_every_check_passes(tmp_path: Path) -> None:
     assert "_index_sampler_state" in inspected.stdout
     assert "12 of 25 done" in inspected.stdout  # phase 0 stopped half-way: 12 global batches
     buckets = out / "checkpoint" / "buckets.json"
+    # the buckets are fitted to the data: the demo writes their manifest beside the state, and the
+    # preset's buckets are another dataset, which inspect refuses
+    manifest = out / "checkpoint" / "buckets.manifest.tsv"
     inspected = run_cli(
-        ["inspect", str(buckets), "--sizes", str(DATA / "image_sizes.csv"), "--plain"], timeout=60
+        ["inspect", str(buckets), "--manifest", str(manifest), "--plain"], timeout=60
     )
     assert inspected.returncode == 0, inspected.stderr
     assert "sequential_bucket" in inspected.stdout
     assert "next batch on each rank" in inspected.stdout
+    preset = run_cli(
+        ["inspect", str(buckets), "--sizes", str(DATA / "image_sizes.csv")], timeout=60
+    )
+    assert preset.returncode == 2
+    assert "another configuration" in preset.stderr
 
 
 @pytest.mark.multiprocess

@@ -128,6 +128,9 @@ def _cmd_demo(args: argparse.Namespace, out: Output) -> int:
         rows,
     )
     for r in report.results:
+        for note in r.notes:
+            out.line(f"{r.name}: {note}")
+    for r in report.results:
         for key, passed in r.checks.items():
             if not passed:
                 out.line(f"FAILED {r.name} {CHECKS[key]}: {r.details[key]}")
@@ -135,7 +138,10 @@ def _cmd_demo(args: argparse.Namespace, out: Output) -> int:
         if not name.startswith("checkpoint:"):
             out.line(f"wrote {path}")
     ckpt = Path(report.outputs[f"checkpoint:{report.results[0].name}"]).parent
-    out.line(f"wrote the restart checkpoint to {ckpt}/ (try: dataorder inspect {ckpt}/*.json)")
+    hint = f"dataorder inspect {ckpt}/{report.results[0].name}.json"
+    if any(r.name == "buckets" for r in report.results):
+        hint += f", or {ckpt}/buckets.json --manifest {ckpt}/buckets.manifest.tsv"
+    out.line(f"wrote the restart checkpoint to {ckpt}/ (try: {hint})")
     seconds = report.seconds
     verdict = "all checks passed" if report.ok else "SOME CHECKS FAILED"
     out.line(

@@ -10,12 +10,21 @@ phases, one process group each:
 2. **after**: ``mesh`` (default ``(2, 2, 2)``, 8 processes): a different data-parallel size. Every
    process loads the same checkpoint and trains to the end of the epoch.
 
-The samplers: Megatron "single" and "cyclic" over the token dataset shipped in
-``dataorder/data/tokens.npy``, the bucket sampler over the image sizes in
-``dataorder/data/image_sizes.csv`` (both synthetic and deterministic, see
-``dataorder/data/README.md``), and the ``DistributedSampler`` over the token dataset. The global
-batch size stays the same across the restart (gradient accumulation makes up for the smaller
-data-parallel size), as a real elastic job would keep it.
+The samplers (:mod:`dataorder.tools.demo_samplers`), over data shipped in ``dataorder/data/``
+(synthetic and deterministic, see ``dataorder/data/README.md``):
+
+* Megatron "single" and "cyclic" over the token rows of ``tokens.npy``;
+* a mixture: the token rows as three weighted sources (``BlendedSampler``), with a schedule that
+  changes the weights a few steps in, checked per source against ``consumed_per_source``;
+* the bucket sampler over the image sizes of ``image_sizes.csv``, with buckets fitted to those
+  sizes and the job's layout (``fit_to_data``) in the interleaved order; the report compares the
+  fitted plan with the 1024p preset;
+* the bucket sampler over video buckets (frames x height x width under a token budget) of the
+  clips in ``clip_sizes.csv``, with batch sizes from the cost model;
+* the ``DistributedSampler`` over the token rows.
+
+The global batch size stays the same across the restart (gradient accumulation makes up for the
+smaller data-parallel size), as a real elastic job would keep it.
 
 Every process records what its loader really yielded (the ``index`` carried by each sample of the
 batch the model trained on). The parent process then checks, per sampler:
@@ -28,7 +37,9 @@ batch the model trained on). The parent process then checks, per sampler:
 * **lock-step buckets**: at every step all ranks drew from one bucket (so shapes match);
 * **one checkpoint**: all processes saved an identical loader state (progress is global);
 * **nothing lost or repeated**: over the epoch, before and after the restart together, every
-  sample was read exactly once, apart from what the sampler itself reports as dropped or padded.
+  sample was read exactly once, apart from what the sampler itself reports as dropped or padded;
+* **per source** (the mixture): each source was read exactly as often as the sampler's
+  ``consumed_per_source`` says, and no sample of a source twice before all of them once.
 
 It writes ``report.json``, ``schedule.png`` (see :mod:`dataorder.tools.plots`) and the checkpoints
 under ``out``. :func:`run_demo` is the entry point; ``dataorder demo`` prints its report and exits
@@ -92,8 +103,9 @@ def run_demo(
 
     Writes ``out/report.json`` (:meth:`DemoReport.to_json`), ``out/schedule.png``,
     ``out/checkpoint/<sampler>.json`` (the loader state every process loads on restart; try
-    ``dataorder inspect`` on it) and ``<sampler>.model.pt``, and each process's records under
-    ``out/ranks/``.
+    ``dataorder inspect`` on it), ``<sampler>.model.pt``, ``buckets.manifest.tsv`` (the fitted
+    buckets' dataset, which ``dataorder inspect --manifest`` needs for the bucket state), and each
+    process's records under ``out/ranks/``.
 
     Args:
         config: What to run; default ``DemoConfig()``.

@@ -164,6 +164,8 @@ def check_sampler(
         f"{len(reads)} of {n} samples read; {missing} never ({dropped} declared dropped), "
         f"{extra} extra reads ({padded} declared padding)"
     )
+    if "source_sizes" in last:
+        checks["per_source"], details["per_source"] = _per_source(reads, last)
     first = mine(phases[0][0], name)
     losses = [x for records in phases for x in mine(records[0], name)["losses"]]
     result = SamplerResult(
@@ -178,5 +180,27 @@ def check_sampler(
         dropped=dropped,
         padded=padded,
         loss=(losses[0], losses[-1]) if losses else (math.nan, math.nan),
+        notes=list(first.get("notes", [])),
     )
     return result, schedule
+
+
+def _per_source(reads: Counter[int], last: Mapping[str, Any]) -> tuple[bool, str]:
+    """A mixture's reads per source against its own accounting (``consumed_per_source`` after
+    the run), and no source sample read twice before every sample of its source was read."""
+    sizes = [int(x) for x in last["source_sizes"]]
+    expected = [int(x) for x in last["consumed_per_source"]]
+    starts = [0]
+    for size in sizes:
+        starts.append(starts[-1] + size)
+    got, spread = [], []
+    for k, size in enumerate(sizes):
+        counts = [reads.get(i, 0) for i in range(starts[k], starts[k] + size)]
+        got.append(sum(counts))
+        spread.append(max(counts) - min(counts))
+    ok = got == expected and max(spread) <= 1
+    return ok, (
+        f"reads per source {got}, consumed_per_source says {expected} after "
+        f"{last['consumed_samples']} samples; reads of one source differ by at most "
+        f"{max(spread)} between its samples"
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from importlib import resources
 from typing import Any
 
@@ -23,13 +24,22 @@ __all__ = [
     "DemoError",
     "DemoReport",
     "MeshShape",
+    "PhaseSpec",
     "SamplerResult",
+    "load_clip_sizes",
     "load_image_sizes",
     "load_tokens",
 ]
 
 #: The samplers the demo trains with, in report order.
-SAMPLERS: tuple[str, ...] = ("megatron-single", "megatron-cyclic", "buckets", "distributed")
+SAMPLERS: tuple[str, ...] = (
+    "megatron-single",
+    "megatron-cyclic",
+    "mixture",
+    "buckets",
+    "video",
+    "distributed",
+)
 #: Mistakes :class:`DemoConfig` can make on purpose (``inject_bug``), to show the checks fail.
 BUGS: tuple[str, ...] = ("global-world", "no-resume")
 
@@ -46,13 +56,25 @@ _PRELOAD = (
     "torch.distributed.device_mesh",
     "torchdata.stateful_dataloader",
     "dataorder.tools.demo_job",
+    "dataorder.tools.demo_samplers",
     "dataorder.llm.megatron",
     "dataorder.parallel.distributed",
     "dataorder.diffusion.bucket_sampler",
     "dataorder.diffusion.buckets",
     "dataorder.diffusion.multires",
+    "dataorder.diffusion.fit",
+    "dataorder.diffusion.video",
+    "dataorder.llm.blend",
     "dataorder.parallel.verify",
 )
+#: The mixture phase: the token rows cut into three sources (shares of the rows), their weights
+#: before and after a schedule change, and where the change comes (in global batches).
+MIXTURE_SHARES = (0.5, 0.3, 0.2)
+MIXTURE_WEIGHTS = ((0.6, 0.3, 0.1), (0.2, 0.3, 0.5))
+MIXTURE_CHANGE_STEP = 6
+#: The video phase: the first clips of the shipped clip sizes, resampled to the model's rate.
+VIDEO_CLIPS = 800
+VIDEO_FPS = 16
 
 
 class DemoError(RuntimeError):
@@ -156,6 +178,18 @@ class DemoConfig:
         return self.global_batch_size // (self.micro_batch_size * mesh.dp)
 
 
+@dataclass(frozen=True)
+class PhaseSpec:
+    """What every process of one phase is told: the config, the phase, its mesh, where to meet
+    (the parent's store port) and where to write."""
+
+    config: DemoConfig
+    phase: int
+    mesh: MeshShape
+    port: int
+    workdir: str
+
+
 # -- the shipped data -----------------------------------------------------------------------------
 def _data_file(name: str) -> Any:
     return resources.files("dataorder").joinpath("data").joinpath(name)
@@ -178,6 +212,17 @@ def load_image_sizes() -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     return rows[:, 0].copy(), rows[:, 1].copy()
 
 
+def load_clip_sizes() -> tuple[
+    npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], list[Fraction]
+]:
+    """The shipped clip sizes: ``(widths, heights, frames, fps)`` (see ``data/README.md``)."""
+    text = _data_file("clip_sizes.csv").read_text(encoding="ascii")
+    rows = [line.split(",") for line in text.splitlines()[1:] if line]
+    ints = np.array([[int(r[0]), int(r[1]), int(r[2])] for r in rows], dtype=np.int64)
+    fps = [Fraction(r[3]) for r in rows]
+    return ints[:, 0].copy(), ints[:, 1].copy(), ints[:, 2].copy(), fps
+
+
 # -- results --------------------------------------------------------------------------------------
 @dataclass
 class SamplerResult:
@@ -195,6 +240,8 @@ class SamplerResult:
         dropped: Samples the sampler reports as dropped in the epoch.
         padded: Padding slots the sampler reports in the epoch.
         loss: Mean training loss of the first and of the last step.
+        notes: What the phase shows beyond the checks (a fitted bucket plan, a mixture's
+            schedule), one line each.
     """
 
     name: str
@@ -208,6 +255,7 @@ class SamplerResult:
     dropped: int
     padded: int
     loss: tuple[float, float]
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -252,4 +300,5 @@ CHECKS: dict[str, str] = {
     "lock_step": "lock-step",
     "one_checkpoint": "one ckpt",
     "exactly_once": "each once",
+    "per_source": "per source",
 }

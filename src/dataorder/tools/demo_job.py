@@ -9,258 +9,25 @@ from __future__ import annotations
 import json
 import time
 import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from dataorder.tools.demo_config import (
-    _LATENT_CHANNELS,
-    _LATENT_DOWNSCALE,
     _LEARNING_RATE,
     _MESH_DIMS,
     _PRELOAD,
-    _VOCAB,
-    SAMPLERS,
-    DemoConfig,
     DemoError,
     MeshShape,
-    load_image_sizes,
-    load_tokens,
+    PhaseSpec,
 )
+from dataorder.tools.demo_samplers import build_job
 
-__all__ = ["PhaseSpec", "load_phase", "run_phase"]
+__all__ = ["PhaseSpec", "load_phase", "run_phase"]  # PhaseSpec: from demo_config
 
 
 # -- what runs inside each process ----------------------------------------------------------------
-@dataclass(frozen=True)
-class PhaseSpec:
-    config: DemoConfig
-    phase: int
-    mesh: MeshShape
-    port: int
-    workdir: str
-
-
-def _model_seed(seed: int, name: str) -> int:
-    from dataorder.core.keys import derive_key
-
-    # torch.Generator.manual_seed takes 64-bit seeds; the top bit is dropped to stay signed-safe
-    return derive_key(seed, epoch=0, stream=f"demo/{name}", purpose="model-init") >> 1
-
-
-class _TokenDataset:
-    """Token rows; a padding slot (``None``) gives zeros with a zero loss mask."""
-
-    def __init__(self, tokens: npt.NDArray[np.uint8]) -> None:
-        import torch
-
-        self.tokens = torch.from_numpy(tokens.astype(np.int64))
-
-    def __len__(self) -> int:
-        return int(self.tokens.shape[0])
-
-    def __getitem__(self, idx: int | None) -> dict[str, Any]:
-        import torch
-
-        if idx is None:  # Megatron's padding slot: keep the shape, mask the loss
-            seq = self.tokens.shape[1]
-            return {
-                "index": -1,
-                "tokens": torch.zeros(seq, dtype=torch.long),
-                "mask": torch.zeros(seq - 1),
-            }
-        return {
-            "index": idx,
-            "tokens": self.tokens[idx],
-            "mask": torch.ones(self.tokens.shape[1] - 1),
-        }
-
-
-class _LatentDataset:
-    """A synthetic latent per image, shaped by the image's bucket, seeded by its index."""
-
-    def __init__(self, multires: Any) -> None:
-        self.multires = multires
-
-    def __len__(self) -> int:
-        return len(self.multires)
-
-    def __getitem__(self, idx: int) -> dict[str, Any]:
-        import torch
-
-        item = self.multires[idx]
-        w, h = item["bucket_resolution"]
-        g = torch.Generator().manual_seed(idx)
-        shape = (_LATENT_CHANNELS, h // _LATENT_DOWNSCALE, w // _LATENT_DOWNSCALE)
-        return {
-            "index": idx,
-            "bucket": int(item["bucket"]),
-            "latent": torch.randn(shape, generator=g),
-            "noise": torch.randn(shape, generator=g),
-        }
-
-
-def _init_parameters(model: Any, seed: int) -> None:
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
-
-
-def _token_model(seed: int) -> tuple[Any, Callable[[Any, dict[str, Any]], Any]]:
-    import torch
-
-    model = torch.nn.Sequential(torch.nn.Embedding(_VOCAB, 32), torch.nn.Linear(32, _VOCAB))
-    _init_parameters(model, seed)
-
-    def loss_fn(m: Any, batch: dict[str, Any]) -> Any:
-        tokens, mask = batch["tokens"], batch["mask"]
-        logits = m(tokens[:, :-1])
-        ce = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, _VOCAB), tokens[:, 1:].reshape(-1), reduction="none"
-        )
-        # averaged over real tokens only, so a padding slot adds nothing to the loss
-        return (ce * mask.reshape(-1)).sum() / mask.sum().clamp(min=1)
-
-    return model, loss_fn
-
-
-def _latent_model(seed: int) -> tuple[Any, Callable[[Any, dict[str, Any]], Any]]:
-    import torch
-
-    model = torch.nn.Conv2d(_LATENT_CHANNELS, _LATENT_CHANNELS, 3, padding=1)
-    _init_parameters(model, seed)
-
-    def loss_fn(m: Any, batch: dict[str, Any]) -> Any:
-        noisy = batch["latent"] + 0.5 * batch["noise"]
-        return torch.nn.functional.mse_loss(m(noisy), batch["noise"])
-
-    return model, loss_fn
-
-
-@dataclass
-class _Job:
-    loader: Any
-    sampler: Any
-    model: Any
-    loss_fn: Callable[[Any, dict[str, Any]], Any]
-    dropped: Callable[[], int]
-    padded: Callable[[], int]
-    # slots of the batch that repeat a sample, given its epoch and its index in that epoch
-    batch_padding: Callable[[int, int, dict[str, Any]], int]
-    # index in the epoch of the next batch (where the next iter() starts)
-    next_batch_index: Callable[[], int] = lambda: 0
-
-
-def _build_job(name: str, spec: PhaseSpec, mesh: Any) -> _Job:
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
-    from dataorder.core.topology import data_parallel_topology
-
-    cfg = spec.config
-    topo = data_parallel_topology(mesh, ("dp",))
-    # where the samplers think they are: the DP rank and size, unless the bug is injected
-    rank, world = topo.dp_rank, topo.dp_size
-    placement: dict[str, Any] = {"mesh": mesh, "dp_dims": ("dp",)}
-    if cfg.inject_bug == "global-world":
-        import torch.distributed as dist
-
-        rank, world = dist.get_rank(), dist.get_world_size()
-        placement = {"rank": rank, "num_replicas": world}
-    seed = _model_seed(cfg.seed, name)
-    if name in ("megatron-single", "megatron-cyclic"):
-        from dataorder.llm.factory import create_megatron_sampler
-
-        tokens = _TokenDataset(load_tokens())
-        # "single" pads the last global batch with None slots (masked), "cyclic" drops the tail:
-        # the report shows both kinds of accounting.
-        single = name == "megatron-single"
-        gbs = cfg.global_batch_size
-        if gbs % (cfg.micro_batch_size * world):  # only with the injected bug: world too large
-            gbs = cfg.micro_batch_size * world
-        sampler: Any = create_megatron_sampler(
-            len(tokens),
-            micro_batch_size=cfg.micro_batch_size,
-            global_batch_size=gbs,
-            dataloader_type="single" if single else "cyclic",
-            drop_last=not single,
-            pad_samples_to_global_batch_size=single,
-            rank=rank,
-            world_size=world,
-            seed=cfg.seed,
-        )
-        loader = StatefulDataLoader(tokens, batch_sampler=sampler)
-        model, loss_fn = _token_model(seed)
-        return _Job(
-            loader,
-            sampler,
-            model,
-            loss_fn,
-            lambda: int(sampler.samples_dropped),
-            lambda: int(sampler.samples_padded),
-            lambda _e, _i, batch: int((batch["index"] < 0).sum()),
-        )
-    if name == "distributed":
-        from dataorder.parallel.distributed import DistributedSampler
-
-        tokens = _TokenDataset(load_tokens())
-        dist_sampler = DistributedSampler(
-            tokens, shuffle=True, seed=cfg.seed, drop_last=False, **placement
-        )
-        loader = StatefulDataLoader(tokens, batch_size=cfg.micro_batch_size, sampler=dist_sampler)
-        model, loss_fn = _token_model(seed)
-        return _Job(
-            loader,
-            dist_sampler,
-            model,
-            loss_fn,
-            lambda: int(dist_sampler.samples_dropped),
-            lambda: int(dist_sampler.samples_padded),
-            lambda _e, _i, _batch: 0,  # wrap-around repeats are counted by samples_padded
-        )
-    if name == "buckets":
-        from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-        from dataorder.diffusion.buckets import MultiTierBucketCalculator
-        from dataorder.diffusion.multires import BaseMultiresolutionDataset
-
-        widths, heights = load_image_sizes()
-        multires = BaseMultiresolutionDataset.from_sizes(
-            widths, heights, calculator=MultiTierBucketCalculator.from_preset("1024p")
-        )
-        bucket_sampler = SequentialBucketSampler(
-            multires,
-            base_batch_size=cfg.micro_batch_size,
-            drop_last=False,
-            seed=cfg.seed,
-            **placement,
-        )
-        loader = StatefulDataLoader(_LatentDataset(multires), batch_sampler=bucket_sampler)
-        model, loss_fn = _latent_model(seed)
-
-        def padding_of(epoch: int, i: int, _batch: dict[str, Any]) -> int:
-            # how many slots of this rank's batch repeat a sample, as the sampler declares it
-            return int(bucket_sampler.get_batch_info(i, epoch=epoch)["padding"])
-
-        return _Job(
-            loader,
-            bucket_sampler,
-            model,
-            loss_fn,
-            lambda: int(bucket_sampler.samples_dropped),
-            lambda: int(bucket_sampler.samples_padded),
-            padding_of,
-            lambda: bucket_sampler.next_start()[1],
-        )
-    raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}; got sampler={name!r}")
-
-
 def _grad_all_reduce(model: Any, group: Any, size: int) -> None:
     import torch
     import torch.distributed as dist
@@ -306,7 +73,7 @@ def _train(name: str, spec: PhaseSpec, mesh: Any, rank: int) -> dict[str, Any]:
     t_start = time.perf_counter()
     topo = data_parallel_topology(mesh, ("dp",))
     dp_group = mesh["dp"].get_group()
-    job = _build_job(name, spec, mesh)
+    job = build_job(name, spec, mesh)
     ckpt = Path(spec.workdir) / "checkpoint"
     if spec.phase > 0 and cfg.inject_bug != "no-resume":
         loader_state = json.loads((ckpt / f"{name}.json").read_text())
@@ -363,11 +130,15 @@ def _train(name: str, spec: PhaseSpec, mesh: Any, rank: int) -> dict[str, Any]:
         "padded": job.padded(),
         "dataset_size": len(job.loader.dataset),
         "seconds": {"setup": t_verified - t_start, "train": time.perf_counter() - t_verified},
+        **job.extra(),
     }
+    if rank == 0:
+        out["notes"] = job.notes()
     if spec.phase == 0:
         out["loader_state"] = job.loader.state_dict()
         if rank == 0:  # every replica holds the same model: one copy is the checkpoint
             torch.save(job.model.state_dict(), ckpt / f"{name}.model.pt")
+            job.save_files(ckpt)
     return out
 
 

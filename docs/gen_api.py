@@ -113,6 +113,13 @@ def _annotation(value: Any) -> str:
     return value if isinstance(value, str) else inspect.formatannotation(value)
 
 
+def _default(value: Any) -> str:
+    """A default as source would show it: a function by its name, not its address."""
+    if inspect.isfunction(value) or inspect.isclass(value):
+        return str(value.__qualname__)
+    return repr(value)
+
+
 def signature(obj: Any) -> str:
     """``(a: int, b: str = 'x') -> None`` with annotations as written in the source."""
     try:
@@ -133,7 +140,8 @@ def signature(obj: Any) -> str:
         if note:
             text += f": {note}"
         if p.default is not p.empty:
-            text += f" = {p.default!r}" if note else f"={p.default!r}"
+            default = _default(p.default)
+            text += f" = {default}" if note else f"={default}"
         parts.append(text)
     result = f"({', '.join(parts)})"
     ret = _annotation(sig.return_annotation)

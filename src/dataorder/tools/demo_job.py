@@ -138,7 +138,8 @@ def _train(name: str, spec: PhaseSpec, mesh: Any, rank: int) -> dict[str, Any]:
         out["loader_state"] = job.loader.state_dict()
         if rank == 0:  # every replica holds the same model: one copy is the checkpoint
             torch.save(job.model.state_dict(), ckpt / f"{name}.model.pt")
-            job.save_files(ckpt)
+            if job.save_files is not None:
+                job.save_files(ckpt)
     return out
 
 

@@ -173,13 +173,13 @@ class Job:
     # slots of the batch that repeat a sample, given its epoch and its index in that epoch
     batch_padding: Callable[[int, int, dict[str, Any]], int]
     # index in the epoch of the next batch (where the next iter() starts)
-    next_batch_index: Callable[[], int] = lambda: 0
+    next_batch_index: Callable[[], int] = int  # int() == 0: batch index 0
     # what the phase shows beyond the checks, one line each (rank 0 records them)
     notes: Callable[[], list[str]] = list
     # what else the checks need, recorded at the end of the phase
     extra: Callable[[], dict[str, Any]] = dict
     # files beside the checkpoint that `dataorder inspect` needs (rank 0, at the checkpoint)
-    save_files: Callable[[Path], None] = lambda _directory: None
+    save_files: Callable[[Path], None] | None = None
 
 
 def build_job(name: str, spec: PhaseSpec, mesh: Any) -> Job:

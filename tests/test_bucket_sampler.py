@@ -732,6 +732,28 @@ def test_nothing_to_train_is_an_error_and_lost_buckets_a_warning() -> None:
         S(worked_example(), base_batch_size=2, num_replicas=2, rank=0, drop_last=False)
 
 
+def test_interleaved_runs_are_not_counted_as_lost_buckets() -> None:
+    # Two buckets of 9 and 5 images, global batch 4: each keeps at least one batch and drops its
+    # tail (1 + 1). The interleaved order cuts each bucket into runs of 4 (unit 2 x 2) and a tail
+    # run; a tail run is not a bucket removed whole, so there is no warning (a regression: the
+    # warning counted runs).
+    sizes = [(64, 64)] * 9 + [(128, 64)] * 5
+    data = BaseMultiresolutionDataset.from_sizes(
+        [w for w, _ in sizes], [h for _, h in sizes], calculator=MultiTierBucketCalculator(64)
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = S(
+            data,
+            base_batch_size=2,
+            num_replicas=2,
+            rank=0,
+            bucket_order="interleaved",
+            interleave_unit=2,
+        )
+    assert (s.samples_dropped, len(s)) == (2, 3)
+
+
 class FakeMesh:
     """What resolve_topology reads from a DeviceMesh: named dims, local ranks and sizes."""
 

@@ -168,7 +168,11 @@ def check_something_to_train(
     """
     if not drop_last:
         return  # every bucket yields at least its tail batch
-    empty = plan.segments.full_blocks == 0
+    # per bucket, not per run: the interleaved order cuts a bucket into several runs
+    blocks = np.bincount(
+        plan.buckets, weights=plan.segments.full_blocks, minlength=plan.bucket_sizes.size
+    )
+    empty = (blocks == 0) & (plan.bucket_sizes > 0)
     if not empty.any():
         return
     block = (
@@ -178,14 +182,14 @@ def check_something_to_train(
     )
     if plan.num_steps == 0:
         raise ValueError(
-            f"drop_last=True leaves nothing to train on: each of the {plan.num_runs} "
+            f"drop_last=True leaves nothing to train on: each of the {int(empty.sum())} "
             f"buckets holds fewer samples than one global batch ({block}; largest bucket "
             f"{int(plan.bucket_sizes.max())} samples). Use drop_last=False, a smaller "
             "base_batch_size or a smaller num_replicas"
         )
     warnings.warn(
-        f"drop_last=True removes {int(empty.sum())} of {plan.num_runs} buckets entirely "
-        f"({int(plan.segments.n[empty].sum())} of {num_samples} samples): each "
+        f"drop_last=True removes {int(empty.sum())} of {int((plan.bucket_sizes > 0).sum())} "
+        f"buckets entirely ({int(plan.bucket_sizes[empty].sum())} of {num_samples} samples): each "
         f"holds fewer samples than one global batch ({block}). drop_last=False keeps them, "
         "with fewer than num_replicas repeated samples per bucket",
         UserWarning,

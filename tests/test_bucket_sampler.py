@@ -670,7 +670,7 @@ def test_get_batch_info_range_and_padding() -> None:
         (
             {"seed": -1},
             ValueError,
-            r"seed must be an int in \[0, 18446744073709551615\]; got seed=-1",
+            r"seed must be an int in \[0, 9223372036854775807\]; got seed=-1",
         ),
         (
             {"seed": 2**63, "compat": "nemo"},

@@ -1393,7 +1393,7 @@ def _extremes(ctx: SimpleNamespace) -> dict[str, Callable[[], Any]]:
         ),
         "sequential_bucket": lambda: SequentialBucketSampler(
             ctx.dataset, base_batch_size=MAX_BATCH_SIZE or 2**31, num_replicas=dp, rank=dp - 1,
-            seed=2**64 - 1, drop_last=False, dynamic_batch_size=True,
+            seed=MAX_SEED, drop_last=False, dynamic_batch_size=True,
         ),
         "sequential_bucket nemo": lambda: SequentialBucketSampler(
             ctx.dataset, base_batch_size=MAX_BATCH_SIZE or 2**31, num_replicas=dp, rank=dp - 1,

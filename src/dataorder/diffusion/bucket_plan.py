@@ -51,7 +51,7 @@ import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, check_int_array
 from dataorder.core.apportion import Apportionment
-from dataorder.core.keys import KEY_DERIVATION_VERSION, derive_key
+from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.partition import (
     MAX_BATCH_SIZE,
     MAX_POSITIONS,
@@ -84,7 +84,6 @@ IntArray = npt.NDArray[np.int64]
 Within = Callable[[IntArray], IntArray]
 
 _STREAM = "sequential_bucket"
-_MAX_SEED = 2**64 - 1  # the state holds the seed: this keeps it within its 512 bytes
 
 
 def identity(local: IntArray) -> IntArray:
@@ -340,7 +339,7 @@ class KeyedBucketOrder:
 
     name: ClassVar[str] = "default"
     elastic: ClassVar[bool] = True
-    max_seed: ClassVar[int] = _MAX_SEED
+    max_seed: ClassVar[int] = MAX_SEED  # every sampler's seed range (dataorder.core.keys)
 
     def bucket_order(self, num_buckets: int, *, seed: int, epoch: int, shuffle: bool) -> IntArray:
         ordinals = np.arange(num_buckets, dtype=np.int64)

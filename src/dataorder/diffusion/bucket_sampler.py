@@ -106,7 +106,7 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
         shuffle_within_bucket: Shuffle each bucket every epoch (else dataset order).
         dynamic_batch_size: Per-bucket batch size from ``dataset.calculator``'s
             ``get_dynamic_batch_size`` (NeMo's formula in ``compat="nemo"``).
-        seed: Non-negative int.
+        seed: An int in ``[0, 2**63)`` (:data:`~dataorder.core.keys.MAX_SEED`).
         num_replicas: Data-parallel size; default: from ``mesh``, the process group or the
             environment (:func:`~dataorder.core.topology.resolve_topology`).
         rank: Data-parallel rank, in ``[0, num_replicas)``; default as ``num_replicas``.

@@ -130,7 +130,7 @@ class BlendedSampler(CursorBatchSampler[list[int]]):
         global_batch_size: The global batch size ``G`` (a multiple of ``micro_batch_size x
             data_parallel_size``), or a :class:`~dataorder.llm.schedule.BatchSizeSchedule`
             (ramp-up): the quotas are exact for each global batch as the loop trains it.
-        seed: The seed of the slot and source orders, an int in ``[0, 2**64)``.
+        seed: The seed of the slot and source orders, an int in ``[0, 2**63)``.
         total_samples: Samples per epoch (NOTE [ Blended epochs ]); default ``sum(sizes)``. At
             least the largest global batch size.
         consumed_samples: Megatron's run-wide count of consumed samples: the sampler starts

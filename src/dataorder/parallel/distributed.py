@@ -205,7 +205,7 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
             ``WORLD_SIZE``, else 1.
         rank: This process's data-parallel rank, in ``[0, num_replicas)``. Default: as above.
         shuffle: Shuffle every epoch (True) or keep the dataset order.
-        seed: Shuffle seed, a non-negative int, identical on every rank.
+        seed: Shuffle seed, an int in ``[0, 2**63)``, identical on every rank.
         drop_last: Cut the tail (True) or pad it by wrapping around (False).
         mesh: A ``torch.distributed.device_mesh.DeviceMesh``: the rank and size are its
             data-parallel coordinates; the other dims (tensor, context parallel) read identical

@@ -3,7 +3,9 @@
     python benchmarks/suite.py            # full run (about 10-20 minutes), writes BENCHMARKS.md
     python benchmarks/suite.py --smoke    # tiny sizes, a few seconds, writes nothing (CI)
 
-Five comparisons, each measured side by side in one run (ratios are what to compare):
+Five comparisons, each measured side by side in one run (ratios are what to compare), then the
+output of the feature scripts (sections 6-8: ``bench_blend.py``, ``bench_fit.py``,
+``bench_video.py``, each side by side in its own run):
 
 1. The first batch of an epoch and its peak memory at N = 10^6, 10^8, 10^9: dataorder's
    ``MegatronPretrainingRandomSampler`` and ``DistributedSampler`` beside the torch.randperm-based
@@ -1002,6 +1004,34 @@ def build_config(smoke: bool) -> Config:
     )  # fmt: skip
 
 
+def _feature_scripts(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
+    """The per-feature benchmark scripts the suite embeds: (script, section title, options)."""
+    helpers = ["--megatron-helpers", str(args.megatron_helpers)] if args.megatron_helpers else []
+    return [
+        ("bench_blend.py", "Data mixtures: BlendedSampler beside Megatron's blend index", helpers),
+        ("bench_fit.py", "Buckets fitted to the data and the job layout", []),
+        ("bench_video.py", "Video buckets: assignment, header scans, waste", []),
+    ]
+
+
+def _run_feature_script(script: str, options: list[str], timeout: float) -> str:
+    """Run ``benchmarks/<script>`` and return its markdown, headings moved one level down."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *options],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{script} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    lines = proc.stdout.strip().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]  # its title: the section heading replaces it
+    return "\n".join("#" + line if line.startswith("#") else line for line in lines).strip()
+
+
 def run_suite(args: argparse.Namespace) -> str:
     cfg = build_config(args.smoke)
     if args.sizes:
@@ -1116,6 +1146,13 @@ def run_suite(args: argparse.Namespace) -> str:
     )
     emit(section_waste(cfg))
 
+    # Sections 6-8: the feature scripts, each side by side in its own run, embedded verbatim.
+    for number, (script, title, extra) in enumerate(_feature_scripts(args), start=6):
+        emit(f"## {number}. {title}")
+        command = " ".join(["python", f"benchmarks/{script}", *extra, *(["--smoke"] * cfg.smoke)])
+        emit(f"Output of `{command}`, run by the suite:")
+        emit(_run_feature_script(script, [*extra, *(["--smoke"] * cfg.smoke)], args.timeout))
+
     load_after = os.getloadavg()
     elapsed = time.time() - started
     info = machine()
@@ -1166,6 +1203,12 @@ def main() -> None:
         "--sizes",
         default=None,
         help="N for sections 1-2, comma-separated, e.g. 1e6,1e8 (default: 1e6,1e8,1e9)",
+    )
+    parser.add_argument(
+        "--megatron-helpers",
+        type=Path,
+        default=None,
+        help="a folder with a compiled megatron-core helpers_cpp, for section 6 (bench_blend.py)",
     )
     parser.add_argument("--verbose", action="store_true", help="log each measurement to stderr")
     parser.add_argument("--worker", help=argparse.SUPPRESS)

@@ -30,12 +30,14 @@ def test_domain_cap() -> None:
 
 
 def test_seed_caps_keep_states_small() -> None:
+    # one seed range for every sampler: [0, MAX_SEED]
     ds = BaseMultiresolutionDataset.from_bucket_ids([0, 0, 1], resolutions=[(64, 64), (64, 128)])
-    with pytest.raises(ValueError, match="got seed=18446744073709551616"):
-        SequentialBucketSampler(ds, base_batch_size=1, seed=2**64, num_replicas=1, rank=0)
-    with pytest.raises(ValueError, match="got seed=18446744073709551616"):
-        DistributedSampler(range(10), num_replicas=1, rank=0, seed=2**64)
-    with pytest.raises(ValueError, match="got seed=18446744073709551616"):
-        MegatronPretrainingRandomSampler(10, 1, 0, 1, seed=2**64)
-    big = SequentialBucketSampler(ds, base_batch_size=1, seed=2**64 - 1, num_replicas=1, rank=0)
+    for seed in (2**63, 2**64):
+        with pytest.raises(ValueError, match=f"got seed={seed}"):
+            SequentialBucketSampler(ds, base_batch_size=1, seed=seed, num_replicas=1, rank=0)
+        with pytest.raises(ValueError, match=f"got seed={seed}"):
+            DistributedSampler(range(10), num_replicas=1, rank=0, seed=seed)
+        with pytest.raises(ValueError, match=f"got seed={seed}"):
+            MegatronPretrainingRandomSampler(10, 1, 0, 1, seed=seed)
+    big = SequentialBucketSampler(ds, base_batch_size=1, seed=2**63 - 1, num_replicas=1, rank=0)
     assert len(json.dumps(big.state_dict(), separators=(",", ":"))) <= 512

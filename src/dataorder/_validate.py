@@ -44,26 +44,33 @@ def check_int(
     TypeError for a non-integer (including ``bool`` and floats such as ``2.0``); ValueError for an
     integer outside ``[min_value, max_value]``. numpy integers are accepted and converted.
     """
-    if min_value == 1 and max_value is None:
-        what = "a positive int"
-    elif min_value == 0 and max_value is None:
-        what = "a non-negative int"
-    elif min_value is not None and max_value is not None:
-        what = f"an int in [{min_value}, {max_value}]"
-    elif min_value is not None:
-        what = f"an int >= {min_value}"
-    elif max_value is not None:
-        what = f"an int <= {max_value}"
-    else:
-        what = "an int"
+    if type(value) is int:  # the common case, checked without the ABC machinery
+        if (min_value is None or value >= min_value) and (max_value is None or value <= max_value):
+            return value
+        fail(name, _int_range(min_value, max_value), value)
     if not _is_int(value):
-        fail(name, what, value, TypeError)
+        fail(name, _int_range(min_value, max_value), value, TypeError)
     result: int = int(value)  # type: ignore[call-overload]
     if (min_value is not None and result < min_value) or (
         max_value is not None and result > max_value
     ):
-        fail(name, what, value)
+        fail(name, _int_range(min_value, max_value), value)
     return result
+
+
+def _int_range(min_value: int | None, max_value: int | None) -> str:
+    """What :func:`check_int` asks for, in words."""
+    if min_value == 1 and max_value is None:
+        return "a positive int"
+    if min_value == 0 and max_value is None:
+        return "a non-negative int"
+    if min_value is not None and max_value is not None:
+        return f"an int in [{min_value}, {max_value}]"
+    if min_value is not None:
+        return f"an int >= {min_value}"
+    if max_value is not None:
+        return f"an int <= {max_value}"
+    return "an int"
 
 
 def check_optional_int(name: str, value: object, *, min_value: int | None = None) -> int | None:

@@ -141,6 +141,11 @@ def quantize_weights(weights: Sequence[float], total: int = MAX_TOTAL) -> tuple[
     nums: list[int] = []
     dens: list[int] = []
     for j, value in enumerate(list(weights)):
+        if type(value) is float and value >= 0.0 and value != math.inf:  # the common case
+            n, d = value.as_integer_ratio()
+            nums.append(n)
+            dens.append(d)
+            continue
         if not _is_real(value):
             fail(f"weights[{j}]", "a real number", value, TypeError)
         real: Any = value

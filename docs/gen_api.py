@@ -36,6 +36,7 @@ ORDER = (
     "core.cursor",
     "core.topology",
     "llm",
+    "llm.placement",
     "llm.megatron",
     "llm.factory",
     "llm.orders",

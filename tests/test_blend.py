@@ -326,12 +326,12 @@ GOOD: dict[str, Any] = {
         (
             {"micro_batch_size": 0},
             ValueError,
-            "micro_batch_size must be a positive int; got micro_batch_size=0",
+            "micro_batch_size must be an int in [1, 2147483648]; got micro_batch_size=0",
         ),
         (
             {"micro_batch_size": True},
             TypeError,
-            "micro_batch_size must be a positive int; got micro_batch_size=True",
+            "micro_batch_size must be an int in [1, 2147483648]; got micro_batch_size=True",
         ),
         (
             {"global_batch_size": 6},

@@ -61,9 +61,10 @@ from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.partition import plan_epoch
 from dataorder.core.permutation import MAX_DOMAIN, PERMUTATION_VERSION
 from dataorder.core.state import MAX_EPOCH, Scalar, parse_state, split_state
-from dataorder.core.topology import Topology, resolve_topology
+from dataorder.core.topology import Topology
 from dataorder.llm.blend_order import BLEND_STREAM, BLEND_VERSION, BlendOrder
 from dataorder.llm.mixture import Mixture, MixtureSchedule, WeightVector
+from dataorder.llm.placement import MicroBatchPlacement
 from dataorder.llm.schedule import BatchSizeSchedule
 
 __all__ = ["BlendedSampler"]
@@ -103,7 +104,7 @@ def _check_sizes(sizes: object) -> tuple[int, ...]:
     return out
 
 
-class BlendedSampler(CursorBatchSampler[list[int]]):
+class BlendedSampler(MicroBatchPlacement, CursorBatchSampler[list[int]]):
     """Micro-batches of a weighted mixture of K sources, exact in every global batch.
 
     Each item is one data-parallel rank's micro-batch of flat ``ConcatDataset`` indices (the
@@ -212,17 +213,14 @@ class BlendedSampler(CursorBatchSampler[list[int]]):
             self._schedule = MixtureSchedule.constant(weights, name="weights")
             if self._schedule.num_sources != k:
                 fail("len(weights)", f"len(sizes) = {k}", self._schedule.num_sources)
-        self._mbs = check_int("micro_batch_size", micro_batch_size, min_value=1)
-        self._topology = resolve_topology(
-            data_parallel_size,
+        self._set_placement(
+            micro_batch_size,
             data_parallel_rank,
+            data_parallel_size,
             mesh=mesh,
             dp_dims=dp_dims,
             topology=topology,
-            names=("data_parallel_size", "data_parallel_rank"),
         )
-        self._dp = self._topology.dp_size
-        self._rank = self._topology.dp_rank
         if isinstance(global_batch_size, BatchSizeSchedule):
             self._batches = global_batch_size
         elif global_batch_size is None:
@@ -311,26 +309,6 @@ class BlendedSampler(CursorBatchSampler[list[int]]):
         return self._total
 
     @property
-    def micro_batch_size(self) -> int:
-        """Samples per micro-batch on each rank."""
-        return self._mbs
-
-    @property
-    def data_parallel_rank(self) -> int:
-        """This sampler's rank."""
-        return self._rank
-
-    @property
-    def data_parallel_size(self) -> int:
-        """The number of data-parallel ranks."""
-        return self._dp
-
-    @property
-    def topology(self) -> Topology:
-        """This process's data-parallel place."""
-        return self._topology
-
-    @property
     def consumed_samples(self) -> int:
         """The run-wide count of samples consumed (Megatron's ``consumed_samples``)."""
         return self._order.epoch_bounds(self._epoch)[0] + self._position["consumed"]
@@ -392,15 +370,6 @@ class BlendedSampler(CursorBatchSampler[list[int]]):
             "seed": self._seed,
             "versions": _VERSIONS,
         }
-
-    @property
-    def dp_rank(self) -> int:
-        """This sampler's data-parallel rank."""
-        return self._rank
-
-    def layout_info(self) -> dict[str, int]:
-        """``micro_batch_size`` and ``data_parallel_size`` (recorded, never the rank)."""
-        return {"micro_batch_size": self._mbs, "data_parallel_size": self._dp}
 
     def _chunk_steps(self) -> int:
         # Keep the (window x source) counts of a chunk bounded: a chunk of s micro-steps spans

@@ -55,10 +55,10 @@ from dataorder._validate import check_bool, check_int, fail
 from dataorder.core.blockplan import BlockPlan
 from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import MAX_SEED
-from dataorder.core.partition import MAX_BATCH_SIZE, MAX_POSITIONS, EpochLayout
+from dataorder.core.partition import MAX_POSITIONS, EpochLayout
 from dataorder.core.permutation import MAX_DOMAIN
 from dataorder.core.state import MAX_EPOCH, Scalar, split_state
-from dataorder.core.topology import Topology, resolve_topology
+from dataorder.core.topology import Topology
 from dataorder.llm.compat_megatron import MegatronLMOrder
 from dataorder.llm.compat_nemo import NemoOrder
 from dataorder.llm.orders import (
@@ -71,6 +71,7 @@ from dataorder.llm.orders import (
     micro_batches,
     plan_megatron_epoch,
 )
+from dataorder.llm.placement import MicroBatchPlacement
 
 __all__ = [
     "BaseMegatronSampler",
@@ -83,7 +84,7 @@ __all__ = [
 _CHUNK_POSITIONS = 16384
 
 
-class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
+class BaseMegatronSampler(MicroBatchPlacement, CursorBatchSampler[MicroBatch]):
     """Validation, layout, cursor and iteration shared by the Megatron samplers.
 
     Subclasses choose the order (:mod:`dataorder.llm.orders`): which sample each global position
@@ -139,19 +140,14 @@ class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
         super().__init__()
         # positions are int64 and permutations work on 63-bit words: 2**62 keeps both exact
         self._n = check_int("total_samples", total_samples, min_value=1, max_value=MAX_DOMAIN)
-        self._mbs = check_int(
-            "micro_batch_size", micro_batch_size, min_value=1, max_value=MAX_BATCH_SIZE
-        )
-        self._topology = resolve_topology(
-            data_parallel_size,
+        self._set_placement(
+            micro_batch_size,
             data_parallel_rank,
+            data_parallel_size,
             mesh=mesh,
             dp_dims=dp_dims,
             topology=topology,
-            names=("data_parallel_size", "data_parallel_rank"),
         )
-        self._dp = self._topology.dp_size
-        self._rank = self._topology.dp_rank
         self._drop_last = check_bool("drop_last", drop_last)
         pad = (
             False
@@ -315,26 +311,6 @@ class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
         return self._n
 
     @property
-    def micro_batch_size(self) -> int:
-        """Samples per micro-batch on each rank."""
-        return self._mbs
-
-    @property
-    def data_parallel_rank(self) -> int:
-        """This sampler's rank."""
-        return self._rank
-
-    @property
-    def data_parallel_size(self) -> int:
-        """Number of data-parallel ranks."""
-        return self._dp
-
-    @property
-    def topology(self) -> Topology:
-        """This process's data-parallel place (rank, size, replica group)."""
-        return self._topology
-
-    @property
     def micro_batch_times_data_parallel_size(self) -> int:
         """Positions in one global block: ``micro_batch_size x data_parallel_size``."""
         return self._mbs * self._dp
@@ -396,15 +372,6 @@ class BaseMegatronSampler(CursorBatchSampler[MicroBatch]):
             "pad": int(self._pad),
             **order,
         }
-
-    @property
-    def dp_rank(self) -> int:
-        """This sampler's data-parallel rank."""
-        return self._rank
-
-    def layout_info(self) -> dict[str, int]:
-        """``micro_batch_size`` and ``data_parallel_size`` (recorded, never the rank)."""
-        return {"micro_batch_size": self._mbs, "data_parallel_size": self._dp}
 
     def _chunk_steps(self) -> int:
         return max(1, _CHUNK_POSITIONS // self._mbs)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -161,16 +161,6 @@ def read_image_size(
     return width, height
 
 
-def _read_chunk(paths: Sequence[str], exif: bool) -> list[tuple[int, int] | str]:
-    out: list[tuple[int, int] | str] = []
-    for p in paths:
-        try:
-            out.append(read_image_size(p, exif_orientation=exif))
-        except Exception as exc:  # any failure of one file is that file's error, not the scan's
-            out.append(f"{type(exc).__name__}: {exc}")
-    return out
-
-
 def scan_images(
     paths_or_dir: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     calculator: MultiTierBucketCalculator,
@@ -212,8 +202,8 @@ def scan_images(
     paths = scan_paths(paths_or_dir, extensions)
     require_pillow("scan_images").init()  # register every plugin once, not racing in threads
 
-    def read(chunk: Sequence[str]) -> list[tuple[int, int] | str]:
-        return _read_chunk(chunk, exif)
+    def read(path: str) -> tuple[int, int]:
+        return read_image_size(path, exif_orientation=exif)
 
     results = read_files(
         paths,

@@ -149,24 +149,38 @@ class Reporter:
 
 def read_files(
     paths: Sequence[str],
-    read_chunk: Callable[[Sequence[str]], list[R]],
+    read_one: Callable[[str], R],
     *,
     workers: int,
     progress: Progress,
     label: str,
     chunk_range: tuple[int, int],
-) -> list[R]:
-    """``read_chunk`` over ``paths`` on ``workers`` threads; one result per path, in order.
+    fatal: tuple[type[BaseException], ...] = (),
+) -> list[R | str]:
+    """``read_one`` over ``paths`` on ``workers`` threads; one result per path, in order.
 
-    Chunks hold about 8 per thread, within ``chunk_range``, so threads finish together;
-    ``workers=1`` reads in the calling thread. ``read_chunk`` turns one file's failure into that
-    file's result; an exception it raises stops the scan.
+    One file's failure is that file's result, ``"<ExceptionType>: <message>"``, never the
+    scan's; an exception of a type in ``fatal`` (e.g. a missing optional dependency) stops the
+    scan. Chunks hold about 8 per thread, within ``chunk_range``, so threads finish together;
+    ``workers=1`` reads in the calling thread.
     """
+
+    def read_chunk(chunk: Sequence[str]) -> list[R | str]:
+        out: list[R | str] = []
+        for path in chunk:
+            try:
+                out.append(read_one(path))
+            except fatal:
+                raise
+            except Exception as exc:  # one file's failure is that file's error, not the scan's
+                out.append(f"{type(exc).__name__}: {exc}")
+        return out
+
     reporter = Reporter(progress, len(paths), label)
     lo, hi = chunk_range
     size = max(lo, min(hi, len(paths) // (workers * 8)))
     chunks = [paths[i : i + size] for i in range(0, len(paths), size)]
-    results: list[list[R]] = [[] for _ in chunks]
+    results: list[list[R | str]] = [[] for _ in chunks]
     try:
         if workers == 1:
             for i, chunk in enumerate(chunks):

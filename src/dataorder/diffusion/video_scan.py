@@ -318,18 +318,6 @@ def list_videos(
     return list_files(directory, extensions)
 
 
-def _read_chunk(paths: Sequence[str], rotate: bool) -> list[VideoInfo | str]:
-    out: list[VideoInfo | str] = []
-    for p in paths:
-        try:
-            out.append(read_video_info(p, apply_rotation=rotate))
-        except ImportError:
-            raise
-        except Exception as exc:  # one file's failure is that file's error, not the scan's
-            out.append(f"{type(exc).__name__}: {exc}")
-    return out
-
-
 def scan_videos(
     paths_or_dir: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     calculator: VideoBucketCalculator,
@@ -371,8 +359,8 @@ def scan_videos(
     paths = scan_paths(paths_or_dir, extensions)
     require_av("scan_videos")
 
-    def read(chunk: Sequence[str]) -> list[VideoInfo | str]:
-        return _read_chunk(chunk, rotate)
+    def read(path: str) -> VideoInfo:
+        return read_video_info(path, apply_rotation=rotate)
 
     results = read_files(
         paths,
@@ -381,6 +369,7 @@ def scan_videos(
         progress=progress,
         label="reading video headers",
         chunk_range=(4, 256),
+        fatal=(ImportError,),  # PyAV missing: the scan's error, not each file's
     )
     good: list[str] = []
     infos: list[VideoInfo] = []

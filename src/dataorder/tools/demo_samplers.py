@@ -70,7 +70,8 @@ class _TokenDataset:
 
 
 class _LatentDataset:
-    """A synthetic latent per image, shaped by the image's bucket, seeded by its index."""
+    """A synthetic latent per sample, shaped by its bucket and seeded by its index: an image's
+    ``(channels, h / 8, w / 8)``, a clip's ``(channels, latent frames, h / 16, w / 16)``."""
 
     def __init__(self, multires: Any) -> None:
         self.multires = multires
@@ -84,31 +85,11 @@ class _LatentDataset:
         item = self.multires[idx]
         w, h = item["bucket_resolution"]
         g = torch.Generator().manual_seed(idx)
-        shape = (_LATENT_CHANNELS, h // _LATENT_DOWNSCALE, w // _LATENT_DOWNSCALE)
-        return {
-            "index": idx,
-            "bucket": int(item["bucket"]),
-            "latent": torch.randn(shape, generator=g),
-            "noise": torch.randn(shape, generator=g),
-        }
-
-
-class _VideoLatentDataset:
-    """A synthetic video latent per clip: ``(channels, latent frames, h / 16, w / 16)``."""
-
-    def __init__(self, multires: Any) -> None:
-        self.multires = multires
-
-    def __len__(self) -> int:
-        return len(self.multires)
-
-    def __getitem__(self, idx: int) -> dict[str, Any]:
-        import torch
-
-        item = self.multires[idx]
-        w, h = item["bucket_resolution"]
-        g = torch.Generator().manual_seed(idx)
-        shape = (_LATENT_CHANNELS, (item["bucket_frames"] - 1) // 4 + 1, h // 16, w // 16)
+        if "bucket_frames" in item:  # a video bucket: a causal VAE's latent frames
+            frames = (item["bucket_frames"] - 1) // 4 + 1
+            shape: tuple[int, ...] = (_LATENT_CHANNELS, frames, h // 16, w // 16)
+        else:
+            shape = (_LATENT_CHANNELS, h // _LATENT_DOWNSCALE, w // _LATENT_DOWNSCALE)
         return {
             "index": idx,
             "bucket": int(item["bucket"]),
@@ -429,7 +410,7 @@ def _video_job(spec: PhaseSpec, placement: dict[str, Any], seed: int) -> Job:
         seed=cfg.seed,
         **placement,
     )
-    loader = StatefulDataLoader(_VideoLatentDataset(multires), batch_sampler=sampler)
+    loader = StatefulDataLoader(_LatentDataset(multires), batch_sampler=sampler)
     model, loss_fn = _latent_model(seed, video=True)
 
     def padding_of(epoch: int, i: int, _batch: dict[str, Any]) -> int:

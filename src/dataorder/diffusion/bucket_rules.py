@@ -149,20 +149,24 @@ class DefaultBucketRule:
         self._no_upscale = no_upscale
 
     def resolutions(self, budget: int, quantization: int) -> list[tuple[int, int]]:
+        """One lattice point per nominal aspect ratio, mirrored (the rule above)."""
         return default_resolutions(self.ratios, budget, quantization)
 
     def assigner(
         self, resolutions: Sequence[tuple[int, int]], quantization: int
     ) -> NearestLogAspect:
+        """Nearest bucket in log aspect ratio, in exact integers (optionally never upscaling)."""
         return NearestLogAspect(resolutions, quantization, self._no_upscale)
 
     def dynamic_batch_size(
         self, w: int, h: int, base: int, bw: int, bh: int, max_batch_size: int | None
     ) -> int:
+        """``base`` scaled by the pixel ratio to the base resolution, at least 1, clamped."""
         size = max(1, base * bw * bh // (w * h))
         return min(size, max_batch_size or DEFAULT_MAX_BATCH_FACTOR * base)
 
     def config(self) -> dict[str, Any]:
+        """The rule's options, for ``MultiTierBucketCalculator.config()``."""
         return {
             "aspect_ratios": [list(r) if isinstance(r, tuple) else r for r in self.ratios],
             "no_upscale": self._no_upscale,

@@ -132,6 +132,7 @@ class Reporter:
         self.rich.start()
 
     def advance(self, n: int) -> None:
+        """``n`` more files are done: tell the callback or move the bar."""
         self.done += n
         if self.callback is not None:
             self.callback(self.done, self.total)
@@ -141,6 +142,7 @@ class Reporter:
             self.tqdm.update(n)
 
     def close(self) -> None:
+        """Stop the progress bar, if any."""
         if self.rich is not None:
             self.rich.stop()
         if self.tqdm is not None:

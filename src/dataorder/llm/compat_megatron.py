@@ -130,7 +130,8 @@ class MegatronLMOrder:
             )
 
     def config(self, spec: EpochSpec) -> dict[str, Scalar]:
-        # no construction versions: the order comes from torch, not from dataorder's code
+        """The state's ``config.*`` fields: the mode and the layout Megatron-LM's order depends
+        on (no construction versions: the order comes from torch, not from dataorder's code)."""
         return {
             "order": f"{self.name}-{'sharded' if self.data_sharding else 'strided'}",
             "seed": 0,
@@ -139,6 +140,8 @@ class MegatronLMOrder:
         }
 
     def sample_map(self, spec: EpochSpec, epoch: int, rank: int) -> SampleMap:
+        """Positions of ``rank``'s share of ``epoch`` to sample indices, as Megatron-LM reads
+        them (its shard's ``randperm``, or the global one strided over ranks)."""
         mbs, dp = spec.micro_batch_size, spec.data_parallel_size
         if self.data_sharding:
             shard = spec.total_samples // (mbs * dp) * mbs

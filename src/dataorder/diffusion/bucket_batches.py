@@ -169,10 +169,9 @@ def check_something_to_train(
     if not drop_last:
         return  # every bucket yields at least its tail batch
     # per bucket, not per run: the interleaved order cuts a bucket into several runs
-    blocks = np.bincount(
-        plan.buckets, weights=plan.segments.full_blocks, minlength=plan.bucket_sizes.size
-    )
-    empty = (blocks == 0) & (plan.bucket_sizes > 0)
+    kept = np.zeros(plan.bucket_sizes.size, dtype=bool)
+    kept[plan.buckets[plan.segments.full_blocks > 0]] = True
+    empty = ~kept
     if not empty.any():
         return
     block = (
@@ -188,7 +187,7 @@ def check_something_to_train(
             "base_batch_size or a smaller num_replicas"
         )
     warnings.warn(
-        f"drop_last=True removes {int(empty.sum())} of {int((plan.bucket_sizes > 0).sum())} "
+        f"drop_last=True removes {int(empty.sum())} of {plan.bucket_sizes.size} "
         f"buckets entirely ({int(plan.bucket_sizes[empty].sum())} of {num_samples} samples): each "
         f"holds fewer samples than one global batch ({block}). drop_last=False keeps them, "
         "with fewer than num_replicas repeated samples per bucket",

@@ -105,7 +105,8 @@ def test_elastic_on_divisors_of_the_unit_and_refused_elsewhere() -> None:
     s = _sampler(ds, 0, 4, base_batch_size=2, interleave_unit=4, seed=3)
     run_epoch(s, limit=5)
     state = s.state_dict()
-    assert (state["config.bucket_order"], state["config.interleave_unit"]) == ("interleaved", 4)
+    assert state["config.interleaved"] == 4  # the order and its unit, in one field
+    assert "config.bucket_order" not in state
     seen = [i for r in range(4) for b in run_epoch(_sampler(ds, r, 4, base_batch_size=2,
             interleave_unit=4, seed=3), limit=5) for i in b]  # fmt: skip
     rest = []
@@ -141,7 +142,16 @@ def test_arguments_are_checked() -> None:
             TypeError,
             "interleave_unit must be an int in",
         ),
+        (
+            {"bucket_order": "interleaved", "interleave_unit": 2**16 + 2},
+            ValueError,
+            r"interleave_unit must be an int in \[1, 65536\]; got interleave_unit=65538",
+        ),
     ]
+    with pytest.raises(ValueError, match=r"num_replicas must be at most 65536 with bucket_order="):
+        SequentialBucketSampler(
+            ds, base_batch_size=2, num_replicas=2**16 + 1, rank=0, bucket_order="interleaved"
+        )
     for kw, exc, message in cases:
         with pytest.raises(exc, match=message):
             SequentialBucketSampler(ds, base_batch_size=2, num_replicas=2, rank=0, **kw)

@@ -80,6 +80,7 @@ from dataorder.core.apportion import MAX_TOTAL
 from dataorder.core.keys import MAX_SEED
 from dataorder.core.permutation import MAX_DOMAIN
 from dataorder.diffusion import buckets
+from dataorder.diffusion.bucket_plan import MAX_INTERLEAVE_UNIT
 from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
 from dataorder.llm.schedule import MAX_SAMPLES
 
@@ -1356,13 +1357,14 @@ def test_hostile_states(ctx: SimpleNamespace, kind: str, edit: str) -> None:
 
 
 def _largest_epoch(s: Any) -> int:
-    for epoch in (2**64 - 1, 2**63 - 1, 2**62, 2**32 - 1):
-        try:
-            s.set_epoch(epoch)
-        except ValueError:
-            continue
-        return epoch
-    raise AssertionError("set_epoch refuses every epoch up to 2**32 - 1")
+    """Set the largest epoch the sampler says it takes, after checking it refuses the next."""
+    top = int(s.max_epoch)
+    assert top <= 2**32 - 1
+    for beyond in (top + 1, 2**63 - 1, 2**64 - 1):
+        with pytest.raises(ValueError, match="epoch must be an int in"):
+            s.set_epoch(beyond)
+    s.set_epoch(top)
+    return top
 
 
 def _extremes(ctx: SimpleNamespace) -> dict[str, Callable[[], Any]]:
@@ -1399,6 +1401,19 @@ def _extremes(ctx: SimpleNamespace) -> dict[str, Callable[[], Any]]:
             ctx.dataset, base_batch_size=MAX_BATCH_SIZE or 2**31, num_replicas=dp, rank=dp - 1,
             seed=2**63 - 1, drop_last=False, dynamic_batch_size=True, compat="nemo",
         ),
+        "blended": lambda: BlendedSampler(
+            [MAX_DOMAIN - 1, 1], [1 / 3, 2 / 3], mbs, dp - 1, dp, gbs, seed=MAX_SEED,
+            total_samples=MAX_DOMAIN,
+        ),
+        # epochs of 2**31 samples: the run-wide count, not MAX_EPOCH, limits the epoch
+        "blended long run": lambda: BlendedSampler(
+            [MAX_DOMAIN - 1, 1], [1 / 3, 2 / 3], 1, 0, 1, 1, seed=MAX_SEED, total_samples=2**31
+        ),
+        "sequential_bucket interleaved": lambda: SequentialBucketSampler(
+            ctx.dataset, base_batch_size=MAX_BATCH_SIZE or 2**31, num_replicas=MAX_INTERLEAVE_UNIT,
+            rank=MAX_INTERLEAVE_UNIT - 1, seed=MAX_SEED, drop_last=False, dynamic_batch_size=True,
+            bucket_order="interleaved", interleave_unit=MAX_INTERLEAVE_UNIT,
+        ),
     }  # fmt: skip
 
 
@@ -1413,6 +1428,9 @@ def _extremes(ctx: SimpleNamespace) -> dict[str, Callable[[], Any]]:
         "distributed torch",
         "sequential_bucket",
         "sequential_bucket nemo",
+        "sequential_bucket interleaved",
+        "blended",
+        "blended long run",
     ],
 )
 def test_states_fit_512_bytes_at_the_extremes(ctx: SimpleNamespace, name: str) -> None:

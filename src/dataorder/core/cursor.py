@@ -196,7 +196,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         e = (
             self._epoch
             if epoch is None
-            else check_int("epoch", epoch, min_value=0, max_value=MAX_EPOCH)
+            else check_int("epoch", epoch, min_value=0, max_value=self.max_epoch)
         )
         lay = self.layout_info() if layout is None else dict(layout)
         key = (e, tuple(sorted(lay.items())))
@@ -281,13 +281,19 @@ class CursorSampler(abc.ABC, Generic[T_co]):
             return plan.num_steps  # a pinned epoch already run out: further passes are empty
         return plan.step_of(self._origin)
 
+    @property
+    def max_epoch(self) -> int:
+        """The largest epoch :meth:`set_epoch` and a state may name: ``MAX_EPOCH`` (2**32 - 1),
+        unless a sampler's positions run out sooner (a blend counts samples over the run)."""
+        return MAX_EPOCH
+
     def set_epoch(self, epoch: int) -> None:
         """Place the cursor at ``epoch``: its origin if it is the current epoch, else its start.
 
         Raises:
             TypeError, ValueError: If ``epoch`` is not a non-negative int.
         """
-        epoch = check_int("epoch", epoch, min_value=0, max_value=MAX_EPOCH)
+        epoch = check_int("epoch", epoch, min_value=0, max_value=self.max_epoch)
         self._loop_owns_epoch = True
         if epoch == self._epoch:
             # A running pass reads what a new one would: it goes on. Lightning and Accelerate
@@ -409,6 +415,10 @@ class CursorSampler(abc.ABC, Generic[T_co]):
                         f"this sampler cannot resume on another layout: {key} is "
                         f"{saved_layout[key]} in the state but {ours} here"
                     )
+        if epoch > self.max_epoch:
+            raise ValueError(
+                f"state's epoch must be an int in [0, {self.max_epoch}]; got epoch={epoch}"
+            )
         self._check_reachable(epoch, progress, saved_layout)
         try:
             self.epoch_plan(epoch).step_of(progress)

@@ -64,6 +64,7 @@ from dataorder.diffusion.table import BucketTable
 
 __all__ = [
     "BUCKET_ORDERS",
+    "MAX_INTERLEAVE_UNIT",
     "BucketEpoch",
     "BucketEpochPlan",
     "BucketOrder",
@@ -77,6 +78,10 @@ __all__ = [
 
 #: The ``bucket_order=`` values of the bucket sampler.
 BUCKET_ORDERS: tuple[str, ...] = ("sequential", "interleaved")
+#: The largest ``interleave_unit`` (so the most data-parallel ranks of the interleaved order):
+#: 65,536 ranks, more than any job runs, and what keeps its state within 512 bytes at the
+#: largest seed, batch size and epoch.
+MAX_INTERLEAVE_UNIT = 2**16
 
 IntArray = npt.NDArray[np.int64]
 

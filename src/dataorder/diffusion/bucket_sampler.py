@@ -57,6 +57,7 @@ from dataorder.diffusion.bucket_batches import (
 from dataorder.diffusion.bucket_checkpoints import BucketCheckpoints
 from dataorder.diffusion.bucket_plan import (
     BUCKET_ORDERS,
+    MAX_INTERLEAVE_UNIT,
     BucketEpoch,
     BucketEpochPlan,
     BucketOrder,
@@ -116,8 +117,10 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
             ``"interleaved"``, ``shuffle_buckets`` draws a new arrangement every epoch (else
             the same one), and ``compat`` must be ``"default"``.
         interleave_unit: ``U``, the chunk size in global batches of ``U`` ranks (interleaved
-            only); default ``num_replicas``. A state resumes on any ``num_replicas`` that
-            divides it: pick the largest job size you may run on (e.g. 64) to stay elastic.
+            only), at most :data:`~dataorder.diffusion.bucket_plan.MAX_INTERLEAVE_UNIT`
+            (65,536); default ``num_replicas``. A state resumes on any ``num_replicas`` that
+            divides it: pick the largest job size you may run on (e.g. 64) to stay elastic. The
+            state records it as ``config.interleaved`` (absent in the sequential order).
         mesh: A ``DeviceMesh``: rank and size are the data-parallel group's, not the world's.
         dp_dims: The mesh's data-parallel dims (default: the dims named ``dp``...).
         topology: A :class:`~dataorder.core.topology.Topology` value instead of ``rank`` and
@@ -225,10 +228,18 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
         self._unit = 0
         if self._bucket_order == "interleaved":
             dp = self._topology.dp_size
+            if interleave_unit is None and dp > MAX_INTERLEAVE_UNIT:
+                fail(
+                    "num_replicas",
+                    f"at most {MAX_INTERLEAVE_UNIT} with bucket_order='interleaved'",
+                    dp,
+                )
             self._unit = (
                 dp
                 if interleave_unit is None
-                else check_int("interleave_unit", interleave_unit, min_value=1, max_value=2**31)
+                else check_int(
+                    "interleave_unit", interleave_unit, min_value=1, max_value=MAX_INTERLEAVE_UNIT
+                )
             )
             if self._unit % dp:
                 fail(
@@ -461,8 +472,8 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
                 or layout.get("num_replicas", config.get("num_replicas")),  # type: ignore[arg-type]
                 rank=rank,
                 compat=config["compat"],  # type: ignore[arg-type]
-                bucket_order=str(config.get("bucket_order", "sequential")),
-                interleave_unit=config.get("interleave_unit"),  # type: ignore[arg-type]
+                bucket_order="interleaved" if "interleaved" in config else "sequential",
+                interleave_unit=config.get("interleaved"),  # type: ignore[arg-type]
             )
         sampler.load_state_dict(state)
         return sampler
@@ -505,7 +516,7 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
         }
         config.update(self._order.config(self.num_replicas))
         if self._bucket_order == "interleaved":
-            config.update(bucket_order="interleaved", interleave_unit=self._unit)
+            config["interleaved"] = self._unit  # the order and its unit in one field: 512 bytes
         return config
 
     def layout_info(self) -> dict[str, int]:

@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import fail
+from dataorder.core.keys import MAX_SEED
 from dataorder.diffusion.bucket_plan import BucketEpochPlan, Within, identity
 from dataorder.diffusion.lookup import Lookup
 
@@ -97,7 +98,7 @@ class NemoBucketOrder:
     name: ClassVar[str] = "nemo"
     elastic: ClassVar[bool] = False
     #: ``manual_seed(seed + epoch)`` must stay below 2**64 for any epoch a run reaches.
-    max_seed: ClassVar[int] = 2**63 - 1
+    max_seed: ClassVar[int] = MAX_SEED
 
     def __init__(self, shuffle_buckets: bool) -> None:
         self._shuffle_buckets = shuffle_buckets

@@ -51,11 +51,12 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_choice, check_int, fail
-from dataorder.core.keys import derive_key
+from dataorder.core.keys import MAX_SEED, derive_key
 from dataorder.core.partition import MAX_BATCH_SIZE, Tail, plan_segments
 from dataorder.core.topology import MAX_DP_SIZE
 from dataorder.diffusion.bucket_plan import (
     BUCKET_ORDERS,
+    MAX_INTERLEAVE_UNIT,
     longest_shape_run,
     plan_interleaved_epoch,
 )
@@ -305,9 +306,11 @@ def bucket_stats(
     unit = (
         dp_size
         if interleave_unit is None
-        else check_int("interleave_unit", interleave_unit, min_value=1, max_value=MAX_DP_SIZE)
+        else check_int(
+            "interleave_unit", interleave_unit, min_value=1, max_value=MAX_INTERLEAVE_UNIT
+        )
     )
-    seed = check_int("seed", seed, min_value=0)
+    seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
     buckets, ids = src.buckets, src.ids
     k = len(buckets)
     sizes = _batch_sizes(batch_size, k)

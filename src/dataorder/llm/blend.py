@@ -54,7 +54,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_int, fail
-from dataorder.core.apportion import APPORTIONMENT_VERSION
+from dataorder.core.apportion import APPORTIONMENT_VERSION, MAX_POSITION
 from dataorder.core.blockplan import BlockPlan
 from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
@@ -257,8 +257,12 @@ class BlendedSampler(MicroBatchPlacement, CursorBatchSampler[list[int]]):
         self._sizes_digest = _digest(self._sizes)
         consumed_samples = check_int("consumed_samples", consumed_samples, min_value=0)
         epoch, consumed = self._order.epoch_of(consumed_samples)
-        if epoch > MAX_EPOCH:
-            fail("consumed_samples", f"a count within {MAX_EPOCH + 1} epochs", consumed_samples)
+        if epoch > self.max_epoch:
+            fail(
+                "consumed_samples",
+                f"a count within {self.max_epoch + 1} epochs of {self._total} samples",
+                consumed_samples,
+            )
         plan = self.epoch_plan(epoch)  # validates this layout against the epoch's batches
         try:
             plan.step_of({"consumed": consumed}, strict=True)
@@ -307,6 +311,12 @@ class BlendedSampler(MicroBatchPlacement, CursorBatchSampler[list[int]]):
     def total_samples(self) -> int:
         """Samples per epoch (nominal; NOTE [ Blended epochs ])."""
         return self._total
+
+    @property
+    def max_epoch(self) -> int:
+        """The largest epoch: ``MAX_EPOCH``, or fewer when the run's sample count would pass
+        ``2**62`` (a blend's epochs are stretches of one run-wide count)."""
+        return max(0, min(MAX_EPOCH, MAX_POSITION // self._total - 2))
 
     @property
     def consumed_samples(self) -> int:

@@ -152,7 +152,7 @@ def epoch_order(
         [3, 0, 1]
     """
     n = check_int("dataset_size", dataset_size, min_value=1)
-    seed = check_int("seed", seed, min_value=0)
+    seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
     epoch = check_int("epoch", epoch, min_value=0)
     shuffle = check_bool("shuffle", shuffle)
     strategy = _ORDERS[check_choice("compat", compat, COMPAT_MODES)]()

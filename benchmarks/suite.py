@@ -1149,10 +1149,11 @@ def run_suite(args: argparse.Namespace) -> str:
 
     # Sections 6-8: the feature scripts, each side by side in its own run, embedded verbatim.
     for number, (script, title, extra) in enumerate(_feature_scripts(args), start=6):
+        options = [*extra, *(["--smoke"] if cfg.smoke else [])]
         emit(f"## {number}. {title}")
-        command = " ".join(["python", f"benchmarks/{script}", *extra, *(["--smoke"] * cfg.smoke)])
+        command = " ".join(["python", f"benchmarks/{script}", *options])
         emit(f"Output of `{command}`, run by the suite:")
-        emit(_run_feature_script(script, [*extra, *(["--smoke"] * cfg.smoke)], args.timeout))
+        emit(_run_feature_script(script, options, args.timeout))
 
     load_after = os.getloadavg()
     elapsed = time.time() - started

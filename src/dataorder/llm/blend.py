@@ -410,8 +410,9 @@ class BlendedSampler(MicroBatchPlacement, CursorBatchSampler[list[int]]):
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Scalar]:
-        """The cursor as a flat dict; ``mixture`` digests the trained part of the schedule."""
-        tag = self._schedule.trained_tag(self.consumed_samples)
+        """The cursor as a flat dict; ``mixture`` digests the trained part of the schedule,
+        through the end of the global batch under way (NOTE [ Trained part of a schedule ])."""
+        tag = self._schedule.trained_tag(self._order.quotas_fixed_through(self.consumed_samples))
         out: dict[str, Scalar] = {}
         for key, value in super().state_dict().items():
             out[key] = value
@@ -423,9 +424,10 @@ class BlendedSampler(MicroBatchPlacement, CursorBatchSampler[list[int]]):
         """Place the cursor where ``state_dict`` says (see
         :meth:`~dataorder.core.cursor.CursorSampler.load_state_dict`).
 
-        The schedule may differ from the saving run's only after the saved position: a state
-        whose trained part differs is refused, naming the entry (NOTE [ Trained part of a
-        schedule ]).
+        The schedule may differ from the saving run's only from the end of the global batch
+        under way at the saved position on (from the saved position itself when it is a
+        global-batch boundary): a state whose trained part differs is refused, naming the entry
+        (NOTE [ Trained part of a schedule ]).
 
         Raises:
             TypeError: If ``state_dict`` is not a mapping.
@@ -447,7 +449,10 @@ class BlendedSampler(MicroBatchPlacement, CursorBatchSampler[list[int]]):
             raise ValueError("state is missing keys ['mixture']")
         first, end = self._order.epoch_bounds(epoch)
         if progress["consumed"] <= end - first:  # else the base class refuses the position
-            self._schedule.check_trained(tag, first + progress["consumed"])
+            saved = first + progress["consumed"]
+            self._schedule.check_trained(
+                tag, self._order.quotas_fixed_through(saved), saved_at=saved
+            )
         super().load_state_dict(state)
 
     @classmethod
@@ -474,7 +479,8 @@ class BlendedSampler(MicroBatchPlacement, CursorBatchSampler[list[int]]):
             state: A ``state_dict()`` of this class.
             sizes: The sources' sizes the state was written over.
             weights: The weights or :class:`~dataorder.llm.mixture.MixtureSchedule`; only its
-                part before the saved position must be the one trained.
+                part before the end of the global batch under way at the saved position must
+                be the one trained (NOTE [ Trained part of a schedule ]).
             rank: The data-parallel rank to build.
             dp_size: Another data-parallel size (an elastic resume); default: the state's.
             micro_batch_size: Another micro-batch size; default: the state's.

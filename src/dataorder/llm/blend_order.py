@@ -236,6 +236,24 @@ class BlendOrder:
             epoch += 1
         return epoch, samples - self.epoch_bounds(epoch)[0]
 
+    def quotas_fixed_through(self, samples: int) -> int:
+        """The run position through which a cursor at ``samples`` has fixed the quotas.
+
+        The end of the global batch under way (its quotas are ``c(a_k + G_k) - c(a_k)``: some
+        ranks may have read part of it), or ``samples`` itself at a global-batch boundary,
+        where the next global batch has not started. The mixture schedule must not change
+        before it (NOTE [ Trained part of a schedule ] in :mod:`dataorder.llm.mixture`).
+
+        >>> from dataorder.llm.mixture import Mixture, MixtureSchedule
+        >>> order = BlendOrder([6, 4], Mixture(MixtureSchedule([(0, [3, 1])]), key=0),
+        ...                    BatchSizeSchedule.from_step_schedule("0:4 8:8"), 8, seed=0)
+        >>> [order.quotas_fixed_through(p) for p in (0, 2, 4, 8, 10, 16)]
+        [0, 4, 4, 8, 16, 16]
+        """
+        step = self.batches.step_at(samples)
+        start = self.batches.consumed_samples(step)
+        return samples if start == samples else start + self.batches.global_batch_size(step)
+
     # -- positions to draws ---------------------------------------------------------------------
     def windows(
         self, p: npt.NDArray[np.int64]

@@ -45,13 +45,25 @@ NOTE [ Linear ramps ]
 
 NOTE [ Trained part of a schedule ]
     A run may change its schedule after a resume (an annealing phase decided late), but only
-    where it has not trained yet. The *trained part* at sample ``P`` is every entry that
-    starts before ``P``, each with the quantised weights that fix its counts; a ramp also
-    with its end, which shapes its counts. :meth:`MixtureSchedule.trained_tag` digests it into
-    a short string that a sampler's state records; :meth:`MixtureSchedule.check_trained`
-    refuses a schedule whose trained part differs, naming the first segment (entry) that
-    differs (per-segment digests are kept for the first 12 segments; beyond them the message
-    gives the range). Entries that start at ``P`` or later may be added, removed or edited.
+    where it has not trained yet. The *trained part* through sample ``E`` is every entry that
+    starts before ``E``, each with the quantised weights that fix its counts; a ramp also
+    with its end, which shapes its counts. ``c(t)`` for every ``t <= E`` depends on nothing
+    else. :meth:`MixtureSchedule.trained_tag` digests it into a short string that a
+    sampler's state records; :meth:`MixtureSchedule.check_trained` refuses a schedule whose
+    trained part differs, naming the first segment (entry) that differs (per-segment digests
+    are kept for the first 12 segments; beyond them the message gives the range). Entries
+    that start at ``E`` or later may be added, removed or edited.
+
+    ``E`` is not the saved position ``P`` but the end of the global batch under way at ``P``
+    (:meth:`~dataorder.llm.blend_order.BlendOrder.quotas_fixed_through`): a global batch
+    ``[a, a + G)`` takes the quotas ``c(a + G) - c(a)``, and a state saved inside it (after
+    some micro-batches, ``a < P < a + G``) has read part of a batch whose slots those quotas
+    laid out. Another schedule before ``a + G`` would lay the same batch out again with other
+    quotas, so the rest of it would read some draws twice and never read others. At a
+    global-batch boundary (``P = a``) the next batch has not started: ``E = P``. With a
+    batch-size schedule, ``G`` is the size of the step that holds ``P``, and the batch-size
+    schedule itself is part of the sampler's configuration, so ``E`` is the same in the run
+    that saved and the run that loads, on any layout.
 
 Example:
     >>> sched = MixtureSchedule([(0, [3, 1]), (8, Ramp([3, 1], [1, 3])), (16, [1, 3])])
@@ -392,8 +404,22 @@ class MixtureSchedule:
         short = "".join(d[:_SHORT] for d in digests[:_NAMED_ENTRIES])
         return f"{m}:{full}:{short}"
 
-    def check_trained(self, tag: object, samples: int, *, name: str = "state['mixture']") -> None:
+    def check_trained(
+        self,
+        tag: object,
+        samples: int,
+        *,
+        name: str = "state['mixture']",
+        saved_at: int | None = None,
+    ) -> None:
         """Refuse this schedule if its part before ``samples`` is not the one ``tag`` digests.
+
+        Args:
+            tag: A :meth:`trained_tag`, from a state.
+            samples: Where the trained part ends: ``E`` of NOTE [ Trained part of a schedule ].
+            name: What the message calls ``tag``.
+            saved_at: The saved position ``P`` when it is not ``samples`` (a state saved inside
+                a global batch): the message says why the schedule is fixed beyond it.
 
         Raises:
             ValueError: If ``tag`` is not a trained tag, or the trained parts differ; the message
@@ -441,10 +467,17 @@ class MixtureSchedule:
                 f"one of its segments {_NAMED_ENTRIES}..{ours_m - 1} differs from the ones the "
                 "state was trained with"
             )
+        if saved_at is None or saved_at == samples:
+            allowed = f"start at or after the saved position (sample {samples}) may change"
+        else:
+            allowed = (
+                f"start at or after sample {samples}, the end of the global batch under way at "
+                f"the saved position (sample {saved_at}), may change: that batch's quotas were "
+                "fixed when it started"
+            )
         raise ValueError(
             f"the mixture schedule cannot continue this state: {what}. Only segments that "
-            f"start at or after the saved position (sample {samples}) may change (NOTE "
-            "[ Trained part of a schedule ])"
+            f"{allowed} (NOTE [ Trained part of a schedule ])"
         )
 
 

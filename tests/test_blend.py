@@ -259,6 +259,22 @@ NAN, INF = float("nan"), float("inf")
             "schedule[1][1].end_weights must be a sequence with at least one positive weight",
         ),
         ([(-1, [1])], ValueError, "schedule[0][0] must be an int in [0, 4611686018427387904]"),
+        (  # issue 20, item 11: numpy's "iteration over a 0-d array" named nothing
+            [(0, np.array(1.0))],
+            TypeError,
+            "schedule[0][1] must be a sequence of non-negative reals, one per source; "
+            "got schedule[0][1]=array(1.)",
+        ),
+        (
+            [(0, [1]), (4, Ramp(np.array(1.0), [1])), (8, [1])],
+            TypeError,
+            "schedule[1][1].start_weights must be a sequence of non-negative reals",
+        ),
+        (
+            np.array(1.0),
+            TypeError,
+            "schedule must be a sequence of (start_sample, weights) pairs; got schedule=array(1.)",
+        ),
     ],
 )
 def test_schedule_errors_name_the_entry(
@@ -297,6 +313,17 @@ GOOD: dict[str, Any] = {
             {"sizes": 10},
             TypeError,
             "sizes must be a sequence of positive ints, one per source; got sizes=10",
+        ),
+        (  # issue 20, item 11: numpy's "iteration over a 0-d array" named nothing
+            {"sizes": np.array(10), "weights": [1]},
+            TypeError,
+            "sizes must be a sequence of positive ints, one per source; got sizes=array(10)",
+        ),
+        (
+            {"sizes": [10], "weights": np.array(1.0)},
+            TypeError,
+            "weights must be a sequence of non-negative reals, one per source; "
+            "got weights=array(1.)",
         ),
         (
             {"weights": [1, -2]},

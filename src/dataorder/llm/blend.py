@@ -53,7 +53,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_int, fail
+from dataorder._validate import check_int, check_sequence, fail
 from dataorder.core.apportion import APPORTIONMENT_VERSION, MAX_POSITION
 from dataorder.core.blockplan import BlockPlan
 from dataorder.core.cursor import CursorBatchSampler
@@ -89,13 +89,12 @@ def _digest(payload: object) -> str:
 
 
 def _check_sizes(sizes: object) -> tuple[int, ...]:
-    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, (Sequence, np.ndarray)):
-        fail("sizes", "a sequence of positive ints, one per source", sizes, TypeError)
+    items = check_sequence("sizes", sizes, "a sequence of positive ints, one per source")
     out = tuple(
         n
         if type(n) is int and 1 <= n <= MAX_DOMAIN  # the common case: no ABC checks
         else check_int(f"sizes[{d}]", n, min_value=1, max_value=MAX_DOMAIN)
-        for d, n in enumerate(list(sizes))
+        for d, n in enumerate(items)
     )
     if not out:
         fail("sizes", "a non-empty sequence of positive ints", sizes)

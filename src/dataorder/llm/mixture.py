@@ -89,7 +89,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_int, fail
+from dataorder._validate import check_int, check_sequence, fail, is_zero_d
 from dataorder.core.apportion import MAX_POSITION, MAX_TOTAL, Apportionment, quantize_weights
 
 __all__ = [
@@ -128,9 +128,7 @@ def _shown(values: Sequence[Any]) -> object:
 
 def _check_weights(name: str, values: object, num_sources: int | None) -> tuple[Any, ...]:
     """Validate one weight vector; return it with numpy scalars turned into Python numbers."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
-        fail(name, "a sequence of non-negative reals, one per source", values, TypeError)
-    items = list(values)
+    items = check_sequence(name, values, "a sequence of non-negative reals, one per source")
     out: list[Any] = []
     for j, value in enumerate(items):
         number: Any
@@ -176,7 +174,10 @@ class Ramp:
     def __post_init__(self) -> None:
         for name in ("start_weights", "end_weights"):
             value = getattr(self, name)
-            if isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes)):
+            # a 0-d array stays as given: MixtureSchedule refuses it, naming the entry
+            if isinstance(value, (Sequence, np.ndarray)) and not (
+                isinstance(value, (str, bytes)) or is_zero_d(value)
+            ):
                 object.__setattr__(self, name, tuple(value))
 
 
@@ -250,7 +251,11 @@ class MixtureSchedule:
         self._init(entries, "schedule")
 
     def _init(self, entries: object, name: str) -> None:
-        if isinstance(entries, (str, bytes)) or not isinstance(entries, Iterable):
+        if (
+            isinstance(entries, (str, bytes))
+            or not isinstance(entries, Iterable)
+            or is_zero_d(entries)
+        ):
             fail(name, "a sequence of (start_sample, weights) pairs", entries, TypeError)
         items = list(entries)
         if not items:

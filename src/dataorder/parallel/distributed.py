@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data.distributed import DistributedSampler as _TorchDistributedSampler
 
-from dataorder._validate import check_bool, check_choice, check_int, fail
+from dataorder._validate import check_bool, check_choice, check_int, fail, is_zero_d
 from dataorder.core.blockplan import BlockPlan
 from dataorder.core.cursor import CursorSampler
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
@@ -166,7 +166,7 @@ _ORDERS: dict[str, Callable[[], IndexOrder]] = {"default": KeyedOrder, "torch": 
 
 
 def _dataset_size(dataset: object) -> int:
-    if not isinstance(dataset, Sized):
+    if not isinstance(dataset, Sized) or is_zero_d(dataset):
         fail("dataset", "a sized dataset (with __len__)", dataset, TypeError)
     try:
         size = len(dataset)

@@ -8,9 +8,10 @@ files, no build step. It yields each rank's micro-batches as flat indices into
 ``DataLoader(ConcatDataset(datasets), batch_sampler=sampler)``.
 
 The order is :class:`~dataorder.llm.blend_order.BlendOrder`'s (its module docstring has the
-four steps): each global batch takes each source's exact share (NOTE [ Mixture exactness ] in
-:mod:`dataorder.llm.mixture`), its slots shuffled, every source reading its samples in a fresh
-keyed order per pass over it (NOTE [ Source orders ] in :mod:`dataorder.llm.blend_order`).
+four steps): each global batch takes each source's quota from the exact counts
+(NOTE [ Mixture exactness ] in :mod:`dataorder.llm.mixture`), its slots shuffled, every source
+reading its samples in a fresh keyed order per pass over it (NOTE [ Source orders ] in
+:mod:`dataorder.llm.blend_order`).
 This module is the sampler around it: configuration, the partition of each global batch into
 the ranks' micro-batches, the checkpoint and the cursor.
 
@@ -21,8 +22,8 @@ How the peers blend (read for design only; details in the project's reference no
   bytes per sample of ``dataset_index``/``dataset_sample_index``), caches it on a shared file
   system, and rebuilds it, into another order, whenever the weights, the size or the seed
   change; a blend cannot change mid-run (Megatron-LM #457, PR #725 open). Its prefixes stray by
-  up to about 2 samples with skewed weights; ours stay within ``B_d < 1.75`` at every
-  global-batch boundary, with O(K) memory and nothing to build.
+  up to about 2 samples with skewed weights; with the same constant weights ours stay within
+  ``B_d < 1.75`` at every global-batch boundary, with O(K) memory and nothing to build.
 * Levanter's block-deterministic mixture truncates each block's counts and gives the remainder
   to the largest source, so small weights round to zero for a whole run (marin PR #8373).
   Here a source of weight ``1e-6`` gets its first sample within ``B_d / 1e-6 < 1.75e6``
@@ -107,13 +108,18 @@ class BlendedSampler(MicroBatchPlacement, CursorBatchSampler[list[int]]):
     """Micro-batches of a weighted mixture of K sources, exact in every global batch.
 
     Each item is one data-parallel rank's micro-batch of flat ``ConcatDataset`` indices (the
-    order is :class:`~dataorder.llm.blend_order.BlendOrder`'s). Every global batch gives each
-    source its weight's share within ``B_d < 1.75`` samples, cumulatively, at every
-    global-batch boundary (NOTE [ Mixture exactness ] in :mod:`dataorder.llm.mixture`); the
-    slots are shuffled so every rank gets a random mix; every source reads its samples without
-    repeats until it has read them all (NOTE [ Source orders ] in
-    :mod:`dataorder.llm.blend_order`). State is O(1), memory O(K), and the batch of any step is
-    computed without replay. Epochs are stretches of one run (NOTE [ Blended epochs ], ibid.).
+    order is :class:`~dataorder.llm.blend_order.BlendOrder`'s). With constant weights ``w``,
+    after every global batch each source has given ``w_d t`` of the ``t`` samples consumed
+    within ``B_d < 1.75``. Under a :class:`~dataorder.llm.mixture.MixtureSchedule` each entry
+    holds that bound over its own samples (a ramp ``< 4`` against its integral) and the
+    offsets carry over: against its share, the integral of its weight over the samples
+    consumed, a source stays within the sum of the bounds of the entries reached
+    (:meth:`~dataorder.llm.mixture.Mixture.share_bounds`; NOTE [ Mixture exactness ] in
+    :mod:`dataorder.llm.mixture`). The slots are shuffled so every rank gets a random mix;
+    every source reads its samples without repeats until it has read them all
+    (NOTE [ Source orders ] in :mod:`dataorder.llm.blend_order`). State is O(1), memory O(K),
+    and the batch of any step is computed without replay. Epochs are stretches of one run
+    (NOTE [ Blended epochs ], ibid.).
 
     Args:
         sizes: Samples in each source (the lengths of the datasets given to ``ConcatDataset``,

@@ -10,7 +10,8 @@ the whole run, all ranks together):
 2. Each source's share of the window is ``c_d(a_k + G_k) - c_d(a_k)``, from the exact counts of
    :class:`~dataorder.llm.mixture.Mixture` (NOTE [ Mixture exactness ] in
    :mod:`dataorder.llm.mixture`): at every global-batch boundary every source is within
-   ``B_d < 1.75`` samples of its weight times the samples of the segment.
+   ``B_d < 1.75`` samples of its weight times the samples of the schedule's entry so far (a
+   ramp within 4 of its integral), offsets carried from one entry to the next.
 3. The window's slots are laid out source by source, then shuffled by a keyed permutation of the
    window: ``p`` takes slot ``sigma_k(p - a_k)``, so each rank's micro-batch is a random mix of
    sources, not a sorted run.

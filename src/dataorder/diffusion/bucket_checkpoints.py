@@ -43,9 +43,10 @@ class BucketCheckpoints(CursorBatchSampler[list[int]]):
     #     a NeMo resume its count restarts from 0 (B1), so such a checkpoint resumes where NeMo
     #     would, not where the run really was. Our states carry ``batches_yielded`` in that mode
     #     (counted from the epoch's start), so NeMo's sampler can load them too.
-    #     The state stays within 512 bytes at the largest legal values because the mode's order
-    #     records ``config.num_replicas`` (it is not elastic) and the state does not repeat it as
-    #     ``layout.num_replicas`` (a state that does, as older ones did, still loads). NeMo seeds
+    #     The state stays within MAX_STATE_BYTES (NOTE [ State size ] in dataorder.core.state)
+    #     at the largest legal values because the mode's order records ``config.num_replicas``
+    #     (it is not elastic) and the state does not repeat it as ``layout.num_replicas`` (a
+    #     state that does, as older ones did, still loads). NeMo seeds
     #     torch with ``seed + epoch``, which must stay below 2**64: seeds are capped at 2**63 - 1
     #     and epochs at ``dataorder.core.state.MAX_EPOCH``, so no legal pair overflows.
 

@@ -220,7 +220,7 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
         self._order: BucketOrder = (
             NemoBucketOrder(self._shuffle_buckets) if self._compat == "nemo" else KeyedBucketOrder()
         )
-        # capped in every mode: a larger seed would push the state past its 512-byte budget
+        # capped in every mode: a larger seed would push the state past MAX_STATE_BYTES
         self._seed = check_int("seed", seed, min_value=0, max_value=self._order.max_seed)
         self._topology = resolve_topology(
             num_replicas, rank, mesh=mesh, dp_dims=dp_dims, topology=topology
@@ -516,7 +516,7 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
         }
         config.update(self._order.config(self.num_replicas))
         if self._bucket_order == "interleaved":
-            config["interleaved"] = self._unit  # the order and its unit in one field: 512 bytes
+            config["interleaved"] = self._unit  # the order and its unit in one field (state size)
         return config
 
     def layout_info(self) -> dict[str, int]:

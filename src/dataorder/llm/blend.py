@@ -70,8 +70,8 @@ from dataorder.llm.schedule import BatchSizeSchedule
 
 __all__ = ["BlendedSampler"]
 
-# Every construction the order depends on, in one field (the state stays under 512 bytes with
-# a long schedule tag, a 20-digit seed and a batch-size schedule digest).
+# Every construction the order depends on, in one field (the state stays within MAX_STATE_BYTES
+# with a long schedule tag, a 19-digit seed and a batch-size schedule digest).
 _VERSIONS = (
     f"blend{BLEND_VERSION}-permutation{PERMUTATION_VERSION}-key{KEY_DERIVATION_VERSION}-"
     f"apportionment{APPORTIONMENT_VERSION}"

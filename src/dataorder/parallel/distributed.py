@@ -276,8 +276,8 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
         CursorSampler.__init__(self)
         self._n = _dataset_size(dataset)
         self._shuffle = check_bool("shuffle", shuffle)
-        # Capped: the seed is stored in the state, which must stay within 512 bytes; the cap is
-        # also torch's limit for manual_seed, which compat='torch' uses.
+        # Capped: the seed is stored in the state, which must stay within MAX_STATE_BYTES; the cap
+        # is also torch's limit for manual_seed, which compat='torch' uses.
         self._seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
         self._drop_last = check_bool("drop_last", drop_last)
         self._compat: Literal["default", "torch"] = check_choice(  # type: ignore[assignment]

@@ -42,6 +42,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dataorder.core.state import MAX_STATE_BYTES
+
 __all__ = [
     "MAX_STATE_BYTES",
     "ContractViolation",
@@ -60,9 +62,6 @@ __all__ = [
     "flatten",
     "run_epoch",
 ]
-
-#: Largest state, in bytes of compact JSON, that any sampler may write.
-MAX_STATE_BYTES = 512
 
 
 class ContractViolation(AssertionError):

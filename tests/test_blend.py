@@ -87,6 +87,49 @@ def test_distinct_draws_counts_what_the_draws_read(
     assert distinct_draws(size, start, start + length, order) == len(read)
 
 
+def test_a_global_batch_across_a_source_epoch_may_read_a_sample_twice() -> None:
+    """Issue 20, also noticed: documented, not avoided (NOTE [ Source orders ]). Global batch 2
+    reads draws 8 .. 11 of the one source of 5: draw 9 ends source epoch 1, 10 and 11 start
+    epoch 2, whose fresh order starts with the sample epoch 1 ended with."""
+    job = ranks([5], [1], 2, 4, dp=2, seed=0, total_samples=12)
+    assert [list(s) for s in job] == [[[1, 0], [1, 0], [3, 4]], [[4, 3], [3, 2], [2, 2]]]
+
+
+@SETTINGS
+@given(
+    sizes=st.lists(st.integers(2, 12), min_size=1, max_size=3),
+    data=st.data(),
+    gbs=st.integers(1, 12),
+    seed=st.integers(0, 2**63 - 1),
+)
+def test_only_a_batch_across_a_source_epoch_repeats_a_sample_and_at_most_min_h_t(
+    sizes: list[int], data: st.DataObject, gbs: int, seed: int
+) -> None:
+    """NOTE [ Source orders ]: a global batch whose quota from a source is at most its size
+    reads distinct samples of it unless it straddles one of the source's epochs, and then
+    repeats at most ``min(h, t)`` samples, each at most twice."""
+    weights = data.draw(st.lists(st.integers(1, 5), min_size=len(sizes), max_size=len(sizes)))
+    s = BlendedSampler(sizes, weights, 1, 0, 1, gbs, seed=seed, total_samples=20 * gbs)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    for k in range(20):
+        flat = s.order.samples(np.arange(k * gbs, (k + 1) * gbs)).tolist()
+        lo, hi = s.consumed_per_source(k * gbs), s.consumed_per_source((k + 1) * gbs)
+        for d, n in enumerate(sizes):
+            mine = [x for x in flat if offsets[d] <= x < offsets[d + 1]]
+            q = int(hi[d] - lo[d])
+            assert len(mine) == q
+            if q > n:
+                continue
+            repeats = len(mine) - len(set(mine))
+            boundary = (int(lo[d]) // n + 1) * n  # the next source epoch starts at this draw
+            h, t = boundary - int(lo[d]), int(hi[d]) - boundary
+            if t <= 0:  # within one source epoch
+                assert repeats == 0
+            else:
+                assert repeats <= min(h, t)
+                assert max(mine.count(x) for x in mine) <= 2
+
+
 # -- the mixture math ---------------------------------------------------------------------------
 
 _weight = st.one_of(st.sampled_from([0, 1e-6, 0.999, 1.0]), st.floats(1e-4, 5.0), st.integers(0, 9))

@@ -37,6 +37,25 @@ NOTE [ Source orders ]
     :func:`~dataorder.core.permutation.permute_many` evaluates all of these permutations, with
     their different sizes and keys, in one vectorised pass of the core's own network.
 
+    A global batch whose draws from ``d`` straddle a source epoch boundary (``h`` draws that
+    end epoch ``E - 1``, then ``t`` that start epoch ``E``) may read a sample twice: the first
+    ``t`` samples of epoch ``E``'s fresh order can include some of the last ``h`` of epoch
+    ``E - 1`` (``h t / n_d`` of them on average, at most ``min(h, t)``; ``BlendedSampler([5],
+    [1], 2, r, 2, 4, seed=0, total_samples=12)`` gives rank 1 the micro-batch ``[2, 2]``). Any
+    other global batch whose quota from ``d`` is at most ``n_d`` reads distinct samples of
+    ``d``. This is not avoided, deliberately: the samples of epoch ``E`` that would replace the
+    repeated ones must still be read in epoch ``E``, by later global batches (many batches
+    later for a source of small weight), so epoch ``E``'s order would depend on which global
+    batch straddled its start. Finding it is a search over the mixture's counts for every draw
+    near the start of a source epoch instead of O(1) work per draw, and counting distinct reads
+    (:func:`distinct_draws`) would have to follow the same exchange. What it would save is
+    small: a source read ``q = h + t`` times per global batch repeats at most ``q**2 / (4
+    n_d)`` samples per source epoch on average (0.0025 for ``q = 100`` and ``n_d = 10**6``),
+    once per ``n_d / q`` global batches; a source with ``n_d < q`` repeats samples in every
+    global batch whatever the order. A fixed order for every epoch (cyclic reading) would
+    avoid the repeats for free but read each sample at the same point of every epoch, a
+    correlation worse than a rare repeat.
+
 NOTE [ Blended epochs ]
     The run is one stream of samples, and an epoch is a stretch of it: epoch ``e`` holds the
     global batches between the last global-batch boundary at or before ``e x total_samples``

@@ -773,7 +773,9 @@ def test_inspect_a_blended_state_needs_and_checks_its_sources(
     path = save(tmp_path / "blend.json", s.state_dict())
     code, out, _ = run(capsys, "inspect", str(path), "--plain")
     assert code == 0
-    assert "needs its sources: pass --source-sizes" in out
+    assert "the sources' sizes the state was written over" in out
+    assert "pass --source-sizes N,N,..." in out
+    assert "pass --weights W,W,..." in out
     args = ["--source-sizes", "100,50,25", "--weights", "0.5,0.3,0.2", "--json"]
     code, out, _ = run(capsys, "inspect", str(path), *args)
     assert code == 0

@@ -16,7 +16,7 @@ from typing import Any
 from dataorder.core.state import find_sampler_states
 from dataorder.tools.output import EXIT_USAGE, Output, calculator_from_args, one_line
 
-__all__ = ["cmd_inspect"]
+__all__ = ["cmd_inspect", "read_json"]
 
 
 def _sampler_classes() -> dict[str, Any]:
@@ -80,19 +80,53 @@ def _next_items(sampler: Any, count: int) -> tuple[list[Any], int]:
     return [sampler.batch_at(k, epoch=epoch) for k in range(step, min(steps, step + count))], epoch
 
 
-def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
-    path = Path(args.state)
+def read_json(path: Path) -> Any:
+    """The JSON document in ``path``, or a ValueError naming the file (never a traceback).
+
+    Raises:
+        ValueError: If the file is not UTF-8 JSON, is nested too deeply for Python's decoder
+            (a hostile file: states and schedules are shallow), or holds an int of more digits
+            than Python converts.
+        OSError: If the file cannot be read.
+    """
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path} is not JSON: {err}") from None
+    except RecursionError:  # json's decoder recurses per level
+        raise ValueError(
+            f"{path}: its JSON is nested too deeply to read (states and schedules are shallow)"
+        ) from None
+    except ValueError as err:  # not UTF-8, or an int of more digits than Python converts
+        raise ValueError(f"{path}: cannot read it as JSON: {err}") from None
+
+
+def _schedule(args: argparse.Namespace) -> Any:
+    """``--schedule FILE``: the blend's MixtureSchedule (``MixtureSchedule.to_json``), or None."""
+    if args.schedule is None:
+        return None
+    if args.weights is not None:
+        raise ValueError("--weights and --schedule exclude each other: pass one of them")
+    from dataorder.llm.mixture import MixtureSchedule
+
+    path = Path(args.schedule)
+    try:
+        return MixtureSchedule.from_json(read_json(path), name="schedule")
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--schedule {path}: {err}") from None
+
+
+def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
+    path = Path(args.state)
+    raw = read_json(path)
+    schedule = _schedule(args)  # a bad --schedule is a usage error before anything is shown
     found = find_sampler_states(raw)
     if not found:
         raise ValueError(
             f"{path} holds no dataorder sampler state (a dict with "
             '"format": "dataorder.state", alone or inside a loader state)'
         )
-    reports = [_inspect_one(where, state, args) for where, state in found]
+    reports = [_inspect_one(where, state, args, schedule) for where, state in found]
     if args.json:
         out.json(reports if len(reports) > 1 else reports[0])
     else:
@@ -113,7 +147,9 @@ def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def _inspect_one(where: str, state: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+def _inspect_one(
+    where: str, state: dict[str, Any], args: argparse.Namespace, schedule: Any
+) -> dict[str, Any]:
     from dataorder.core.state import config_fingerprint, split_state
 
     kind = str(state.get("kind"))
@@ -152,10 +188,12 @@ def _inspect_one(where: str, state: dict[str, Any], args: argparse.Namespace) ->
                 "next batch: not shown; a bucket sampler needs its dataset: pass --manifest "
                 "MANIFEST or --sizes CSV"
             )
-        elif needs_mixture and not (args.source_sizes and args.weights):
+        elif needs_mixture and not (args.source_sizes and (args.weights or args.schedule)):
             note = (
                 "next batch: not shown; a blended sampler needs its sources: pass "
-                "--source-sizes N,N,... and --weights W,W,... (the state holds only digests)"
+                "--source-sizes N,N,... and --weights W,W,... (or --schedule FILE for a "
+                "MixtureSchedule, as MixtureSchedule.to_json() writes it; the state holds only "
+                "digests)"
             )
         else:
             context = {
@@ -165,7 +203,8 @@ def _inspect_one(where: str, state: dict[str, Any], args: argparse.Namespace) ->
                 "base_resolution": args.base_resolution,
             }
             if needs_mixture:
-                context.update(sizes=args.source_sizes, weights=args.weights)
+                weights = args.weights if schedule is None else schedule
+                context.update(sizes=args.source_sizes, weights=weights)
             probe = cls.from_state(state, **context)  # ValueError naming what does not match
             samplers = {
                 r: cls.from_state(state, rank=r, **context)

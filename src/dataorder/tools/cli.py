@@ -75,11 +75,14 @@ def _mesh_arg(name: str) -> Callable[[str], Any]:
     return parse
 
 
+_DEMO_OPTIONS = ("mesh", "micro_batch_size", "seed", "timeout", "samplers", "inject_bug")
+
+
 def _as_option(message: str) -> str:
     """A :class:`~dataorder.tools.demo.DemoConfig` message, with the field named as its option."""
     field, sep, rest = message.partition(" must be ")
     flag = "--" + field.replace("_", "-")
-    if not sep or field not in ("micro_batch_size", "seed", "timeout", "samplers", "inject_bug"):
+    if not sep or field not in _DEMO_OPTIONS:
         return message
     return f"{flag} must be {rest.replace(f'; got {field}=', f'; got {flag}=')}"
 

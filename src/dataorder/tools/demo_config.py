@@ -207,7 +207,16 @@ class DemoConfig:
                 f"a positive number of seconds, at most {MAX_DEMO_TIMEOUT:g}",
                 self.timeout,
             )
-        largest = _TOKEN_ROWS // MIN_DEMO_STEPS // math.lcm(self.first_mesh.dp, self.mesh.dp)
+        lcm = math.lcm(self.first_mesh.dp, self.mesh.dp)
+        if lcm > _TOKEN_ROWS // MIN_DEMO_STEPS:  # not even a micro-batch of 1 fits
+            fail(
+                "mesh",
+                f"a mesh whose data-parallel size has an lcm of at most "
+                f"{_TOKEN_ROWS // MIN_DEMO_STEPS} with first_mesh's ({self.first_mesh.dp}), so "
+                f"{MIN_DEMO_STEPS} global batches fit in the {_TOKEN_ROWS} token rows",
+                self.mesh,
+            )
+        largest = _TOKEN_ROWS // MIN_DEMO_STEPS // lcm
         if self.micro_batch_size > largest:
             fail(
                 "micro_batch_size",

@@ -17,16 +17,20 @@ import dataorder
 from dataorder.core.state import find_sampler_states
 from dataorder.tools.output import EXIT_USAGE, Output, calculator_from_args, one_line
 
-__all__ = ["cmd_inspect"]
+__all__ = ["cmd_inspect", "read_json"]
 
 
-def _given(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
+def _given(args: argparse.Namespace, schedule: Any) -> dict[str, tuple[Any, str]]:
     """What the command line can give a sampler's ``from_state`` (the values a state does not
     hold, :class:`~dataorder.core.assembly.Given`), and the flags that give it."""
     return {
         "dataset": (_bucket_dataset(args), "--manifest MANIFEST or --sizes CSV"),
         "sizes": (args.source_sizes, "--source-sizes N,N,..."),
-        "weights": (args.weights, "--weights W,W,..."),
+        "weights": (
+            args.weights if schedule is None else schedule,
+            "--weights W,W,... (or --schedule FILE for a MixtureSchedule, as "
+            "MixtureSchedule.to_json() writes it)",
+        ),
         "base_resolution": (args.base_resolution, "--base-resolution W,H"),
     }
 
@@ -72,19 +76,53 @@ def _next_items(sampler: Any, count: int) -> tuple[list[Any], int]:
     return [sampler.batch_at(k, epoch=epoch) for k in range(step, min(steps, step + count))], epoch
 
 
-def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
-    path = Path(args.state)
+def read_json(path: Path) -> Any:
+    """The JSON document in ``path``, or a ValueError naming the file (never a traceback).
+
+    Raises:
+        ValueError: If the file is not UTF-8 JSON, is nested too deeply for Python's decoder
+            (a hostile file: states and schedules are shallow), or holds an int of more digits
+            than Python converts.
+        OSError: If the file cannot be read.
+    """
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path} is not JSON: {err}") from None
+    except RecursionError:  # json's decoder recurses per level
+        raise ValueError(
+            f"{path}: its JSON is nested too deeply to read (states and schedules are shallow)"
+        ) from None
+    except ValueError as err:  # not UTF-8, or an int of more digits than Python converts
+        raise ValueError(f"{path}: cannot read it as JSON: {err}") from None
+
+
+def _schedule(args: argparse.Namespace) -> Any:
+    """``--schedule FILE``: the blend's MixtureSchedule (``MixtureSchedule.to_json``), or None."""
+    if args.schedule is None:
+        return None
+    if args.weights is not None:
+        raise ValueError("--weights and --schedule exclude each other: pass one of them")
+    from dataorder.llm.mixture import MixtureSchedule
+
+    path = Path(args.schedule)
+    try:
+        return MixtureSchedule.from_json(read_json(path), name="schedule")
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--schedule {path}: {err}") from None
+
+
+def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
+    path = Path(args.state)
+    raw = read_json(path)
+    schedule = _schedule(args)  # a bad --schedule is a usage error before anything is shown
     found = find_sampler_states(raw)
     if not found:
         raise ValueError(
             f"{path} holds no dataorder sampler state (a dict with "
             '"format": "dataorder.state", alone or inside a loader state)'
         )
-    reports = [_inspect_one(where, state, args) for where, state in found]
+    reports = [_inspect_one(where, state, args, schedule) for where, state in found]
     if args.json:
         out.json(reports if len(reports) > 1 else reports[0])
     else:
@@ -105,7 +143,9 @@ def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def _inspect_one(where: str, state: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+def _inspect_one(
+    where: str, state: dict[str, Any], args: argparse.Namespace, schedule: Any
+) -> dict[str, Any]:
     from dataorder.core.state import config_fingerprint, split_state
 
     kind = str(state.get("kind"))
@@ -138,7 +178,7 @@ def _inspect_one(where: str, state: dict[str, Any], args: argparse.Namespace) ->
         context: dict[str, Any] = {"dp_size": args.num_replicas}
         if "micro_batch_size" in cls.schema.layout.others:
             context["micro_batch_size"] = args.micro_batch_size
-        offered = _given(args) if cls.schema.given else {}
+        offered = _given(args, schedule) if cls.schema.given else {}
         missing = []
         for given in cls.schema.given:
             value, flags = offered.get(given.name, (None, "(not on the command line)"))

@@ -91,7 +91,7 @@ def test_usage_errors_are_one_line(
 @pytest.mark.parametrize(
     ("argv", "fragment"),
     [
-        (["demo", "--micro-batch-size", "0"], "micro_batch_size must be a positive int"),
+        (["demo", "--micro-batch-size", "0"], "--micro-batch-size: must be a positive int"),
         (["demo", "--samplers", "megatron,typo"], "samplers must be distinct names"),
         (["buckets", "--preset", "9000p"], "preset must be one of"),
         (["buckets", "--quantization", "0"], "argument --quantization: must be a positive int"),
@@ -497,7 +497,10 @@ NON_NEGATIVE = "must be a non-negative int; got"
         (["scan", ".", "-o", "m.tsv", "--workers", "0"], f"--workers: {POSITIVE} '0'"),
         (["buckets", "--max-pixels", "1e30"], f"--max-pixels: {POSITIVE} '1e30'"),
         (["buckets", "--max-pixels", "-5"], f"--max-pixels: {POSITIVE} '-5'"),
-        (["buckets", "--max-pixels", str(10**30)], "max_pixels must be an int in [4096, "),
+        (
+            ["buckets", "--max-pixels", str(10**30)],
+            "--max-pixels: must be a positive int of at most",
+        ),
     ],
 )
 def test_hostile_numbers_are_refused_in_one_line(
@@ -773,7 +776,9 @@ def test_inspect_a_blended_state_needs_and_checks_its_sources(
     path = save(tmp_path / "blend.json", s.state_dict())
     code, out, _ = run(capsys, "inspect", str(path), "--plain")
     assert code == 0
-    assert "needs its sources: pass --source-sizes" in out
+    assert "the sources' sizes the state was written over" in out
+    assert "pass --source-sizes N,N,..." in out
+    assert "pass --weights W,W,..." in out
     args = ["--source-sizes", "100,50,25", "--weights", "0.5,0.3,0.2", "--json"]
     code, out, _ = run(capsys, "inspect", str(path), *args)
     assert code == 0

@@ -100,8 +100,11 @@ def test_config_global_batch_is_shared_by_both_meshes() -> None:
             {"micro_batch_size": 0},
             "micro_batch_size must be a positive int; got micro_batch_size=0",
         ),
-        ({"seed": -1}, "seed must be a non-negative int; got seed=-1"),
-        ({"timeout": 0}, "timeout must be a positive number of seconds; got timeout=0"),
+        ({"seed": -1}, r"seed must be an int in \[0, 9223372036854775807\]; got seed=-1"),
+        (
+            {"timeout": 0},
+            "timeout must be a positive number of seconds, at most 86400; got timeout=0",
+        ),
         ({"samplers": ("nope",)}, "samplers must be distinct names among"),
         ({"samplers": ()}, "samplers must be distinct names among"),
         ({"inject_bug": "typo"}, "inject_bug must be None or one of global-world, no-resume"),

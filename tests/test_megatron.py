@@ -248,7 +248,7 @@ def test_bad_arguments(
         (
             {"compat": "megatron-lm"},
             ValueError,
-            "compat must be None, 'nemo' or 'megatron'; got compat='megatron-lm'",
+            "compat must be None or one of 'default', 'nemo', 'megatron'; got compat='megatron-lm'",
         ),
         ({"data_sharding": 1}, TypeError, "data_sharding must be a bool; got data_sharding=1"),
     ],

@@ -89,7 +89,7 @@ def test_uneven_layouts_and_unsupported_options_are_refused() -> None:
             "pad_samples_to_global_batch_size must be False with compat='megatron'",
         ),
         ({"global_batch_size": 12}, r"global_batch_size must be a divisor of Megatron-LM's epoch"),
-        ({"compat": "megatron-lm"}, "compat must be None, 'nemo' or 'megatron'"),
+        ({"compat": "megatron-lm"}, "compat must be None or one of 'default', 'nemo', 'megatron'"),
     ]
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=message):

@@ -180,10 +180,13 @@ def _placed_at_the_end(n: int, world: int, rank: int) -> DistributedSampler:
     return s
 
 
-def test_cursor_placed_at_the_end_reads_an_empty_pass_of_its_epoch() -> None:
+def test_cursor_placed_at_the_end_checks_what_the_job_reads_next() -> None:
+    # the next iter() is an empty pass that completes epoch 0; the job's next data is epoch 1,
+    # which is what verify checks (and what dataorder inspect shows: the cursor's upcoming())
     s = _placed_at_the_end(8, 1, 0)
+    assert s.upcoming() == (1, 0)
     report = verify_data_parallel(s)
-    assert (report.epoch, report.full_epoch, report.num_batches) == (0, False, 0)
+    assert (report.epoch, report.full_epoch, report.num_batches) == (1, True, 8)
     assert (s.epoch, s.progress, len(s), s.remaining) == (0, {"consumed": 8}, 8, 0)
     assert list(s) == []  # the empty pass completes the epoch (the loop never set one)...
     epoch1 = DistributedSampler(range(8), 1, 0, seed=4)
@@ -191,13 +194,13 @@ def test_cursor_placed_at_the_end_reads_an_empty_pass_of_its_epoch() -> None:
     assert list(s) == list(epoch1)  # ...to epoch 1
 
 
-def test_grid_cursors_placed_at_the_end_are_not_a_whole_epoch() -> None:
-    # Two DP ranks with declared padding: an empty read must not be taken for a whole epoch
-    # (which would demand the padding), whatever epoch the cursor moves on to afterwards.
+def test_grid_cursors_placed_at_the_end_check_the_next_epoch_whole() -> None:
+    # Two DP ranks with declared padding: the job's next data is epoch 1, read whole, so its
+    # padding must be exactly the declared one.
     results = run_grid(lambda g, dp: _placed_at_the_end(11, 2, dp), (2, 2))
     for r in results.values():
         assert isinstance(r, DataParallelReport), r
-        assert (r.epoch, r.num_batches, r.full_epoch, r.padding_slots) == (0, 0, False, 0)
+        assert (r.epoch, r.num_batches, r.full_epoch, r.padding_slots) == (1, 6, True, 1)
         assert r.allowed_padding == 1
 
 

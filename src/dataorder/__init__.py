@@ -141,6 +141,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from dataorder.core.apportion import Apportionment, quantize_weights
+    from dataorder.core.assembly import AssembledSampler
     from dataorder.core.cursor import CursorBatchSampler, CursorSampler, EpochPlan
     from dataorder.core.keys import derive_key
     from dataorder.core.partition import EpochLayout, SegmentPlan, plan_epoch, plan_segments
@@ -191,6 +192,20 @@ if TYPE_CHECKING:
         DataParallelReport,
         verify_data_parallel,
     )
+
+
+def samplers() -> dict[str, type[AssembledSampler[Any]]]:
+    """Every dataorder sampler class, by the ``kind`` its states record.
+
+    The classes register themselves when they are defined (:mod:`dataorder.core.assembly`);
+    this imports every public module first, so the answer does not depend on what was imported
+    before (``dataorder inspect`` rebuilds any state through it).
+    """
+    from dataorder.core.assembly import SAMPLERS
+
+    for module in sorted(set(_EXPORTS.values())):
+        importlib.import_module(module)
+    return dict(SAMPLERS)
 
 
 def __getattr__(name: str) -> Any:

@@ -57,6 +57,11 @@ class BlockPlan(Generic[T]):
         """The step at ``progress["consumed"]`` (see :meth:`EpochLayout.step_of`)."""
         return self.layout.step_of(progress["consumed"], strict=strict)
 
+    def describe(self, progress: Mapping[str, int], epoch: int) -> str:
+        """Where ``progress`` stands in ``epoch``, in words."""
+        total = self.layout.total_positions
+        return f"{progress['consumed']} of {total} global positions of epoch {epoch}"
+
     def progress_at(self, step: int) -> dict[str, int]:
         """``{"consumed": positions taken after step steps}``."""
         return {"consumed": self.layout.consumed_at(step)}

@@ -140,8 +140,6 @@ class CursorSampler(abc.ABC, Generic[T_co]):
     state_kind: ClassVar[str]
     #: Global progress counters, all starting at 0 each epoch.
     progress_keys: ClassVar[tuple[str, ...]] = ("consumed",)
-    #: Whether a state written under another layout (data-parallel size) may be loaded.
-    elastic: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self._epoch = 0
@@ -160,6 +158,11 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         self._plans: dict[tuple[int, tuple[tuple[str, int], ...]], EpochPlan[T_co]] = {}
 
     # -- what subclasses provide ----------------------------------------------------------------
+    @property
+    def elastic(self) -> bool:
+        """Whether a state written under another layout (data-parallel size) may be loaded."""
+        return True
+
     @abc.abstractmethod
     def order_config(self) -> dict[str, Scalar]:
         """Fields that determine the global order; a state must match them to load."""
@@ -311,6 +314,19 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         if self._moves_on():
             return self._epoch + 1, 0
         return self._epoch, self._start_step(self.epoch_plan())
+
+    def upcoming(self) -> tuple[int, int]:
+        """``(epoch, step)`` of the next batch the job reads; the cursor does not move.
+
+        Where the next ``iter()`` starts, unless that pass has nothing left (a state saved at an
+        epoch's end): then the next epoch's first step, which the loop's next ``set_epoch``, or
+        the pass after the empty one, reads (NOTE [ The loop contract ]). What ``dataorder
+        inspect`` shows and what ``verify_data_parallel`` checks by default.
+        """
+        epoch, step = self.next_start()
+        if step >= self.epoch_plan(epoch).num_steps and epoch < self.max_epoch:
+            return epoch + 1, 0
+        return epoch, step
 
     @property
     def remaining(self) -> int:

@@ -224,19 +224,25 @@ def find_sampler_states(value: object, where: str = "") -> list[tuple[str, dict[
     ``value`` is a sampler's ``state_dict()`` or anything that holds one, e.g. a torchdata
     ``StatefulDataLoader`` state (under ``_index_sampler_state`` for a ``batch_sampler``, or
     ``_sampler_iter_state.sampler_state`` for a ``sampler``) or a whole training checkpoint.
+    The walk keeps its own stack, not Python's: a document nested as deep as memory allows (a
+    hostile JSON file) is searched without a ``RecursionError``.
 
     Returns:
         ``(path, state)`` pairs, ``path`` like ``"_index_sampler_state"``, in document order.
     """
-    if isinstance(value, dict):
-        if value.get("format") == STATE_FORMAT:
-            return [(where or "(top level)", value)]
-        found = []
-        for key, item in value.items():
-            found += find_sampler_states(item, f"{where}.{key}" if where else str(key))
-        return found
-    if isinstance(value, list):
-        return [
-            s for i, item in enumerate(value) for s in find_sampler_states(item, f"{where}[{i}]")
-        ]
-    return []
+    found: list[tuple[str, dict[str, Any]]] = []
+    stack: list[tuple[str, object]] = [(where, value)]
+    while stack:
+        path, item = stack.pop()
+        children: list[tuple[str, object]]
+        if isinstance(item, dict):
+            if item.get("format") == STATE_FORMAT:
+                found.append((path or "(top level)", item))
+                continue
+            children = [(f"{path}.{k}" if path else str(k), v) for k, v in item.items()]
+        elif isinstance(item, list):
+            children = [(f"{path}[{i}]", v) for i, v in enumerate(item)]
+        else:
+            continue
+        stack.extend(reversed(children))  # popped first to last: document order
+    return found

@@ -44,14 +44,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, check_int_array
 from dataorder.core.apportion import Apportionment
-from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
+from dataorder.core.keys import KEY_DERIVATION_VERSION, derive_key
 from dataorder.core.partition import (
     MAX_BATCH_SIZE,
     MAX_POSITIONS,
@@ -60,10 +60,12 @@ from dataorder.core.partition import (
     plan_segments,
 )
 from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
+from dataorder.core.state import Scalar
 from dataorder.diffusion.table import BucketTable
 
 __all__ = [
     "BUCKET_ORDERS",
+    "BUCKET_STREAM",
     "MAX_INTERLEAVE_UNIT",
     "BucketEpoch",
     "BucketEpochPlan",
@@ -74,6 +76,7 @@ __all__ = [
     "longest_shape_run",
     "plan_bucket_epoch",
     "plan_interleaved_epoch",
+    "plan_sampler_epoch",
 ]
 
 #: The ``bucket_order=`` values of the bucket sampler.
@@ -88,7 +91,8 @@ IntArray = npt.NDArray[np.int64]
 #: A within-bucket order: places ``[0, n)`` of a bucket to places of its shuffled order.
 Within = Callable[[IntArray], IntArray]
 
-_STREAM = "sequential_bucket"
+#: The stream name of every key of the bucket sampler's default order.
+BUCKET_STREAM = "sequential_bucket"
 
 
 def identity(local: IntArray) -> IntArray:
@@ -283,6 +287,52 @@ def plan_interleaved_epoch(
     return BucketEpochPlan(parties, starts, n, segments)
 
 
+def plan_sampler_epoch(
+    order: BucketOrder,
+    sizes: npt.ArrayLike,
+    batch_sizes: npt.ArrayLike,
+    *,
+    epoch: int,
+    dp_size: int,
+    drop_last: bool,
+    shuffle_buckets: bool,
+    interleave_unit: int = 0,
+) -> BucketEpochPlan:
+    """The bucket sampler's plan of ``epoch``, sequential or interleaved: what the sampler reads
+    and what :func:`~dataorder.diffusion.stats.bucket_stats` measures (one function, so the two
+    cannot drift).
+
+    Args:
+        order: The sampler's :class:`BucketOrder` strategy.
+        sizes: Shape ``(B,)``, samples per bucket, by row of the dataset's bucket table.
+        batch_sizes: Shape ``(B,)``, per-rank batch size, by bucket row.
+        epoch: The epoch.
+        dp_size: Number of data-parallel ranks.
+        drop_last: As for :func:`plan_bucket_epoch`.
+        shuffle_buckets: A new bucket order (or interleaved arrangement) every epoch.
+        interleave_unit: ``U`` of the interleaved order; 0 for the sequential order.
+    """
+    if interleave_unit:
+        key = order.interleave_key(epoch if shuffle_buckets else 0)
+        return plan_interleaved_epoch(
+            sizes,
+            batch_sizes,
+            unit=interleave_unit,
+            dp_size=dp_size,
+            drop_last=drop_last,
+            key=key,
+        )
+    visit = order.bucket_order(np.asarray(sizes).size, epoch=epoch, shuffle=shuffle_buckets)
+    return plan_bucket_epoch(
+        visit,
+        sizes,
+        batch_sizes,
+        dp_size=dp_size,
+        drop_last=drop_last,
+        round_to=order.round_to(dp_size),
+    )
+
+
 def longest_shape_run(plan: BucketEpochPlan) -> int:
     """The longest stretch of consecutive steps that read one bucket."""
     steps = np.diff(plan.segments.offsets)
@@ -296,16 +346,20 @@ def longest_shape_run(plan: BucketEpochPlan) -> int:
 
 
 class BucketOrder(Protocol):
-    """A bucket order strategy (NOTE [ Bucket order strategies ])."""
+    """A bucket order strategy (NOTE [ Bucket order strategies ]): an
+    :class:`~dataorder.core.assembly.OrderStrategy` with the seed bound when it is built."""
 
-    #: The ``compat=`` value it answers to.
-    name: ClassVar[str]
-    #: Whether a state may move to another number of ranks.
-    elastic: ClassVar[bool]
-    #: Largest seed the strategy accepts.
-    max_seed: ClassVar[int]
+    @property
+    def name(self) -> str:
+        """The ``compat=`` value it answers to, recorded as ``config.compat``."""
+        ...
 
-    def bucket_order(self, num_buckets: int, *, seed: int, epoch: int, shuffle: bool) -> IntArray:
+    @property
+    def elastic(self) -> bool:
+        """Whether a state may move to another number of ranks."""
+        ...
+
+    def bucket_order(self, num_buckets: int, *, epoch: int, shuffle: bool) -> IntArray:
         """The buckets' visiting order in ``epoch``: shape ``(B,)``, bucket rows."""
         ...
 
@@ -313,13 +367,22 @@ class BucketOrder(Protocol):
         """Each bucket is padded to a multiple of this many positions before it is cut."""
         ...
 
+    def interleave_key(self, epoch: int) -> int:
+        """The key of the interleaved order's apportionment in ``epoch`` (NOTE [ Interleaved
+        buckets ]).
+
+        Raises:
+            ValueError: If the strategy has no interleaved order.
+        """
+        ...
+
     def within_orders(
-        self, *, seed: int, epoch: int, shuffle: bool
+        self, *, epoch: int, shuffle: bool
     ) -> Callable[[int, BucketEpochPlan], Within]:
         """``within(run, plan)``: the within-bucket order of the bucket that run reads."""
         ...
 
-    def config(self, num_replicas: int) -> dict[str, int | str]:
+    def config(self) -> dict[str, Scalar]:
         """Fields the order depends on, recorded in the state's configuration."""
         ...
 
@@ -342,36 +405,42 @@ class KeyedBucketOrder:
     so a state continues on another one (elastic).
     """
 
-    name: ClassVar[str] = "default"
-    elastic: ClassVar[bool] = True
-    max_seed: ClassVar[int] = MAX_SEED  # every sampler's seed range (dataorder.core.keys)
+    name = "default"
+    elastic = True
 
-    def bucket_order(self, num_buckets: int, *, seed: int, epoch: int, shuffle: bool) -> IntArray:
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def bucket_order(self, num_buckets: int, *, epoch: int, shuffle: bool) -> IntArray:
         ordinals = np.arange(num_buckets, dtype=np.int64)
         if not shuffle:
             return ordinals
-        key = derive_key(seed, epoch=epoch, stream=_STREAM, purpose="bucket-order")
+        key = derive_key(self.seed, epoch=epoch, stream=BUCKET_STREAM, purpose="bucket-order")
         return Permutation(num_buckets, key)(ordinals)
+
+    def interleave_key(self, epoch: int) -> int:
+        return derive_key(self.seed, epoch=epoch, stream=BUCKET_STREAM, purpose="interleave")
 
     def round_to(self, dp_size: int) -> int:
         return 1
 
     def within_orders(
-        self, *, seed: int, epoch: int, shuffle: bool
+        self, *, epoch: int, shuffle: bool
     ) -> Callable[[int, BucketEpochPlan], Within]:
         if not shuffle:
             return lambda k, plan: identity
+        seed = self.seed
 
         def keyed(k: int, plan: BucketEpochPlan) -> Within:
             bucket = int(plan.buckets[k])
             key = derive_key(
-                seed, epoch=epoch, stream=_STREAM, purpose="within-bucket", extra=(bucket,)
+                seed, epoch=epoch, stream=BUCKET_STREAM, purpose="within-bucket", extra=(bucket,)
             )
             return Permutation(int(plan.bucket_sizes[bucket]), key)
 
         return keyed
 
-    def config(self, num_replicas: int) -> dict[str, int | str]:
+    def config(self) -> dict[str, Scalar]:
         return {"order_version": 100 * PERMUTATION_VERSION + KEY_DERIVATION_VERSION}
 
     def batch_size_fn(
@@ -424,6 +493,18 @@ class BucketEpoch:
                 + (f" up to {layout.total_positions} positions" if strict else "")
                 + ("" if strict else "; resume with a num_replicas whose global batch divides it")
             ) from None
+
+    def describe(self, progress: Mapping[str, int], epoch: int) -> str:
+        """Where ``progress`` stands in ``epoch``, in buckets."""
+        plan, k = self.plan, progress["bucket"]
+        if k >= plan.num_runs:
+            return f"after the last of {plan.num_runs} buckets of epoch {epoch}"
+        row = int(plan.buckets[k])
+        return (
+            f"bucket {k + 1} of {plan.num_runs} in epoch {epoch}'s order (row {row}, "
+            f"{self.table.shape_name(row)}, {int(plan.segments.n[k])} samples): "
+            f"{progress['consumed']} positions taken"
+        )
 
     def progress_at(self, step: int) -> dict[str, int]:
         k, b = self.plan.locate(step)

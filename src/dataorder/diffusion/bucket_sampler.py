@@ -32,21 +32,31 @@ mode a state saved on 8 ranks continues on 4 (or any ``R'`` with ``b_j x R'`` di
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Sampler
 
 from dataorder._validate import check_bool, check_choice, check_int, fail
-from dataorder.core.keys import derive_key
+from dataorder.core.assembly import (
+    AssembledSampler,
+    Field,
+    Given,
+    Layout,
+    Mode,
+    Modes,
+    Schema,
+    flag,
+    recorded,
+)
+from dataorder.core.cursor import CursorBatchSampler
+from dataorder.core.keys import MAX_SEED
 from dataorder.core.partition import MAX_BATCH_SIZE
-from dataorder.core.state import Scalar, split_state
+from dataorder.core.state import Scalar
 from dataorder.core.topology import Topology, resolve_topology
 from dataorder.diffusion.bucket_batches import (
-    DEFAULT_BASE_RESOLUTION,
     batch_info,
     check_resolution,
     check_something_to_train,
@@ -54,7 +64,6 @@ from dataorder.diffusion.bucket_batches import (
     dataset_table,
     digest,
 )
-from dataorder.diffusion.bucket_checkpoints import BucketCheckpoints
 from dataorder.diffusion.bucket_plan import (
     BUCKET_ORDERS,
     MAX_INTERLEAVE_UNIT,
@@ -63,17 +72,37 @@ from dataorder.diffusion.bucket_plan import (
     BucketOrder,
     KeyedBucketOrder,
     longest_shape_run,
-    plan_bucket_epoch,
-    plan_interleaved_epoch,
+    plan_sampler_epoch,
 )
-from dataorder.diffusion.compat_nemo import NemoBucketOrder
+from dataorder.diffusion.compat_nemo import NEMO_BUCKET_MODE
 from dataorder.diffusion.table import BucketTable
 
-__all__ = ["COMPAT_MODES", "SequentialBucketSampler"]
+__all__ = ["BUCKET_MODES", "COMPAT_MODES", "SequentialBucketSampler"]
 
 Compat = Literal["default", "nemo"]
+
+
+def _keyed(seed: int, *, shuffle_buckets: bool, num_replicas: int) -> KeyedBucketOrder:
+    return KeyedBucketOrder(seed)
+
+
+#: The bucket orders, by ``compat=`` (NOTE [ Adding a sampler or a compat mode ] in
+#: :mod:`dataorder.core.assembly`).
+BUCKET_MODES = Modes(
+    family="SequentialBucketSampler",
+    field="compat",
+    modes=(
+        Mode(
+            "default",
+            build=_keyed,
+            records={"default": {"compat": "default"}},
+            summary="dataorder's keyed order",
+        ),
+        NEMO_BUCKET_MODE,
+    ),
+)
 #: Values of ``compat=``.
-COMPAT_MODES: tuple[str, ...] = ("default", "nemo")
+COMPAT_MODES: tuple[str, ...] = BUCKET_MODES.names
 
 IntArray = npt.NDArray[np.int64]
 
@@ -83,7 +112,26 @@ IntArray = npt.NDArray[np.int64]
 _CHUNK_POSITIONS = 8192
 
 
-class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
+def _interleaved() -> Field:
+    """``config.interleaved``: the interleaved order and its unit in one field (absent in the
+    sequential order), so the state stays within MAX_STATE_BYTES (NOTE [ State size ])."""
+
+    def read(sampler: SequentialBucketSampler) -> Scalar | None:
+        return sampler.interleave_unit
+
+    def args(value: Scalar) -> Mapping[str, Any]:
+        return {"bucket_order": "interleaved", "interleave_unit": value}
+
+    return Field("interleaved", read, args)
+
+
+def _digest_field(name: str, read: Any) -> Field:
+    return Field(name, read)
+
+
+class SequentialBucketSampler(
+    AssembledSampler[list[int]], CursorBatchSampler[list[int]], Sampler[list[int]]
+):
     """Batches of one bucket at a time, the same bucket and batch size on every rank at each step.
 
     Two bucket orders (NOTE [ Interleaved buckets ] in :mod:`dataorder.diffusion.bucket_plan`):
@@ -178,8 +226,35 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
             size ``<= 0``), the dataset is empty, or ``drop_last=True`` leaves no batch at all.
     """
 
-    state_kind: ClassVar[str] = "sequential_bucket"
-    progress_keys: ClassVar[tuple[str, ...]] = ("bucket", "consumed")
+    schema = Schema(
+        kind="sequential_bucket",
+        fields=(
+            recorded("seed"),
+            recorded("base_batch_size"),
+            flag("drop_last"),
+            flag("shuffle_buckets"),
+            flag("shuffle_within_bucket"),
+            flag("dynamic_batch_size"),
+            Field("dataset", lambda s: s.bucket_table.fingerprint),
+            Field("batch_sizes", lambda s: digest(s.batch_sizes)),
+            _interleaved(),
+        ),
+        layout=Layout(rank="rank", size="num_replicas"),
+        modes=BUCKET_MODES,
+        given=(
+            Given(
+                "dataset", "the dataset the state was written over (a state holds only its digest)"
+            ),
+            Given(
+                "base_resolution",
+                "the reference resolution of dynamic batch sizes (a state holds a digest of the "
+                "batch sizes)",
+                required=False,
+            ),
+        ),
+        progress=("bucket", "consumed"),
+        steps="batches",
+    )
 
     def __init__(
         self,
@@ -201,10 +276,10 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
         bucket_order: str = "sequential",
         interleave_unit: int | None = None,
     ) -> None:
-        BucketCheckpoints.__init__(self)
-        self._compat: Compat = check_choice("compat", compat, COMPAT_MODES)  # type: ignore[assignment]
+        AssembledSampler.__init__(self)
+        mode = BUCKET_MODES.choose(compat)
         self._bucket_order = check_choice("bucket_order", bucket_order, BUCKET_ORDERS)
-        if self._bucket_order == "interleaved" and self._compat != "default":
+        if self._bucket_order == "interleaved" and mode.name != "default":
             fail("bucket_order", "'sequential' with compat='nemo' (NeMo's order)", bucket_order)
         if interleave_unit is not None and self._bucket_order != "interleaved":
             fail("interleave_unit", "None unless bucket_order='interleaved'", interleave_unit)
@@ -216,14 +291,16 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
         self._shuffle_buckets = check_bool("shuffle_buckets", shuffle_buckets)
         self._shuffle_within = check_bool("shuffle_within_bucket", shuffle_within_bucket)
         self._dynamic = check_bool("dynamic_batch_size", dynamic_batch_size)
-        # NOTE [ Bucket order strategies ]: chosen once, here
-        self._order: BucketOrder = (
-            NemoBucketOrder(self._shuffle_buckets) if self._compat == "nemo" else KeyedBucketOrder()
-        )
         # capped in every mode: a larger seed would push the state past MAX_STATE_BYTES
-        self._seed = check_int("seed", seed, min_value=0, max_value=self._order.max_seed)
+        self._seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
         self._topology = resolve_topology(
             num_replicas, rank, mesh=mesh, dp_dims=dp_dims, topology=topology
+        )
+        # NOTE [ Bucket order strategies ]: chosen once, here
+        self._strategy: BucketOrder = mode.build(
+            self._seed,
+            shuffle_buckets=self._shuffle_buckets,
+            num_replicas=self._topology.dp_size,
         )
         self._unit = 0
         if self._bucket_order == "interleaved":
@@ -253,12 +330,11 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
         self._batch_sizes = dataset_batch_sizes(
             dataset,
             self._table,
-            self._order,
+            self._strategy,
             base_batch_size=self._base_batch_size,
             base_resolution=self._base_resolution,
             dynamic=self._dynamic,
         )
-        self._batch_digest = digest(self._batch_sizes)
         # Batch counts, drops and pads do not depend on the order, so one plan tells them all.
         check_something_to_train(
             self.plan(0),
@@ -278,7 +354,7 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
     @property
     def compat(self) -> Compat:
         """``"default"`` or ``"nemo"``."""
-        return self._compat
+        return "nemo" if self._strategy.name == "nemo" else "default"
 
     @property
     def bucket_order(self) -> str:
@@ -293,11 +369,6 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
     def longest_shape_run(self, epoch: int | None = None) -> int:
         """The longest stretch of consecutive steps of ``epoch`` that read one bucket."""
         return longest_shape_run(self.plan(epoch))
-
-    @property
-    def elastic(self) -> bool:  # type: ignore[override]
-        """Whether a state saved on another ``num_replicas`` loads (the default mode's does)."""
-        return self._order.elastic
 
     @property
     def base_batch_size(self) -> int:
@@ -368,36 +439,17 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
         dp_size = check_int(
             "num_replicas", layout.get("num_replicas", self.num_replicas), min_value=1
         )
-        within = self._order.within_orders(
-            seed=self.seed, epoch=epoch, shuffle=self.shuffle_within_bucket
-        )
-        if self._bucket_order == "interleaved":
-            key = derive_key(
-                self.seed,
-                epoch=epoch if self.shuffle_buckets else 0,
-                stream="sequential_bucket",
-                purpose="interleave",
-            )
-            plan = plan_interleaved_epoch(
-                self._table.sizes,
-                self._batch_sizes,
-                unit=self._unit,
-                dp_size=dp_size,
-                drop_last=self.drop_last,
-                key=key,
-            )
-            return BucketEpoch(plan, within, self._table)
-        order = self._order.bucket_order(
-            self._table.num_buckets, seed=self.seed, epoch=epoch, shuffle=self.shuffle_buckets
-        )
-        plan = plan_bucket_epoch(
-            order,
+        plan = plan_sampler_epoch(
+            self._strategy,
             self._table.sizes,
             self._batch_sizes,
+            epoch=epoch,
             dp_size=dp_size,
             drop_last=self.drop_last,
-            round_to=self._order.round_to(dp_size),
+            shuffle_buckets=self.shuffle_buckets,
+            interleave_unit=self._unit,
         )
+        within = self._strategy.within_orders(epoch=epoch, shuffle=self.shuffle_within_bucket)
         return BucketEpoch(plan, within, self._table)
 
     def _chunk_steps(self) -> int:
@@ -423,107 +475,6 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
     def samples_padded(self) -> int:
         """Slots per epoch that repeat a sample of their bucket, summed over ranks."""
         return self.plan(0).samples_padded
-
-    @classmethod
-    def from_state(
-        cls,
-        state: Mapping[str, Any],
-        *,
-        dataset: Any = None,
-        rank: int = 0,
-        dp_size: int | None = None,
-        base_resolution: tuple[int, int] | None = None,
-        **_: Any,
-    ) -> SequentialBucketSampler:
-        """Rebuild the sampler that wrote ``state`` over ``dataset``, on ``rank``.
-
-        A state does not hold the dataset (only its fingerprint), so it must be passed; the
-        fingerprint then proves it is the same one.
-
-        Args:
-            state: A ``state_dict()`` of this class.
-            dataset: The dataset the state was written over.
-            rank: The data-parallel rank to build.
-            dp_size: Another ``num_replicas`` (an elastic resume); default: the state's.
-            base_resolution: The reference resolution of dynamic batch sizes (the state holds a
-                digest of the batch sizes it gave); default ``(512, 512)``.
-
-        Raises:
-            ValueError: If the dataset is missing, or the state belongs to another dataset or
-                configuration, or this layout cannot continue it.
-        """
-        config, layout, _progress = split_state(state)
-        if state.get("kind") != cls.state_kind:
-            fail("state['kind']", repr(cls.state_kind), state.get("kind"))
-        if dataset is None:
-            fail("dataset", "the dataset the state was written over (a state holds none)", None)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the saving run warned about dropped buckets
-            sampler = cls(
-                dataset,
-                base_batch_size=config["base_batch_size"],  # type: ignore[arg-type]
-                base_resolution=base_resolution or DEFAULT_BASE_RESOLUTION,
-                drop_last=bool(config["drop_last"]),
-                shuffle_buckets=bool(config["shuffle_buckets"]),
-                shuffle_within_bucket=bool(config["shuffle_within_bucket"]),
-                dynamic_batch_size=bool(config["dynamic_batch_size"]),
-                seed=config["seed"],  # type: ignore[arg-type]
-                num_replicas=dp_size  # NeMo's mode records it in the config only
-                or layout.get("num_replicas", config.get("num_replicas")),  # type: ignore[arg-type]
-                rank=rank,
-                compat=config["compat"],  # type: ignore[arg-type]
-                bucket_order="interleaved" if "interleaved" in config else "sequential",
-                interleave_unit=config.get("interleaved"),  # type: ignore[arg-type]
-            )
-        sampler.load_state_dict(state)
-        return sampler
-
-    def describe_progress(self) -> list[tuple[str, str]]:
-        """Where the cursor is, in buckets."""
-        plan, k = self.plan(), self._position["bucket"]
-        if k >= plan.num_runs:
-            where = f"after the last of {plan.num_runs} buckets of epoch {self._epoch}"
-        else:
-            row = int(plan.buckets[k])
-            where = (
-                f"bucket {k + 1} of {plan.num_runs} in epoch {self._epoch}'s order (row {row}, "
-                f"{self._table.shape_name(row)}, {int(plan.segments.n[k])} samples): "
-                f"{self._position['consumed']} "
-                "positions taken"
-            )
-        return [
-            ("position", where),
-            (
-                "batches",
-                f"{self.remaining} left on every rank, of {plan.num_steps} in a whole epoch on "
-                f"{self.num_replicas} ranks",
-            ),
-        ]
-
-    # -- CursorSampler ----------------------------------------------------------------------------
-    def order_config(self) -> dict[str, Scalar]:
-        """Fields that fix the order and the batches; a state must match them to load."""
-        config: dict[str, Scalar] = {
-            "compat": self.compat,
-            "seed": self.seed,
-            "base_batch_size": self.base_batch_size,
-            "drop_last": int(self.drop_last),
-            "shuffle_buckets": int(self.shuffle_buckets),
-            "shuffle_within_bucket": int(self.shuffle_within_bucket),
-            "dynamic_batch_size": int(self.dynamic_batch_size),
-            "dataset": self._table.fingerprint,
-            "batch_sizes": self._batch_digest,
-        }
-        config.update(self._order.config(self.num_replicas))
-        if self._bucket_order == "interleaved":
-            config["interleaved"] = self._unit  # the order and its unit in one field (state size)
-        return config
-
-    def layout_info(self) -> dict[str, int]:
-        """``num_replicas`` (recorded, never the rank), unless the order's config records it
-        already (``compat="nemo"``, which is not elastic: NOTE [ NeMo bucket states ])."""
-        recorded = self._order.config(self.num_replicas)
-        return {} if "num_replicas" in recorded else {"num_replicas": self.num_replicas}
 
     # -- inspection -------------------------------------------------------------------------------
     def get_batch_info(self, batch_idx: int, *, epoch: int | None = None) -> dict[str, Any]:

@@ -22,14 +22,15 @@ The bucket rule (which buckets exist, which bucket an image goes to) is NeMo's t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import fail
-from dataorder.core.keys import MAX_SEED
+from dataorder._validate import check_int, fail
+from dataorder.core.assembly import Extra, Foreign, Mode
+from dataorder.core.state import MAX_EPOCH, Scalar
 from dataorder.diffusion.bucket_plan import BucketEpochPlan, Within, identity
 from dataorder.diffusion.lookup import Lookup
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NEMO_ASPECT_RATIOS",
+    "NEMO_BUCKET_MODE",
     "NemoBucketOrder",
     "NemoBucketRule",
     "nemo_bucket_order",
@@ -93,26 +95,35 @@ def _table(perm: IntArray) -> Within:
 
 
 class NemoBucketOrder:
-    """The bucket order strategy of ``compat="nemo"`` (see the module docstring)."""
+    """The bucket order strategy of ``compat="nemo"`` (see the module docstring).
 
-    name: ClassVar[str] = "nemo"
-    elastic: ClassVar[bool] = False
-    #: ``manual_seed(seed + epoch)`` must stay below 2**64 for any epoch a run reaches.
-    max_seed: ClassVar[int] = MAX_SEED
+    ``manual_seed(seed + epoch)`` must stay below 2**64 for any epoch a run reaches: seeds are
+    capped at ``MAX_SEED`` (2**63 - 1) and epochs at ``MAX_EPOCH``, as in every mode.
+    """
 
-    def __init__(self, shuffle_buckets: bool) -> None:
+    name = "nemo"
+    elastic = False
+
+    def __init__(self, seed: int, *, shuffle_buckets: bool, num_replicas: int) -> None:
+        self.seed = seed
         self._shuffle_buckets = shuffle_buckets
+        self._num_replicas = num_replicas
 
-    def bucket_order(self, num_buckets: int, *, seed: int, epoch: int, shuffle: bool) -> IntArray:
-        return nemo_bucket_order(num_buckets, seed=seed, epoch=epoch, shuffle=shuffle)
+    def bucket_order(self, num_buckets: int, *, epoch: int, shuffle: bool) -> IntArray:
+        return nemo_bucket_order(num_buckets, seed=self.seed, epoch=epoch, shuffle=shuffle)
 
     def round_to(self, dp_size: int) -> int:
         return dp_size
 
+    def interleave_key(self, epoch: int) -> int:
+        fail("bucket_order", "'sequential' with compat='nemo' (NeMo's order)", "interleaved")
+
     def within_orders(
-        self, *, seed: int, epoch: int, shuffle: bool
+        self, *, epoch: int, shuffle: bool
     ) -> Callable[[int, BucketEpochPlan], Within]:
         import torch
+
+        seed = self.seed
 
         if not shuffle:
             return lambda k, plan: identity
@@ -131,14 +142,69 @@ class NemoBucketOrder:
 
         return nemo
 
-    def config(self, num_replicas: int) -> dict[str, int | str]:
-        # 0: the order comes from torch, not from dataorder's constructions
-        return {"order_version": 0, "num_replicas": num_replicas}
+    def config(self) -> dict[str, Scalar]:
+        # 0: the order comes from torch, not from dataorder's constructions; the number of
+        # ranks, because NeMo pads each bucket to a multiple of it (not elastic)
+        return {"order_version": 0, "num_replicas": self._num_replicas}
 
     def batch_size_fn(
         self, dataset: Any
     ) -> Callable[[tuple[int, int], int, tuple[int, int]], int] | None:
         return nemo_dynamic_batch_size
+
+
+# NOTE [ NeMo bucket states ]
+#     NeMo Automodel's sampler saves ``{"epoch": e, "batches_yielded": k}`` and, on load, skips
+#     ``k`` batches of the next pass. In this mode (NeMo's order) such a state loads and the cursor
+#     goes to step ``k`` of epoch ``e``, which is where NeMo's sampler continues in a loop that
+#     calls ``set_epoch(e)`` (NeMo applies the skip to whatever epoch is set when the pass
+#     starts: B2). ``k`` is taken as NeMo wrote it: after a NeMo resume its count restarts from 0
+#     (B1), so such a checkpoint resumes where NeMo would, not where the run really was. Our
+#     states carry ``batches_yielded`` in this mode (counted from the epoch's start), so NeMo's
+#     sampler can load them too.
+#     The state stays within MAX_STATE_BYTES (NOTE [ State size ] in dataorder.core.state) at
+#     the largest legal values because this mode records ``config.num_replicas`` (it is not
+#     elastic) and the state does not repeat it as ``layout.num_replicas`` (a state that does,
+#     as older ones did, still loads).
+
+
+def _batches_yielded(sampler: Any) -> Scalar:
+    return int(sampler.epoch_plan().step_of(sampler.progress))
+
+
+def _check_batches_yielded(
+    sampler: Any, value: object, epoch: int, progress: Mapping[str, int], layout: Mapping[str, int]
+) -> None:
+    step = sampler.epoch_plan(epoch).step_of(progress)
+    if value != step:
+        raise ValueError(
+            "state['batches_yielded'] must be the steps done at state['bucket'], "
+            f"state['consumed'] = {step}; got {value!r}"
+        )
+
+
+def _place_nemo(sampler: Any, state: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
+    epoch = check_int("state['epoch']", state["epoch"], min_value=0, max_value=MAX_EPOCH)
+    plan = sampler.epoch_plan(epoch)
+    k = check_int("state['batches_yielded']", state["batches_yielded"], min_value=0)
+    # NeMo skips min(k, the epoch's batches): a count past the end leaves an empty pass
+    return epoch, plan.progress_at(min(k, plan.num_steps))
+
+
+#: ``compat="nemo"`` of the bucket sampler (NOTE [ NeMo bucket states ]).
+NEMO_BUCKET_MODE = Mode(
+    "nemo",
+    build=NemoBucketOrder,
+    records={"nemo": {"compat": "nemo"}},
+    summary="NeMo Automodel's order",
+    extras=(Extra("batches_yielded", _batches_yielded, _check_batches_yielded, required=False),),
+    foreign=(
+        Foreign(
+            frozenset({"epoch", "batches_yielded"}), "a NeMo Automodel sampler state", _place_nemo
+        ),
+    ),
+    layout_in_config=True,
+)
 
 
 def nemo_dynamic_batch_size(

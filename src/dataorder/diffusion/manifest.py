@@ -428,6 +428,12 @@ def _read_header(f: TextIO, source: str) -> dict[str, Any]:
         header = json.loads(first)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{source}:1: not a dataorder manifest header ({exc})") from None
+    except RecursionError:  # json's decoder recurses per level: a hostile line, not a header
+        raise ValueError(
+            f"{source}:1: not a dataorder manifest header (nested too deeply)"
+        ) from None
+    except ValueError as exc:  # an int of more digits than Python converts
+        raise ValueError(f"{source}:1: not a dataorder manifest header ({exc})") from None
     if not isinstance(header, dict) or header.get("format") != MANIFEST_FORMAT:
         raise ValueError(
             f"{source}:1: not a dataorder manifest (format is not {MANIFEST_FORMAT!r})"

@@ -5,11 +5,13 @@ paths. Only headers are read: Pillow's format plugins parse the header and stop,
 decoded, so Pillow's decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS``, which guards
 decoding) does not apply (NOTE [ Headers only ]). Files are read by a thread pool, with a progress
 bar (rich or tqdm, if installed) or your own callback (:mod:`dataorder.diffusion.scan_files`). A
-file that cannot be read (missing, truncated, not an image, or a header claiming a side outside
-``[1, MAX_IMAGE_SIDE]``) is reported in ``Manifest.errors`` with the reason and skipped; it never
-stops the scan. Sizes are as displayed: with ``exif_orientation=True`` (the default) an EXIF
-orientation of 5 to 8 (a 90-degree turn) swaps width and height, as
-``PIL.ImageOps.exif_transpose`` does when the image is loaded.
+file that cannot be read (missing, truncated, not an image, a header claiming a side outside
+``[1, MAX_IMAGE_SIDE]``, or not a regular file: a FIFO, socket, device or broken link, never
+opened, see NOTE [ Regular files only ] in :mod:`~dataorder.diffusion.scan_files`) is reported
+in ``Manifest.errors`` with the reason and skipped; it never stops the scan. Sizes are as
+displayed: with ``exif_orientation=True`` (the default) an EXIF orientation of 5 to 8 (a
+90-degree turn) swaps width and height, as ``PIL.ImageOps.exif_transpose`` does when the image
+is loaded.
 
 The result is a :class:`~dataorder.diffusion.manifest.Manifest`: per image its path, width,
 height and bucket id, plus the bucket list and the calculator configuration that produced the
@@ -53,6 +55,7 @@ from dataorder.diffusion.manifest import (
 )
 from dataorder.diffusion.scan_files import (
     Progress,
+    check_regular_file,
     list_files,
     path_arg,
     read_files,
@@ -136,13 +139,16 @@ def read_image_size(
 
     Raises:
         ImportError: If Pillow is not installed.
-        OSError: If the file cannot be read or is not an image Pillow recognises.
+        OSError: If the file cannot be read or is not an image Pillow recognises;
+            :class:`~dataorder.diffusion.scan_files.NotARegularFileError`, without opening it,
+            if it is not a regular file (a FIFO, socket, device, directory, broken link).
         ValueError: If the header claims a side outside ``[1, MAX_IMAGE_SIDE]``; the message
             names the file.
     """
     image_module = require_pillow("read_image_size")
     image_module.init()  # every plugin registered (returns at once after the first call)
     source = path_arg("path", path)
+    check_regular_file(source)  # never opens a FIFO (NOTE [ Regular files only ])
     with open(source, "rb") as fp:
         im = _open_header(image_module, fp, source)
         try:

@@ -5,11 +5,17 @@ The image scan (:mod:`dataorder.diffusion.scan`) and the video scan
 recursively in sorted order (so sample indices do not depend on the file system), read files in
 chunks on a thread pool, keep the input order, and report progress through a rich bar, else a
 tqdm bar, a callback, or not at all. No torch, no Pillow, no PyAV here.
+
+Only regular files are opened (NOTE [ Regular files only ]): a FIFO, a socket, a device, a
+directory or a broken symbolic link named like a media file is that path's error
+(:class:`NotARegularFileError`, "skipped without opening it"), never the scan's, and never a
+hang. A symbolic link to a regular file is followed and read like the file.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, TypeVar
@@ -17,8 +23,10 @@ from typing import Any, TypeVar
 from dataorder._validate import check_bool, check_int, fail
 
 __all__ = [
+    "NotARegularFileError",
     "Progress",
     "Reporter",
+    "check_regular_file",
     "extensions_arg",
     "list_files",
     "path_arg",
@@ -55,11 +63,67 @@ def extensions_arg(extensions: object) -> tuple[str, ...]:
     return tuple(e.lower() for e in ends)
 
 
+# NOTE [ Regular files only ]
+# A scan opens a file only if os.stat says it is a regular file. Opening a FIFO blocks until a
+# writer appears (forever, in a dataset folder), reading /dev/zero or /dev/urandom never ends, and
+# opening some devices has side effects (a tape rewinds); a socket or a directory cannot be read
+# at all. Such a path, and a symbolic link whose target is missing, is reported as that path's
+# error with what it is, and never opened. Symbolic links are followed (os.stat, not os.lstat):
+# datasets are often farms of links to files elsewhere, and a link to a regular file is read like
+# the file. The check and the open are two steps: a file replaced by a FIFO between them could
+# still block; scans read datasets, which are not rewritten under the scan.
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+class NotARegularFileError(OSError):
+    """A path a scan skips without opening it: not a regular file, or a broken symbolic link.
+
+    See NOTE [ Regular files only ]; the message says what the path is.
+    """
+
+
+def check_regular_file(path: str) -> None:
+    """Return if ``path`` is a regular file (a symbolic link to one included), else raise.
+
+    Only ``os.stat`` is called: the file is not opened (NOTE [ Regular files only ]).
+
+    Raises:
+        NotARegularFileError: If ``path`` is a FIFO, socket, device or directory (or a link to
+            one), or a symbolic link whose target does not exist.
+        OSError: If ``path`` does not exist or cannot be examined (e.g. a link loop).
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if not os.path.islink(path):
+            raise
+        raise NotARegularFileError(
+            f"a broken symbolic link (its target {os.readlink(path)!r} does not exist); "
+            "skipped without opening it"
+        ) from None
+    if stat.S_ISREG(mode):
+        return
+    what = next((name for test, name in _KINDS if test(mode)), f"not a file (mode {mode:o})")
+    if os.path.islink(path):
+        what = f"a symbolic link to {what}"
+    raise NotARegularFileError(f"{what}, not a regular file; skipped without opening it")
+
+
 def list_files(directory: str | os.PathLike[str], extensions: Iterable[str]) -> list[str]:
     """Every file under ``directory`` (recursively) whose name ends in one of ``extensions``.
 
     Endings are compared case-insensitively. The result is sorted, so a dataset's order (its
-    sample indices) does not depend on the file system's listing order.
+    sample indices) does not depend on the file system's listing order. Every kind of entry with
+    such a name is listed except a directory, which is walked into (a folder's name says
+    nothing of its files): the readers then skip what is not a regular file, with the reason
+    (NOTE [ Regular files only ]). Symbolic links to directories are not walked into (no link
+    loops); one named like a media file is listed, and so reported.
 
     Raises:
         TypeError: If ``directory`` is not a path or ``extensions`` not an iterable of str.
@@ -70,8 +134,11 @@ def list_files(directory: str | os.PathLike[str], extensions: Iterable[str]) -> 
         fail("directory", "an existing directory", root)
     ends = extensions_arg(extensions)
     found: list[str] = []
-    for dirpath, _dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in os.walk(root):
         found.extend(os.path.join(dirpath, f) for f in filenames if f.lower().endswith(ends))
+        for d in dirnames:
+            if d.lower().endswith(ends) and os.path.islink(os.path.join(dirpath, d)):
+                found.append(os.path.join(dirpath, d))
     found.sort()
     return found
 

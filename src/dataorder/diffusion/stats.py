@@ -51,14 +51,15 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_choice, check_int, fail
-from dataorder.core.keys import MAX_SEED, derive_key
-from dataorder.core.partition import MAX_BATCH_SIZE, Tail, plan_segments
+from dataorder.core.keys import MAX_SEED
+from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.core.topology import MAX_DP_SIZE
 from dataorder.diffusion.bucket_plan import (
     BUCKET_ORDERS,
     MAX_INTERLEAVE_UNIT,
+    KeyedBucketOrder,
     longest_shape_run,
-    plan_interleaved_epoch,
+    plan_sampler_epoch,
 )
 from dataorder.diffusion.buckets import MultiTierBucketCalculator
 from dataorder.diffusion.manifest import Manifest
@@ -329,23 +330,28 @@ def bucket_stats(
         bucket_frames = np.array([b["frames"] for b in buckets], dtype=np.int64)
         tokens = np.array([b["tokens"] for b in buckets], dtype=np.int64)
 
-    # the same partition the sampler uses: every bucket a segment of whole global batches
-    tail: Tail = "drop" if drop else "shrink"
-    segments = plan_segments(counts, per_rank=sizes, dp_size=dp_size, tail=tail)
-    batches = np.diff(segments.offsets)
-    if arrangement == "interleaved" and counts.any():
-        # the dataset's bucket table order (fewest pixels or tokens first), which the sampler
-        # apportions
-        res = np.stack([bw, bh], axis=1)
-        rows, _, _ = group_by_bucket(ids, sort_key(res, bucket_frames, tokens))
-        key = derive_key(seed, epoch=0, stream="sequential_bucket", purpose="interleave")
-        plan = plan_interleaved_epoch(
-            counts[rows], sizes[rows], unit=unit, dp_size=dp_size, drop_last=drop, key=key
+    # the sampler's own plan of epoch 0 (bucket_plan.plan_sampler_epoch), over the buckets it
+    # would hold (the non-empty ones, in the dataset's bucket table order)
+    res = np.stack([bw, bh], axis=1)
+    rows, _, _ = group_by_bucket(ids, sort_key(res, bucket_frames, tokens))
+    batches = np.zeros(k, dtype=np.int64)
+    covered = np.zeros(k, dtype=np.int64)
+    longest = 0
+    if rows.size:
+        plan = plan_sampler_epoch(
+            KeyedBucketOrder(seed),
+            counts[rows],
+            sizes[rows],
+            epoch=0,
+            dp_size=dp_size,
+            drop_last=drop,
+            shuffle_buckets=False,
+            interleave_unit=unit if arrangement == "interleaved" else 0,
         )
+        bucket = rows[plan.buckets]  # each run's bucket id
+        np.add.at(batches, bucket, np.diff(plan.segments.offsets))
+        np.add.at(covered, bucket, plan.segments.total_positions())
         longest = longest_shape_run(plan)
-    else:
-        longest = int(batches.max()) if batches.size else 0
-    covered = segments.total_positions()
     dropped = np.maximum(counts - covered, 0)
     padded = np.maximum(covered - counts, 0)
     n = int(counts.sum())

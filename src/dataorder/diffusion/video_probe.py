@@ -25,7 +25,13 @@ is read (:func:`require_av`). :mod:`dataorder.diffusion.video_scan` reads a whol
 * ``duration`` (seconds): the stream's duration, else the container's.
 
 A file with no frame count and no duration or rate to estimate one (a raw ``.h264`` stream, a
-1-frame MPEG-TS) is an error, not a guess. What headers cannot show: a truncated Matroska, WebM
+1-frame MPEG-TS) is an error, not a guess. So is a file whose headers claim a size or a frame
+count outside ``[1, MAX_VIDEO_SIZE]`` (an .avi saying 4,294,967,280 frames, a .mkv whose
+Duration gives 10^13 frames): :func:`read_video_info` raises :class:`VideoHeaderError` for that
+file, so a scan lists it in its errors and the batch assignment never sees the value. A rate
+or a duration that is not positive counts as unknown. Only regular files are opened (NOTE [
+Regular files only ] in :mod:`dataorder.diffusion.scan_files`): a FIFO named ``x.mp4`` is
+reported, not opened. What headers cannot show: a truncated Matroska, WebM
 or "faststart" mp4 opens and reports its full length (an mp4 whose index is at the end fails to
 open, and is reported).
 """
@@ -39,6 +45,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, BinaryIO
+
+from dataorder.diffusion.scan_files import check_regular_file
+from dataorder.diffusion.video_frames import MAX_VIDEO_SIZE
 
 __all__ = [
     "MIN_AV_VERSION",
@@ -192,11 +201,15 @@ def read_video_info(path: str | os.PathLike[str], *, apply_rotation: bool = True
     Raises:
         ImportError: If PyAV is not installed.
         OSError: If the file cannot be opened or FFmpeg does not recognise it (PyAV's errors
-            derive from OSError or ValueError).
-        VideoHeaderError: If it has no video stream, no frame size, or neither a frame count
-            nor a duration and a rate to estimate one.
+            derive from OSError or ValueError);
+            :class:`~dataorder.diffusion.scan_files.NotARegularFileError`, without opening it,
+            if it is not a regular file (a FIFO, socket, device, directory, broken link).
+        VideoHeaderError: If it has no video stream, no frame size, neither a frame count nor
+            a duration and a rate to estimate one, or a side or a frame count outside
+            ``[1, MAX_VIDEO_SIZE]``.
     """
     av = require_av("read_video_info")
+    check_regular_file(os.fspath(path))  # never opens a FIFO (NOTE [ Regular files only ])
     with av.open(os.fspath(path), options=OPEN_OPTIONS, metadata_errors="ignore") as container:
         videos = list(container.streams.video)
         stream = next((s for s in videos if not int(s.disposition) & _ATTACHED_PIC), None)
@@ -209,22 +222,39 @@ def read_video_info(path: str | os.PathLike[str], *, apply_rotation: bool = True
         width, height = int(ctx.width), int(ctx.height)
         if width <= 0 or height <= 0:
             raise VideoHeaderError(f"no frame size in the headers ({width}x{height})")
+        if width > MAX_VIDEO_SIZE or height > MAX_VIDEO_SIZE:
+            raise VideoHeaderError(
+                f"the headers claim {width}x{height} pixels; each side must be an int in "
+                f"[1, {MAX_VIDEO_SIZE}]"
+            )
         rate = stream.average_rate or stream.guessed_rate
-        fps = Fraction(rate) if rate else None
+        fps = Fraction(rate) if rate and rate > 0 else None
         duration: Fraction | None = None
         if stream.duration and stream.time_base:
             duration = stream.duration * Fraction(stream.time_base)
         elif container.duration:
             duration = Fraction(container.duration, 1_000_000)  # AV_TIME_BASE
+        if duration is not None and duration <= 0:
+            duration = None
         frames = int(stream.frames or 0)
         estimated = False
         if frames <= 0:
-            if duration is None or fps is None or duration <= 0:
+            if duration is None or fps is None:
                 raise VideoHeaderError(
                     "no frame count in the headers, and no duration and frame rate to estimate it"
                 )
             frames = max(1, math.floor(duration * fps + Fraction(1, 2)))
             estimated = True
+        if frames > MAX_VIDEO_SIZE:  # per file, so one absurd header never stops a scan
+            claim = (
+                f"a duration of {float(duration or 0):g} s at {float(fps or 0):g} fps, that is "
+                if estimated
+                else ""
+            )
+            raise VideoHeaderError(
+                f"the headers claim {claim}{frames} frames; a frame count must be an int in "
+                f"[1, {MAX_VIDEO_SIZE}]"
+            )
         fmt = str(container.format.name)
         codec = str(ctx.name)
     rotation = mp4_rotation(path) if set(fmt.split(",")) & set(_MOV_FORMATS) else 0

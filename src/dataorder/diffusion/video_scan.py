@@ -344,8 +344,10 @@ def scan_videos(
 
     Returns:
         A :class:`VideoScan` of the readable clips in input order, ``errors`` listing
-        ``(path, reason)`` for the others. Clips no bucket takes keep their row with id -1 or
-        -2; :meth:`VideoScan.assigned` moves them to the errors.
+        ``(path, reason)`` for the others: unreadable, not a regular file (a FIFO, socket,
+        device or broken link, never opened), or headers claiming a size or frame count outside
+        ``[1, MAX_VIDEO_SIZE]`` (one absurd header never stops the scan). Clips no bucket takes
+        keep their row with id -1 or -2; :meth:`VideoScan.assigned` moves them to the errors.
 
     Raises:
         ImportError: If PyAV is not installed (``pip install 'dataorder[video]'``).

@@ -49,19 +49,29 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_int, check_sequence, fail
 from dataorder.core.apportion import APPORTIONMENT_VERSION, MAX_POSITION
+from dataorder.core.assembly import (
+    AssembledSampler,
+    Detail,
+    Extra,
+    Field,
+    Given,
+    Layout,
+    Schema,
+    recorded,
+)
 from dataorder.core.blockplan import BlockPlan
 from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.partition import plan_epoch
 from dataorder.core.permutation import MAX_DOMAIN, PERMUTATION_VERSION
-from dataorder.core.state import MAX_EPOCH, Scalar, parse_state, split_state
+from dataorder.core.state import MAX_EPOCH, Scalar
 from dataorder.core.topology import Topology
 from dataorder.llm.blend_order import BLEND_STREAM, BLEND_VERSION, BlendOrder
 from dataorder.llm.mixture import Mixture, MixtureSchedule, WeightVector
@@ -80,6 +90,7 @@ _VERSIONS = (
 _CHUNK_POSITIONS = 16384
 # Most (window x source) counts a chunk holds at once: 2**20 int64 = 8 MB.
 _CHUNK_CELLS = 2**20
+_DIGEST_ONLY = "(a state holds only its digest)"
 # Sources named one by one in describe_progress; the rest are counted.
 _SHOWN_SOURCES = 8
 
@@ -104,7 +115,68 @@ def _check_sizes(sizes: object) -> tuple[int, ...]:
     return out
 
 
-class BlendedSampler(MicroBatchPlacement, CursorBatchSampler[list[int]]):
+def _global_batch_size() -> Field:
+    """``config.global_batch_size``: an int, or ``"schedule:<digest>"`` of a
+    :class:`~dataorder.llm.schedule.BatchSizeSchedule` (then ``from_state`` needs it given)."""
+
+    def read(sampler: BlendedSampler) -> Scalar:
+        thresholds = sampler.batch_size_schedule.thresholds
+        return thresholds[0][1] if len(thresholds) == 1 else f"schedule:{_digest(thresholds)}"
+
+    def args(value: Scalar) -> Mapping[str, Any]:
+        return {"global_batch_size": value} if isinstance(value, int) else {}
+
+    return Field("global_batch_size", read, args)
+
+
+def _check_trained(
+    sampler: BlendedSampler,
+    tag: object,
+    epoch: int,
+    progress: Mapping[str, int],
+    layout: Mapping[str, int],
+) -> None:
+    # NOTE [ Trained part of a schedule ]: through the end of the global batch under way
+    saved = sampler.order.epoch_bounds(epoch)[0] + progress["consumed"]
+    sampler.schedule.check_trained(tag, sampler.order.quotas_fixed_through(saved), saved_at=saved)
+
+
+def _trained_tag(sampler: BlendedSampler) -> str:
+    """``mixture``: the digest of the schedule through the end of the global batch under way
+    (NOTE [ Trained part of a schedule ])."""
+    fixed = sampler.order.quotas_fixed_through(sampler.consumed_samples)
+    return sampler.schedule.trained_tag(fixed)
+
+
+def _per_source(sampler: BlendedSampler) -> str:
+    counts = sampler.consumed_per_source().tolist()
+    shown = [
+        f"{c} of source {d} ({c / n:.3g} passes over {n})"
+        for d, (c, n) in enumerate(zip(counts, sampler.sizes, strict=True))
+    ]
+    if len(shown) > _SHOWN_SOURCES:
+        shown = [*shown[:_SHOWN_SOURCES], f"... and {len(shown) - _SHOWN_SOURCES} more sources"]
+    return "; ".join(shown)
+
+
+def _mixture_entry(sampler: BlendedSampler) -> str:
+    schedule = sampler.schedule
+    entry = schedule.segment_at(sampler.consumed_samples)
+    return f"entry {entry} of {len(schedule)} (from sample {schedule.segments[entry].start})"
+
+
+def _position(sampler: BlendedSampler) -> str:
+    first, end = sampler.order.epoch_bounds(sampler.epoch)
+    consumed = sampler.progress["consumed"]
+    return (
+        f"{consumed} of {end - first} samples of epoch {sampler.epoch} (the run's samples "
+        f"{first} to {end - 1})"
+    )
+
+
+class BlendedSampler(
+    MicroBatchPlacement, AssembledSampler[list[int]], CursorBatchSampler[list[int]]
+):
     """Micro-batches of a weighted mixture of K sources, exact in every global batch.
 
     Each item is one data-parallel rank's micro-batch of flat ``ConcatDataset`` indices (the
@@ -183,9 +255,41 @@ class BlendedSampler(MicroBatchPlacement, CursorBatchSampler[list[int]]):
      'layout.micro_batch_size': 2, 'layout.data_parallel_size': 2}
     """
 
-    state_kind: ClassVar[str] = "blended"
-    #: Resumable on another micro_batch_size or data_parallel_size.
-    elastic: ClassVar[bool] = True
+    schema = Schema(
+        kind="blended",
+        fields=(
+            Field("sizes", lambda s: _digest(s.sizes)),
+            recorded("total_samples"),
+            _global_batch_size(),
+            recorded("seed"),
+            Field("versions", lambda s: _VERSIONS),
+        ),
+        layout=Layout(
+            rank="data_parallel_rank", size="data_parallel_size", others=("micro_batch_size",)
+        ),
+        given=(
+            Given("sizes", f"the sources' sizes the state was written over {_DIGEST_ONLY}"),
+            Given("weights", f"the weights or MixtureSchedule of the run {_DIGEST_ONLY}"),
+            Given(
+                "global_batch_size",
+                lambda config: (
+                    "the BatchSizeSchedule of a state with global_batch_size="
+                    f"{config.get('global_batch_size')!r} {_DIGEST_ONLY}"
+                ),
+                required=lambda config: isinstance(config.get("global_batch_size"), str),
+            ),
+        ),
+        extras=(Extra("mixture", _trained_tag, _check_trained),),
+        details=(
+            Detail(
+                "consumed_samples", lambda s: f"{s.consumed_samples} (Megatron's run-wide count)"
+            ),
+            Detail("per source", _per_source),
+            Detail("mixture", _mixture_entry),
+        ),
+        position=_position,
+        steps="micro-steps",
+    )
 
     def __init__(
         self,
@@ -255,11 +359,6 @@ class BlendedSampler(MicroBatchPlacement, CursorBatchSampler[list[int]]):
         )
         self._order = BlendOrder(self._sizes, self._mixture, self._batches, self._total, self._seed)
         self._stats: tuple[int, tuple[int, int]] | None = None
-        thresholds = self._batches.thresholds
-        self._gbs_config: Scalar = (
-            thresholds[0][1] if len(thresholds) == 1 else f"schedule:{_digest(thresholds)}"
-        )
-        self._sizes_digest = _digest(self._sizes)
         consumed_samples = check_int("consumed_samples", consumed_samples, min_value=0)
         epoch, consumed = self._order.epoch_of(consumed_samples)
         if epoch > self.max_epoch:
@@ -369,23 +468,12 @@ class BlendedSampler(MicroBatchPlacement, CursorBatchSampler[list[int]]):
         return (
             f"BlendedSampler(sources={len(self._sizes)}, micro_batch_size={self._mbs}, "
             f"data_parallel_rank={self._rank}, data_parallel_size={self._dp}, "
-            f"global_batch_size={self._gbs_config!r}, seed={self._seed}, "
+            f"global_batch_size={self.order_config()['global_batch_size']!r}, seed={self._seed}, "
             f"total_samples={self._total}; epoch={self._epoch}, "
             f"consumed={self._position['consumed']})"
         )
 
     # -- CursorSampler --------------------------------------------------------------------------
-    def order_config(self) -> dict[str, Scalar]:
-        """Fields that fix the order; the mixture schedule is checked separately, by its trained
-        part (NOTE [ Trained part of a schedule ])."""
-        return {
-            "sizes": self._sizes_digest,
-            "total_samples": self._total,
-            "global_batch_size": self._gbs_config,
-            "seed": self._seed,
-            "versions": _VERSIONS,
-        }
-
     def _chunk_steps(self) -> int:
         # Keep the (window x source) counts of a chunk bounded: a chunk of s micro-steps spans
         # about s * M / G_min + 2 global batches.
@@ -412,166 +500,3 @@ class BlendedSampler(MicroBatchPlacement, CursorBatchSampler[list[int]]):
             return rows
 
         return BlockPlan(lay, "contiguous", make_rows)
-
-    # -- state ----------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Scalar]:
-        """The cursor as a flat dict; ``mixture`` digests the trained part of the schedule,
-        through the end of the global batch under way (NOTE [ Trained part of a schedule ])."""
-        tag = self._schedule.trained_tag(self._order.quotas_fixed_through(self.consumed_samples))
-        out: dict[str, Scalar] = {}
-        for key, value in super().state_dict().items():
-            out[key] = value
-            if key == "consumed":
-                out["mixture"] = tag
-        return out
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Place the cursor where ``state_dict`` says (see
-        :meth:`~dataorder.core.cursor.CursorSampler.load_state_dict`).
-
-        The schedule may differ from the saving run's only from the end of the global batch
-        under way at the saved position on (from the saved position itself when it is a
-        global-batch boundary): a state whose trained part differs is refused, naming the entry
-        (NOTE [ Trained part of a schedule ]).
-
-        Raises:
-            TypeError: If ``state_dict`` is not a mapping.
-            ValueError: As the base class, or if the trained part of the schedule differs.
-        """
-        if not isinstance(state_dict, Mapping):
-            raise TypeError(f"state_dict must be a dict; got {type(state_dict).__name__}")
-        state = dict(state_dict)
-        missing = object()
-        tag = state.pop("mixture", missing)
-        epoch, progress, _ = parse_state(
-            state,
-            kind=self.state_kind,
-            config=self.order_config(),
-            progress_keys=self.progress_keys,
-            layout_keys=tuple(self.layout_info()),
-        )
-        if tag is missing:
-            raise ValueError("state is missing keys ['mixture']")
-        first, end = self._order.epoch_bounds(epoch)
-        if progress["consumed"] <= end - first:  # else the base class refuses the position
-            saved = first + progress["consumed"]
-            self._schedule.check_trained(
-                tag, self._order.quotas_fixed_through(saved), saved_at=saved
-            )
-        super().load_state_dict(state)
-
-    @classmethod
-    def from_state(
-        cls,
-        state: Mapping[str, Any],
-        *,
-        sizes: Sequence[int] | None = None,
-        weights: WeightVector | MixtureSchedule | None = None,
-        rank: int = 0,
-        dp_size: int | None = None,
-        micro_batch_size: int | None = None,
-        global_batch_size: BatchSizeSchedule | None = None,
-        **_: Any,
-    ) -> BlendedSampler:
-        """Rebuild the sampler that wrote ``state``, on ``rank``, positioned where it was.
-
-        A state holds the seed, ``total_samples`` and a constant global batch size, but only
-        digests of the sizes, of the trained part of the schedule and of a batch-size schedule:
-        those come from the caller, and loading the state proves them (a differing size or
-        trained schedule entry is refused, named).
-
-        Args:
-            state: A ``state_dict()`` of this class.
-            sizes: The sources' sizes the state was written over.
-            weights: The weights or :class:`~dataorder.llm.mixture.MixtureSchedule`; only its
-                part before the end of the global batch under way at the saved position must
-                be the one trained (NOTE [ Trained part of a schedule ]).
-            rank: The data-parallel rank to build.
-            dp_size: Another data-parallel size (an elastic resume); default: the state's.
-            micro_batch_size: Another micro-batch size; default: the state's.
-            global_batch_size: The :class:`~dataorder.llm.schedule.BatchSizeSchedule` of a
-                state whose ``config.global_batch_size`` is a ``"schedule:<digest>"``;
-                default: the state's int.
-
-        Raises:
-            ValueError: If the state is not of this class, a value it does not hold is missing,
-                or the values or the layout cannot continue it.
-
-        >>> s = BlendedSampler([6, 4], [3, 1], 2, 0, 2, 4, seed=0, total_samples=8)
-        >>> _ = next(iter(s))
-        >>> again = BlendedSampler.from_state(s.state_dict(), sizes=[6, 4], weights=[3, 1], rank=1)
-        >>> again.consumed_samples, next(iter(again)) == s.batch_at(1, rank=1)
-        (4, True)
-        """
-        config, layout, _progress = split_state(state)
-        if state.get("kind") != cls.state_kind:
-            fail("state['kind']", repr(cls.state_kind), state.get("kind"))
-        held_only_as_digest = "(a state holds only its digest)"
-        if sizes is None:
-            fail(
-                "sizes",
-                f"the sources' sizes the state was written over {held_only_as_digest}",
-                None,
-            )
-        if weights is None:
-            fail(
-                "weights", f"the weights or MixtureSchedule of the run {held_only_as_digest}", None
-            )
-        gbs = config.get("global_batch_size")
-        if global_batch_size is None:
-            if isinstance(gbs, str):
-                fail(
-                    "global_batch_size",
-                    f"the BatchSizeSchedule of a state with global_batch_size={gbs!r} "
-                    f"{held_only_as_digest}",
-                    None,
-                )
-            global_batch_size = gbs  # type: ignore[assignment]
-        sampler = cls(
-            sizes,
-            weights,
-            micro_batch_size or layout.get("micro_batch_size"),  # type: ignore[arg-type]
-            rank,
-            dp_size or layout.get("data_parallel_size"),  # type: ignore[arg-type]
-            global_batch_size,
-            seed=config.get("seed"),  # type: ignore[arg-type]
-            total_samples=config.get("total_samples"),  # type: ignore[arg-type]
-        )
-        sampler.load_state_dict(state)
-        return sampler
-
-    def describe_progress(self) -> list[tuple[str, str]]:
-        """Where the cursor is (what ``dataorder inspect`` prints): the epoch and its stretch
-        of the run, the micro-steps, the run-wide count, what each source has given and the
-        schedule's entry."""
-        first, end = self._order.epoch_bounds(self._epoch)
-        consumed = self._position["consumed"]
-        plan = self.epoch_plan()
-        step = plan.step_of(self._position)
-        run = first + consumed
-        entry = self._schedule.segment_at(run)
-        counts = self.consumed_per_source(run).tolist()
-        shown = [
-            f"{c} of source {d} ({c / n:.3g} passes over {n})"
-            for d, (c, n) in enumerate(zip(counts, self._sizes, strict=True))
-        ]
-        if len(shown) > _SHOWN_SOURCES:
-            shown = [*shown[:_SHOWN_SOURCES], f"... and {len(shown) - _SHOWN_SOURCES} more sources"]
-        return [
-            (
-                "position",
-                f"{consumed} of {end - first} samples of epoch {self._epoch} (the run's "
-                f"samples {first} to {end - 1})",
-            ),
-            (
-                "micro-steps",
-                f"{step} of {plan.num_steps} done; {self.remaining} left on every rank",
-            ),
-            ("consumed_samples", f"{run} (Megatron's run-wide count)"),
-            ("per source", "; ".join(shown)),
-            (
-                "mixture",
-                f"entry {entry} of {len(self._schedule)} (from sample "
-                f"{self._schedule.segments[entry].start})",
-            ),
-        ]

@@ -39,8 +39,6 @@ from Megatron-LM outside the order (``len()`` is micro-batches, not ``total_samp
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import numpy as np
 import numpy.typing as npt
 
@@ -95,10 +93,12 @@ def _strided_map(perm: npt.NDArray[np.int64], mbs: int, dp: int, rank: int) -> S
 class MegatronLMOrder:
     """Megatron-LM's cyclic orders (see the module docstring)."""
 
-    name: ClassVar[str] = "megatron"
+    elastic = True  # the configuration pins both sizes: another layout is refused, named
 
     def __init__(self, seed: int, spec: EpochSpec, *, data_sharding: bool) -> None:
         self.data_sharding = data_sharding
+        self.spec = spec
+        self.name = "megatron-sharded" if data_sharding else "megatron-strided"
         why = " with compat='megatron'"
         if seed:
             fail("seed", f"0{why} (Megatron-LM seeds each epoch's shuffle with the epoch)", seed)
@@ -129,14 +129,12 @@ class MegatronLMOrder:
                 "default order needs none of this)"
             )
 
-    def config(self, spec: EpochSpec) -> dict[str, Scalar]:
-        """The state's ``config.*`` fields: the mode and the layout Megatron-LM's order depends
-        on (no construction versions: the order comes from torch, not from dataorder's code)."""
+    def config(self) -> dict[str, Scalar]:
+        """The layout Megatron-LM's order depends on (no construction versions: the order comes
+        from torch, not from dataorder's code)."""
         return {
-            "order": f"{self.name}-{'sharded' if self.data_sharding else 'strided'}",
-            "seed": 0,
-            "data_parallel_size": spec.data_parallel_size,
-            "micro_batch_size": spec.micro_batch_size,
+            "data_parallel_size": self.spec.data_parallel_size,
+            "micro_batch_size": self.spec.micro_batch_size,
         }
 
     def sample_map(self, spec: EpochSpec, epoch: int, rank: int) -> SampleMap:

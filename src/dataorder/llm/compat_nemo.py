@@ -12,8 +12,6 @@ depends on torch's ``randperm`` (pin the torch version of the NeMo run), and is 
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import numpy as np
 import numpy.typing as npt
 
@@ -37,10 +35,12 @@ def _nemo_map(start: int, perm: npt.NDArray[np.int64], mbs: int, dp: int, rank: 
 class NemoOrder:
     """NeMo Automodel's order (see the module docstring)."""
 
-    name: ClassVar[str] = "nemo"
+    name = "nemo"
+    elastic = True  # the configuration pins both sizes: another layout is refused, named
 
     def __init__(self, seed: int, spec: EpochSpec, *, data_sharding: bool) -> None:
         self.seed = seed
+        self.spec = spec
         block = spec.block
         if data_sharding:
             fail(
@@ -72,13 +72,11 @@ class NemoOrder:
                 gbs,
             )
 
-    def config(self, spec: EpochSpec) -> dict[str, Scalar]:
+    def config(self) -> dict[str, Scalar]:
         # no construction versions: the order comes from torch, not from dataorder's code
         return {
-            "order": self.name,
-            "seed": self.seed,
-            "data_parallel_size": spec.data_parallel_size,
-            "micro_batch_size": spec.micro_batch_size,
+            "data_parallel_size": self.spec.data_parallel_size,
+            "micro_batch_size": self.spec.micro_batch_size,
         }
 
     def sample_map(self, spec: EpochSpec, epoch: int, rank: int) -> SampleMap:

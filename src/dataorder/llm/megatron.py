@@ -46,45 +46,102 @@ during training (:mod:`dataorder.llm.schedule`) needs no change here.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
+from dataorder.core.assembly import (
+    AssembledSampler,
+    Detail,
+    Layout,
+    Mode,
+    Modes,
+    Schema,
+    flag,
+    recorded,
+)
 from dataorder.core.blockplan import BlockPlan
 from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import MAX_SEED
 from dataorder.core.partition import MAX_POSITIONS, EpochLayout
 from dataorder.core.permutation import MAX_DOMAIN
-from dataorder.core.state import MAX_EPOCH, Scalar, split_state
+from dataorder.core.state import MAX_EPOCH
 from dataorder.core.topology import Topology
 from dataorder.llm.compat_megatron import MegatronLMOrder
 from dataorder.llm.compat_nemo import NemoOrder
 from dataorder.llm.orders import (
     EpochSpec,
-    GlobalOrder,
     IdentityOrder,
     MegatronOrder,
     MicroBatch,
-    ShardedOrder,
+    default_order,
     micro_batches,
     plan_megatron_epoch,
 )
 from dataorder.llm.placement import MicroBatchPlacement
 
 __all__ = [
+    "MEGATRON_MODES",
     "BaseMegatronSampler",
     "MegatronPretrainingRandomSampler",
     "MegatronPretrainingSampler",
 ]
+
+#: The orders of the cyclic sampler, by ``compat=`` (NOTE [ Adding a sampler or a compat mode ]
+#: in :mod:`dataorder.core.assembly`).
+MEGATRON_MODES = Modes(
+    family="MegatronPretrainingRandomSampler",
+    field="order",
+    none=True,
+    modes=(
+        Mode(
+            "default",
+            build=default_order,
+            records={
+                "global": {"compat": None, "data_sharding": False},
+                "sharded": {"compat": None, "data_sharding": True},
+            },
+            summary="dataorder's keyed order (a global shuffle, or per-rank shards)",
+        ),
+        Mode(
+            "nemo",
+            build=NemoOrder,
+            records={"nemo": {"compat": "nemo", "data_sharding": False}},
+            summary="NeMo Automodel's order",
+        ),
+        Mode(
+            "megatron",
+            build=MegatronLMOrder,
+            records={
+                "megatron-sharded": {"compat": "megatron", "data_sharding": True},
+                "megatron-strided": {"compat": "megatron", "data_sharding": False},
+            },
+            summary="Megatron-LM's order",
+        ),
+    ),
+)
+
+_FIELDS = (
+    recorded("total_samples"),
+    flag("drop_last"),
+    recorded("global_batch_size", none_as=0),
+    flag("pad_samples_to_global_batch_size", name="pad"),
+)
+_LAYOUT = Layout(rank="data_parallel_rank", size="data_parallel_size", others=("micro_batch_size",))
+_DETAILS = (
+    Detail("consumed_samples", lambda s: f"{s.consumed_samples} (Megatron's run-wide count)"),
+)
 
 # Positions mapped per vectorised chunk and rank: large enough that per-chunk overhead vanishes,
 # small enough that the first micro-batch of an epoch (or after a resume) costs well under 1 ms.
 _CHUNK_POSITIONS = 16384
 
 
-class BaseMegatronSampler(MicroBatchPlacement, CursorBatchSampler[MicroBatch]):
+class BaseMegatronSampler(
+    MicroBatchPlacement, AssembledSampler[MicroBatch], CursorBatchSampler[MicroBatch]
+):
     """Validation, layout, cursor and iteration shared by the Megatron samplers.
 
     Subclasses choose the order (:mod:`dataorder.llm.orders`): which sample each global position
@@ -118,9 +175,6 @@ class BaseMegatronSampler(MicroBatchPlacement, CursorBatchSampler[MicroBatch]):
         TypeError: If an argument has the wrong type (a bool where an int is meant, too).
         ValueError: If an argument is out of range; the message names it and its value.
     """
-
-    #: Resumable on another micro_batch_size or data_parallel_size (see the module docstring).
-    elastic: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -178,7 +232,7 @@ class BaseMegatronSampler(MicroBatchPlacement, CursorBatchSampler[MicroBatch]):
         self._gbs = gbs
         self._pad = pad
         self._spec = EpochSpec(self._n, self._mbs, self._dp, self._drop_last, gbs, pad)
-        self._order = self._choose_order()
+        self._strategy: MegatronOrder = self._build_order(self._spec)
         self._layout = plan_megatron_epoch(
             self._n,
             self._mbs,
@@ -235,67 +289,10 @@ class BaseMegatronSampler(MicroBatchPlacement, CursorBatchSampler[MicroBatch]):
             )
         return epoch, {"consumed": consumed}
 
-    def _choose_order(self) -> MegatronOrder:
-        """The order of this sampler (chosen once, at construction)."""
+    def _build_order(self, spec: EpochSpec) -> MegatronOrder:
+        """The order of this sampler on the layout of ``spec`` (chosen once, at construction,
+        and again for a plan of another layout)."""
         return IdentityOrder()
-
-    @classmethod
-    def _from_config(cls, config: Mapping[str, object]) -> dict[str, Any]:
-        """Constructor keywords of this class held in a state's configuration."""
-        return {}
-
-    @classmethod
-    def from_state(
-        cls,
-        state: Mapping[str, Any],
-        *,
-        rank: int = 0,
-        dp_size: int | None = None,
-        micro_batch_size: int | None = None,
-        **_: Any,
-    ) -> BaseMegatronSampler:
-        """Rebuild the sampler that wrote ``state``, on ``rank``, positioned where it was.
-
-        Args:
-            state: A ``state_dict()`` of this class.
-            rank: The data-parallel rank to build.
-            dp_size: Another data-parallel size (an elastic resume); default: the state's.
-            micro_batch_size: Another micro-batch size; default: the state's.
-
-        Raises:
-            ValueError: If the state is not of this class, or this layout cannot continue it.
-        """
-        config, layout, _progress = split_state(state)
-        if state.get("kind") != cls.state_kind:
-            fail("state['kind']", repr(cls.state_kind), state.get("kind"))
-        sampler = cls(
-            config["total_samples"],  # type: ignore[arg-type]
-            micro_batch_size or layout["micro_batch_size"],  # type: ignore[arg-type]
-            rank,
-            dp_size or layout["data_parallel_size"],  # type: ignore[arg-type]
-            drop_last=bool(config["drop_last"]),
-            global_batch_size=config["global_batch_size"] or None,  # type: ignore[arg-type]
-            pad_samples_to_global_batch_size=bool(config["pad"]),
-            **cls._from_config(config),
-        )
-        sampler.load_state_dict(state)
-        return sampler
-
-    def describe_progress(self) -> list[tuple[str, str]]:
-        """Where the cursor is, in Megatron's terms."""
-        lay, consumed = self._layout, self._position["consumed"]
-        return [
-            (
-                "position",
-                f"{consumed} of {lay.total_positions} global positions of epoch {self._epoch}",
-            ),
-            (
-                "micro-steps",
-                f"{consumed // lay.block_size} of {lay.num_batches} done; {self.remaining} left "
-                "on every rank",
-            ),
-            ("consumed_samples", f"{self.consumed_samples} (Megatron's run-wide count)"),
-        ]
 
     def _epoch_length_varies_with_layout(self) -> bool:
         """Whether the layouts a run with this global batch size may use have epochs of different
@@ -360,19 +357,6 @@ class BaseMegatronSampler(MicroBatchPlacement, CursorBatchSampler[MicroBatch]):
         )
 
     # -- CursorSampler ---------------------------------------------------------------------------
-    def order_config(self) -> dict[str, Scalar]:
-        """Fields that fix the order and the end of the epoch (``order`` first, for messages)."""
-        order = self._order.config(self._spec)
-        head = {"order": order.pop("order")} if "order" in order else {}
-        return {
-            **head,
-            "total_samples": self._n,
-            "drop_last": int(self._drop_last),
-            "global_batch_size": self._gbs or 0,
-            "pad": int(self._pad),
-            **order,
-        }
-
     def _chunk_steps(self) -> int:
         return max(1, _CHUNK_POSITIONS // self._mbs)
 
@@ -380,7 +364,7 @@ class BaseMegatronSampler(MicroBatchPlacement, CursorBatchSampler[MicroBatch]):
         mbs = check_int("micro_batch_size", layout["micro_batch_size"], min_value=1)
         dp = check_int("data_parallel_size", layout["data_parallel_size"], min_value=1)
         if (mbs, dp) == (self._mbs, self._dp):
-            lay = self._layout
+            lay, spec, order = self._layout, self._spec, self._strategy
         else:
             if self._gbs is not None and self._gbs % (mbs * dp):
                 fail(
@@ -388,6 +372,8 @@ class BaseMegatronSampler(MicroBatchPlacement, CursorBatchSampler[MicroBatch]):
                     f"a divisor of global_batch_size={self._gbs}",
                     f"{mbs} x {dp}",
                 )
+            spec = EpochSpec(self._n, mbs, dp, self._drop_last, self._gbs, self._pad)
+            order = self._build_order(spec)  # an order that bakes the layout in, on this one
             lay = plan_megatron_epoch(
                 self._n,
                 mbs,
@@ -398,7 +384,7 @@ class BaseMegatronSampler(MicroBatchPlacement, CursorBatchSampler[MicroBatch]):
             )
 
         def make_rows(rank: int) -> Callable[[npt.NDArray[np.int64]], list[MicroBatch]]:
-            sample = self._order.sample_map(self._spec, epoch, rank)
+            sample = order.sample_map(spec, epoch, rank)
             return lambda positions: micro_batches(sample(positions))
 
         return BlockPlan(lay, "contiguous", make_rows)
@@ -443,7 +429,13 @@ class MegatronPretrainingSampler(BaseMegatronSampler):
      'config.pad': 0, 'layout.micro_batch_size': 2, 'layout.data_parallel_size': 2}
     """
 
-    state_kind: ClassVar[str] = "megatron_single"
+    schema = Schema(
+        kind="megatron_single",
+        fields=_FIELDS,
+        layout=_LAYOUT,
+        steps="micro-steps",
+        details=_DETAILS,
+    )
 
     def get_start_end_idx(self) -> tuple[int, int]:
         """``(start, end)`` of this rank's slice of each global block (NeMo's method)."""
@@ -528,7 +520,14 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
      'layout.micro_batch_size': 2, 'layout.data_parallel_size': 2}
     """
 
-    state_kind: ClassVar[str] = "megatron_random"
+    schema = Schema(
+        kind="megatron_random",
+        fields=(*_FIELDS, recorded("seed")),
+        layout=_LAYOUT,
+        modes=MEGATRON_MODES,
+        steps="micro-steps",
+        details=_DETAILS,
+    )
 
     def __init__(
         self,
@@ -542,7 +541,7 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
         seed: int = 0,
         *,
         data_sharding: bool = False,
-        compat: Literal["nemo", "megatron"] | None = None,
+        compat: Literal["default", "nemo", "megatron"] | None = None,
         consumed_samples: int = 0,
         dataset: Any = None,
         mesh: Any = None,
@@ -551,9 +550,7 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
     ) -> None:
         self._seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
         self._data_sharding = check_bool("data_sharding", data_sharding)
-        if compat is not None and compat not in ("nemo", "megatron"):
-            fail("compat", "None, 'nemo' or 'megatron'", compat)
-        self._compat = compat
+        self._mode = MEGATRON_MODES.choose(compat)
         self._dataset = dataset
         super().__init__(
             total_samples,
@@ -569,25 +566,10 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
             topology=topology,
         )
 
-    @classmethod
-    def _from_config(cls, config: Mapping[str, object]) -> dict[str, Any]:
-        order = str(config["order"])
-        megatron = order.startswith(MegatronLMOrder.name)
-        return {
-            "seed": config["seed"],
-            "data_sharding": order in (ShardedOrder.name, f"{MegatronLMOrder.name}-sharded"),
-            "compat": "nemo" if order == NemoOrder.name else "megatron" if megatron else None,
-        }
-
-    def _choose_order(self) -> MegatronOrder:
-        # chosen once: the samplers never branch on the mode again
-        if self._compat == "nemo":
-            return NemoOrder(self._seed, self._spec, data_sharding=self._data_sharding)
-        if self._compat == "megatron":
-            return MegatronLMOrder(self._seed, self._spec, data_sharding=self._data_sharding)
-        if self._data_sharding:
-            return ShardedOrder(self._seed)
-        return GlobalOrder(self._seed)
+    def _build_order(self, spec: EpochSpec) -> MegatronOrder:
+        # chosen once per layout: the samplers never branch on the mode again
+        order: MegatronOrder = self._mode.build(self._seed, spec, data_sharding=self._data_sharding)
+        return order
 
     @property
     def seed(self) -> int:
@@ -602,7 +584,7 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
     @property
     def compat(self) -> str | None:
         """``"nemo"`` or ``"megatron"`` in a compatibility mode, else None."""
-        return self._compat
+        return None if self._mode.name == "default" else self._mode.name
 
     def _pass(self) -> Iterator[MicroBatch]:
         # Megatron-LM's epoch hook: its RandomSeedDataset reseeds augmentation per epoch

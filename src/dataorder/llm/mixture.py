@@ -399,6 +399,81 @@ class MixtureSchedule:
         """
         return MixtureSchedule([*self._entries, (start, weights)])
 
+    # -- as JSON (e.g. beside a checkpoint, for `dataorder inspect --schedule`) -------------------
+    def to_json(self) -> list[list[Any]]:
+        """The entries as plain JSON values, which :meth:`from_json` turns back into an equal
+        schedule (the same quantised weights, hence the same counts).
+
+        An entry is ``[start, [w, ...]]`` or ``[start, {"ramp": [[u, ...], [v, ...]]}]``; a
+        weight is a JSON int or float as given (a float's ``repr`` is exact), and a
+        ``Fraction`` is the string ``"p/q"``.
+
+        Example:
+            >>> s = MixtureSchedule([(0, [0.6, Fraction(1, 3)]), (8, Ramp([1, 1], [0, 1])),
+            ...                      (16, [0, 1])])
+            >>> s.to_json()
+            [[0, [0.6, '1/3']], [8, {'ramp': [[1, 1], [0, 1]]}], [16, [0, 1]]]
+            >>> MixtureSchedule.from_json(s.to_json()) == s
+            True
+        """
+
+        def plain(weights: Sequence[Any]) -> list[Any]:
+            return [str(w) if isinstance(w, Fraction) else w for w in weights]
+
+        return [
+            [start, {"ramp": [plain(v.start_weights), plain(v.end_weights)]}]
+            if isinstance(v, Ramp)
+            else [start, plain(v)]
+            for start, v in self._entries
+        ]
+
+    @classmethod
+    def from_json(cls, value: object, *, name: str = "schedule") -> MixtureSchedule:
+        """The schedule :meth:`to_json` wrote (``value`` as ``json.loads`` returns it).
+
+        A string weight is read as a ``Fraction`` (``"1/3"``, ``"0.25"``); every other check is
+        the constructor's, with messages naming ``name[i]``.
+
+        Raises:
+            TypeError: If an entry is not a ``[start, weights]`` pair, a ramp not
+                ``{"ramp": [u, v]}``, or a weight not a number or a string.
+            ValueError: As for the constructor, or for a string that is not a number.
+        """
+        if not isinstance(value, list):
+            fail(name, "a JSON list of [start, weights] pairs", value, TypeError)
+
+        def weights(where: str, items: object) -> Any:
+            if not isinstance(items, list):
+                return items  # the constructor names it
+            out = []
+            for j, w in enumerate(items):
+                if isinstance(w, str):
+                    try:
+                        w = Fraction(w)
+                    except (ValueError, ZeroDivisionError):
+                        fail(f"{where}[{j}]", "a number, or a string such as '1/3'", w)
+                out.append(w)
+            return out
+
+        entries: list[tuple[Any, Any]] = []
+        for i, entry in enumerate(value):
+            where = f"{name}[{i}]"
+            if not isinstance(entry, list) or len(entry) != 2:
+                fail(where, "a [start, weights] pair", entry, TypeError)
+            start, v = entry
+            if isinstance(v, dict):
+                pair = v.get("ramp") if set(v) == {"ramp"} else None
+                if not isinstance(pair, list) or len(pair) != 2:
+                    fail(f"{where}[1]", 'a weight list or {"ramp": [u, v]}', v, TypeError)
+                ramp_at = f"{where}[1].ramp"
+                v = Ramp(weights(f"{ramp_at}[0]", pair[0]), weights(f"{ramp_at}[1]", pair[1]))
+            else:
+                v = weights(f"{where}[1]", v)
+            entries.append((start, v))
+        schedule = cls.__new__(cls)
+        schedule._init(entries, name)
+        return schedule
+
     def segment_at(self, samples: int) -> int:
         """The index of the entry that sample ``samples`` (0-based) falls in."""
         samples = check_int("samples", samples, min_value=0, max_value=MAX_POSITION)

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -70,6 +70,7 @@ __all__ = [
     "MicroBatch",
     "SampleMap",
     "ShardedOrder",
+    "default_order",
     "micro_batches",
     "plan_megatron_epoch",
     "rank_sequence_offsets",
@@ -227,26 +228,39 @@ def micro_batches(samples: npt.NDArray[np.int64]) -> list[MicroBatch]:
 
 
 class MegatronOrder(Protocol):
-    """An order of the Megatron samplers (see the module docstring)."""
+    """An order of the Megatron samplers (see the module docstring): an
+    :class:`~dataorder.core.assembly.OrderStrategy` that maps each rank's positions to samples.
 
-    #: The value of ``config.order`` in a state.
-    name: ClassVar[str]
+    Built once per sampler, with the seed and the sampler's :class:`EpochSpec` bound; an order
+    that bakes the layout in (its :meth:`config` records it) is built again for another layout.
+    """
 
-    def config(self, spec: EpochSpec) -> dict[str, Scalar]:
+    @property
+    def name(self) -> str:
+        """The value of ``config.order`` in a state."""
+        ...
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the global order is the same on every layout."""
+        ...
+
+    def config(self) -> dict[str, Scalar]:
         """The fields the order depends on, recorded in the state's configuration."""
         ...
 
     def sample_map(self, spec: EpochSpec, epoch: int, rank: int) -> SampleMap:
-        """The map of ``rank``'s positions in ``epoch``."""
+        """The map of ``rank``'s positions in ``epoch`` on the layout of ``spec``."""
         ...
 
 
 class IdentityOrder:
     """Position ``p`` holds sample ``p``, every epoch (Megatron's "single")."""
 
-    name: ClassVar[str] = "identity"
+    name = "identity"
+    elastic = True
 
-    def config(self, spec: EpochSpec) -> dict[str, Scalar]:
+    def config(self) -> dict[str, Scalar]:
         return {}
 
     def sample_map(self, spec: EpochSpec, epoch: int, rank: int) -> SampleMap:
@@ -258,13 +272,14 @@ class GlobalOrder:
     Permutation` of the whole dataset keyed by ``derive_key(seed, epoch=e, stream="megatron",
     purpose="sample-order")``. Elastic: it does not depend on the layout."""
 
-    name: ClassVar[str] = "global"
+    name = "global"
+    elastic = True
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
 
-    def config(self, spec: EpochSpec) -> dict[str, Scalar]:
-        return _keyed_config(self.name, self.seed, data_parallel_size=0)
+    def config(self) -> dict[str, Scalar]:
+        return _keyed_config(data_parallel_size=0)
 
     def sample_map(self, spec: EpochSpec, epoch: int, rank: int) -> SampleMap:
         key = derive_key(self.seed, epoch=epoch, stream=_STREAM, purpose="sample-order")
@@ -276,13 +291,15 @@ class ShardedOrder:
     a permutation keyed by ``(seed, epoch, data_parallel_size, rank)``. The shards depend on the
     number of ranks, so ``data_parallel_size`` is part of the configuration."""
 
-    name: ClassVar[str] = "sharded"
+    name = "sharded"
+    elastic = True  # another micro_batch_size is fine; the configuration pins the DP size
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, spec: EpochSpec) -> None:
         self.seed = seed
+        self.data_parallel_size = spec.data_parallel_size
 
-    def config(self, spec: EpochSpec) -> dict[str, Scalar]:
-        return _keyed_config(self.name, self.seed, data_parallel_size=spec.data_parallel_size)
+    def config(self) -> dict[str, Scalar]:
+        return _keyed_config(data_parallel_size=self.data_parallel_size)
 
     def sample_map(self, spec: EpochSpec, epoch: int, rank: int) -> SampleMap:
         dp, mbs = spec.data_parallel_size, spec.micro_batch_size
@@ -296,10 +313,13 @@ class ShardedOrder:
         return _sharded_map(start, stop - start, order, mbs, dp, rank)
 
 
-def _keyed_config(name: str, seed: int, *, data_parallel_size: int) -> dict[str, Scalar]:
+def default_order(seed: int, spec: EpochSpec, *, data_sharding: bool) -> MegatronOrder:
+    """dataorder's order of the cyclic sampler: global, or per-rank shards (``data_sharding``)."""
+    return ShardedOrder(seed, spec) if data_sharding else GlobalOrder(seed)
+
+
+def _keyed_config(*, data_parallel_size: int) -> dict[str, Scalar]:
     return {
-        "order": name,
-        "seed": seed,
         "data_parallel_size": data_parallel_size,
         "micro_batch_size": 0,
         "permutation_version": PERMUTATION_VERSION,

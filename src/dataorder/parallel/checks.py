@@ -2,8 +2,9 @@
 runs on every rank after the gather, and :func:`check_items` runs on items already in one place.
 
 Every check takes the items of each data-parallel rank (indices, ``None`` for a padding slot, or
-batches of them) and returns its violations, one line each, so that every rank of a job reaches
-the same verdict from the same gathered data.
+batches of them; or any items, read through their sampler's batching rule: NOTE [ Coverage ] in
+:mod:`dataorder.core.batching`) and returns its violations, one line each, so that every rank of
+a job reaches the same verdict from the same gathered data.
 
 Example:
     >>> check_items([[[0, 1], [4]], [[2, 3], [5]]], allowed_padding=0, full=True)
@@ -20,67 +21,89 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
+from dataorder.core.batching import BATCHES, INDICES, BatchRule, Spans, coverage
 
 __all__ = ["check_items"]
 
-NONE_SLOT = -1  # a None (padding) slot in the gathered arrays; real indices are >= 0
 NO_PADDING_CHECK = -1  # allowed_padding=None in check_items: no declaration to compare
 _MAX_EXAMPLES = 5
 
-
-def as_slots(item: Any) -> list[int | None]:
-    """The slots of one yielded item: an index, None, or a batch of them."""
-    if item is None or isinstance(item, int | np.integer):
-        return [None if item is None else int(item)]
-    if isinstance(item, Sequence) and not isinstance(item, str | bytes):
-        out: list[int | None] = []
-        for x in item:
-            if x is not None and not isinstance(x, int | np.integer):
-                raise TypeError(
-                    "items must be indices, None or batches of them; got an element "
-                    f"{x!r} of type {type(x).__name__}"
-                )
-            out.append(None if x is None else int(x))
-        return out
-    raise TypeError(
-        f"items must be indices, None or batches of them; got {type(item).__name__}: {item!r}"
-    )
+IntArray = npt.NDArray[np.int64]
 
 
-def slots_of(items: Iterable[Any]) -> dict[str, Any]:
-    """``{"batched", "flat", "sizes"}`` of items (indices, None, or batches of them)."""
-    slots: list[int | None] = []
-    sizes: list[int] = []
-    batched: bool | None = None
+def infer_rule(items: Sequence[Any]) -> BatchRule:
+    """The sample rule of items that are indices, ``None`` or batches of them (a source that
+    declares no batching rule: a plain DataLoader, torch's samplers)."""
+    kinds = set()
     for item in items:
-        if hasattr(item, "tolist"):  # numpy arrays and scalars, torch tensors
-            item = item.tolist()
-        is_batch = not (item is None or isinstance(item, int | np.integer))
-        if batched is None:
-            batched = is_batch
-        elif batched != is_batch:
+        value = item.tolist() if hasattr(item, "tolist") else item
+        kinds.add(value is None or isinstance(value, int | np.integer))
+        if len(kinds) > 1:
             raise TypeError("items mix single indices and batches")
-        got = as_slots(item)
-        slots += got
-        sizes.append(len(got))
-    negative = [x for x in slots if x is not None and x < 0]
-    if negative:
+    return INDICES if kinds == {True} else BATCHES
+
+
+def read_items(items: Iterable[Any], rule: BatchRule | None = None) -> dict[str, Any]:
+    """What ``items`` cover, through ``rule`` (default: inferred from the items, which are then
+    indices, ``None`` or batches of them): ``{"batched", "unit", "keys", "starts", "stops",
+    "padding", "sizes", "head"}`` (NOTE [ Coverage ] in :mod:`dataorder.core.batching`)."""
+    items = list(items)
+    if rule is None:
+        rule = infer_rule(items)
+    keys, starts, stops, sizes = [], [], [], []
+    padding = 0
+    for item in items:
+        slots = rule.slots(item)
+        k, a, b = rule.spans(slots)
+        keys.append(k)
+        starts.append(a)
+        stops.append(b)
+        padding += rule.padding(slots)
+        sizes.append(len(slots))
+    empty = np.zeros(0, dtype=np.int64)
+    k = np.concatenate(keys) if keys else empty
+    negative = k[k < 0]
+    if negative.size:
+        what = "indices" if rule.unit == "sample" else "documents"
         raise ValueError(
-            f"indices must be non-negative ints or None; got {negative[:_MAX_EXAMPLES]}"
+            f"{what} must be non-negative ints or None; got {negative[:_MAX_EXAMPLES].tolist()}"
         )
+    if rule.batched:
+        head = list(rule.slots(items[0]))[:16] if items else []
+    else:
+        head = [slot for item in items[:4] for slot in rule.slots(item)]
     return {
-        "batched": bool(batched),
-        "flat": np.array([NONE_SLOT if x is None else x for x in slots], dtype=np.int64),
+        "batched": rule.batched,
+        "unit": rule.unit,
+        "keys": k,
+        "starts": np.concatenate(starts) if starts else empty,
+        "stops": np.concatenate(stops) if stops else empty,
+        "padding": padding,
         "sizes": np.array(sizes, dtype=np.int64),
+        "head": head,
     }
+
+
+def spans_of(payloads: Sequence[Mapping[str, Any]]) -> Spans:
+    """Every span the payloads cover, concatenated."""
+    if not payloads:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    return (
+        np.concatenate([p["keys"] for p in payloads]),
+        np.concatenate([p["starts"] for p in payloads]),
+        np.concatenate([p["stops"] for p in payloads]),
+    )
 
 
 def digest(payload: Mapping[str, Any]) -> str:
     h = hashlib.blake2b(digest_size=16)
-    h.update(payload["sizes"].tobytes())
-    h.update(payload["flat"].tobytes())
+    for name in ("sizes", "keys", "starts", "stops"):
+        h.update(payload[name].tobytes())
+    h.update(str(payload["padding"]).encode())
     return h.hexdigest()
 
 
@@ -137,36 +160,59 @@ def check_dp(payloads: Sequence[Mapping[str, Any]], allowed_override: int | None
     else:
         out.append(f"DP ranks declare different samples_padded {sorted(allowed_values, key=str)}")
         return out
-    flat = np.concatenate([p["flat"] for p in payloads])
-    real = flat[flat != NONE_SLOT]
-    distinct = np.unique(real)
-    padding = int(flat.size - distinct.size)
+    padding = padding_units(payloads)
     full = all(p["full"] for p in payloads)
     if padding > allowed or (full and padding != allowed):
+        unit = payloads[0]["unit"] if payloads else "sample"
+        what = "slots (repeated samples or None)" if unit == "sample" else f"{unit}s"
         out.append(
-            f"{padding} padding slots (repeated samples or None) over the DP ranks but the "
-            f"sampler declares {allowed}"
+            f"{padding} padding {what} over the DP ranks but the sampler declares {allowed}"
             + (" for the whole epoch" if full else " at most")
             + _overlap_detail(payloads)
         )
     return out
 
 
+def padding_units(payloads: Sequence[Mapping[str, Any]]) -> int:
+    """Padding over the payloads: units covered more than once, plus padding units."""
+    return coverage(spans_of(payloads)).repeated + sum(int(p["padding"]) for p in payloads)
+
+
+def _shared(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[int, list[Any]]:
+    """Units two payloads both cover (each counted once), and a few examples."""
+    one, two = coverage(spans_of([a])), coverage(spans_of([b]))
+    both = coverage(spans_of([a, b]))
+    count = one.distinct + two.distinct - both.distinct
+    if not count:
+        return 0, []
+    if a["unit"] == "sample":
+        common = np.intersect1d(a["keys"], b["keys"])
+        return count, common[:_MAX_EXAMPLES].tolist()
+    examples = []
+    theirs: dict[int, list[tuple[int, int]]] = {}
+    for k, x, y in zip(b["keys"].tolist(), b["starts"].tolist(), b["stops"].tolist(), strict=True):
+        theirs.setdefault(k, []).append((x, y))
+    for k, x, y in zip(a["keys"].tolist(), a["starts"].tolist(), a["stops"].tolist(), strict=True):
+        for u, v in theirs.get(k, ()):
+            if max(x, u) < min(y, v):
+                examples.append((k, max(x, u), min(y, v)))
+        if len(examples) >= _MAX_EXAMPLES:
+            break
+    return count, examples[:_MAX_EXAMPLES]
+
+
 def _overlap_detail(payloads: Sequence[Mapping[str, Any]]) -> str:
     parts = []
-    uniques = [np.unique(p["flat"][p["flat"] != NONE_SLOT]) for p in payloads]
-    for p, u in zip(payloads, uniques, strict=True):
-        real = int((p["flat"] != NONE_SLOT).sum())
-        if real != u.size:
-            parts.append(f"DP rank {p['dp_rank']} repeats {real - u.size} of its own samples")
+    for p in payloads:
+        repeated = coverage(spans_of([p])).repeated
+        if repeated:
+            parts.append(f"DP rank {p['dp_rank']} repeats {repeated} of its own {p['unit']}s")
     for a in range(len(payloads)):
         for b in range(a + 1, len(payloads)):
-            common = np.intersect1d(uniques[a], uniques[b], assume_unique=True)
-            if common.size:
-                parts.append(
-                    f"DP ranks {payloads[a]['dp_rank']} and {payloads[b]['dp_rank']} share "
-                    f"{common.size} samples, e.g. {common[:_MAX_EXAMPLES].tolist()}"
-                )
+            count, examples = _shared(payloads[a], payloads[b])
+            if count:
+                ranks = f"DP ranks {payloads[a]['dp_rank']} and {payloads[b]['dp_rank']}"
+                parts.append(f"{ranks} share {count} {payloads[a]['unit']}s, e.g. {examples}")
             if len(parts) >= 2 * _MAX_EXAMPLES:
                 return ": " + "; ".join(parts) + "; ..."
     return (": " + "; ".join(parts)) if parts else ""
@@ -193,12 +239,9 @@ def check_replicas(entries: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
-def head(payload: Mapping[str, Any]) -> list[int | None] | list[list[int | None]]:
-    flat = [None if x == NONE_SLOT else int(x) for x in payload["flat"][:16].tolist()]
-    if not payload["batched"]:
-        return flat[:4]
-    first = int(payload["sizes"][0]) if len(payload["sizes"]) else 0
-    return [flat[:first]]
+def head(payload: Mapping[str, Any]) -> list[Any]:
+    """The first items' slots, for a message."""
+    return [payload["head"]] if payload["batched"] else list(payload["head"])
 
 
 def check_items(
@@ -207,6 +250,7 @@ def check_items(
     allowed_padding: int | None = None,
     full: bool = False,
     replicas: Sequence[Sequence[Iterable[Any]]] = (),
+    batching: BatchRule | None = None,
 ) -> list[str]:
     """The checks of :func:`verify_data_parallel`, on items already in one place.
 
@@ -221,6 +265,8 @@ def check_items(
         full: Whether the items are a whole epoch (then the padding must equal the declaration).
         replicas: Per DP rank, in DP rank order, the items of each process that must read
             identical data (its tensor/context-parallel replicas).
+        batching: How to read an item (the sampler's ``batching`` rule, e.g. packed rows);
+            default: indices, ``None`` or batches of them.
 
     Returns:
         The violations, one line each (empty if the partition is correct).
@@ -238,7 +284,7 @@ def check_items(
     payloads = []
     for r, items in enumerate(items_by_dp_rank):
         payload: dict[str, Any] = {"dp_rank": r, "declared": None, "allowed": None, "errors": []}
-        payload.update(slots_of(items), full=full)
+        payload.update(read_items(items, batching), full=full)
         payloads.append(payload)
     out = (
         check_dp(payloads, NO_PADDING_CHECK if allowed_padding is None else allowed_padding)
@@ -248,7 +294,7 @@ def check_items(
     for dp_rank, group in enumerate(replicas):
         entries = []
         for i, items in enumerate(group):
-            slots = {**slots_of(items), "errors": []}
+            slots = {**read_items(items, batching), "errors": []}
             entries.append(
                 {
                     "dp_rank": dp_rank,

@@ -32,33 +32,33 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping, Sequence, Sized
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 from torch.utils.data.distributed import DistributedSampler as _TorchDistributedSampler
 
-from dataorder._validate import check_bool, check_choice, check_int, fail, is_zero_d
+from dataorder._validate import check_bool, check_int, fail, is_zero_d
+from dataorder.core.assembly import AssembledSampler, Field, Layout, Mode, Modes, Schema, flag
+from dataorder.core.assembly import recorded as recorded_arg
+from dataorder.core.batching import INDICES
 from dataorder.core.blockplan import BlockPlan
-from dataorder.core.cursor import CursorSampler
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.partition import EpochLayout, plan_epoch
 from dataorder.core.permutation import MAX_DOMAIN, PERMUTATION_VERSION, Permutation
-from dataorder.core.state import Scalar, split_state
+from dataorder.core.state import Scalar
 from dataorder.core.topology import Topology, resolve_topology
-from dataorder.parallel.compat_torch import TorchOrder
+from dataorder.parallel.compat_torch import TORCH_MODE
 
 __all__ = [
     "COMPAT_MODES",
+    "INDEX_MODES",
     "DistributedSampler",
     "IndexOrder",
     "KeyedOrder",
     "distributed_layout",
     "epoch_order",
 ]
-
-#: Values of ``compat=``.
-COMPAT_MODES: tuple[str, ...] = ("default", "torch")
 
 _STREAM = "distributed"
 _CHUNK = 1 << 16  # positions per vectorised chunk: ~0.5 MB of int64, a few ms of work
@@ -89,21 +89,29 @@ def distributed_layout(dataset_size: int, num_replicas: int, drop_last: bool) ->
 
 
 class IndexOrder(Protocol):
-    """An order of the distributed sampler: which sample each global position of an epoch holds.
+    """An order of the distributed sampler: which sample each global position of an epoch holds
+    (an :class:`~dataorder.core.assembly.OrderStrategy`, the seed bound when it is built).
 
     NOTE [ Index order strategies ]: the keyed order here is the default; torch's exact order
     (``compat="torch"``) is :class:`dataorder.parallel.compat_torch.TorchOrder`. Chosen once when
-    the sampler is built; nothing else branches on the mode.
+    the sampler is built (:data:`INDEX_MODES`); nothing else branches on the mode.
     """
 
-    #: The ``compat=`` value it answers to.
-    name: ClassVar[str]
+    @property
+    def name(self) -> str:
+        """The ``compat=`` value it answers to, recorded as ``config.compat``."""
+        ...
 
-    def epoch(self, dataset_size: int, *, seed: int, epoch: int) -> Order:
+    @property
+    def elastic(self) -> bool:
+        """Whether the global order is the same on every ``num_replicas``."""
+        ...
+
+    def epoch(self, dataset_size: int, epoch: int) -> Order:
         """The map of an epoch's positions (``< dataset_size``) to samples."""
         ...
 
-    def versions(self) -> dict[str, int]:
+    def config(self) -> dict[str, Scalar]:
         """Versions of the constructions the order uses, recorded in the configuration."""
         ...
 
@@ -113,14 +121,38 @@ class KeyedOrder:
     Permutation` of the dataset keyed by ``derive_key(seed, epoch=e, stream="distributed",
     purpose="sample-order")``. O(1) to build, vectorised, nothing of size ``N``."""
 
-    name: ClassVar[str] = "default"
+    name = "default"
+    elastic = True
 
-    def epoch(self, dataset_size: int, *, seed: int, epoch: int) -> Order:
-        key = derive_key(seed, epoch=epoch, stream=_STREAM, purpose="sample-order")
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def epoch(self, dataset_size: int, epoch: int) -> Order:
+        key = derive_key(self.seed, epoch=epoch, stream=_STREAM, purpose="sample-order")
         return Permutation(dataset_size, key)
 
-    def versions(self) -> dict[str, int]:
+    def config(self) -> dict[str, Scalar]:
         return {"permutation_version": PERMUTATION_VERSION, "key_version": KEY_DERIVATION_VERSION}
+
+
+#: The orders of the distributed sampler, by ``compat=`` (NOTE [ Adding a sampler or a compat
+#: mode ] in :mod:`dataorder.core.assembly`).
+INDEX_MODES = Modes(
+    family="DistributedSampler",
+    field="compat",
+    modes=(
+        Mode(
+            "default",
+            build=KeyedOrder,
+            records={"default": {"compat": "default"}},
+            summary="dataorder's keyed order",
+        ),
+        TORCH_MODE,
+    ),
+)
+
+#: Values of ``compat=``.
+COMPAT_MODES: tuple[str, ...] = INDEX_MODES.names
 
 
 def epoch_order(
@@ -155,14 +187,11 @@ def epoch_order(
     seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
     epoch = check_int("epoch", epoch, min_value=0)
     shuffle = check_bool("shuffle", shuffle)
-    strategy = _ORDERS[check_choice("compat", compat, COMPAT_MODES)]()
+    strategy: IndexOrder = INDEX_MODES.choose(compat).build(seed)
     if not shuffle:
         return lambda positions: positions % n
-    order = strategy.epoch(n, seed=seed, epoch=epoch)
+    order = strategy.epoch(n, epoch)
     return lambda positions: order(positions % n)
-
-
-_ORDERS: dict[str, Callable[[], IndexOrder]] = {"default": KeyedOrder, "torch": TorchOrder}
 
 
 def _dataset_size(dataset: object) -> int:
@@ -183,7 +212,17 @@ def _dataset_size(dataset: object) -> int:
     return check_int("len(dataset)", size, min_value=0, max_value=MAX_DOMAIN)
 
 
-class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
+def _dataset_size_field() -> Field:
+    def read(sampler: DistributedSampler) -> Scalar:
+        return sampler.dataset_size
+
+    def args(value: Scalar) -> Mapping[str, Any]:
+        return {"dataset": range(check_int("state['config.dataset_size']", value, min_value=0))}
+
+    return Field("dataset_size", read, args)
+
+
+class DistributedSampler(AssembledSampler[int], _TorchDistributedSampler[int]):
     """torch's DistributedSampler, with an O(1) shuffle, exact resume, a mesh and a padding mask.
 
     Same arguments and partition as ``torch.utils.data.DistributedSampler`` (it is a subclass, so
@@ -253,11 +292,19 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
      'config.key_version': 1, 'layout.num_replicas': 4}
     """
 
-    state_kind: ClassVar[str] = "distributed"
-    #: The global order does not depend on ``num_replicas``: states load on another one.
-    elastic: ClassVar[bool] = True
-    #: The key of torchdata's ``StatefulDistributedSampler`` state (NOTE [ torchdata states ]).
-    _YIELDED: ClassVar[str] = "yielded"
+    schema = Schema(
+        kind="distributed",
+        fields=(
+            _dataset_size_field(),
+            flag("shuffle"),
+            flag("drop_last"),
+            recorded_arg("seed"),
+        ),
+        layout=Layout(rank="rank", size="num_replicas"),
+        batching=INDICES,
+        modes=INDEX_MODES,
+        steps="indices",
+    )
 
     def __init__(
         self,
@@ -273,17 +320,14 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
         compat: Literal["default", "torch"] = "default",
         topology: Topology | None = None,
     ) -> None:
-        CursorSampler.__init__(self)
+        AssembledSampler.__init__(self)
         self._n = _dataset_size(dataset)
         self._shuffle = check_bool("shuffle", shuffle)
         # Capped: the seed is stored in the state, which must stay within MAX_STATE_BYTES; the cap
         # is also torch's limit for manual_seed, which compat='torch' uses.
         self._seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
         self._drop_last = check_bool("drop_last", drop_last)
-        self._compat: Literal["default", "torch"] = check_choice(  # type: ignore[assignment]
-            "compat", compat, COMPAT_MODES
-        )
-        self._order = _ORDERS[self._compat]()  # NOTE [ Index order strategies ]
+        mode = INDEX_MODES.choose(compat)  # NOTE [ Index order strategies ]
         try:
             self._topology = resolve_topology(
                 num_replicas, rank, mesh=mesh, dp_dims=dp_dims, topology=topology
@@ -296,6 +340,7 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
                     f"{err} (Invalid rank {rank}, rank should be in the interval [0, {top}])"
                 ) from None
             raise
+        self._strategy: IndexOrder = mode.build(self._seed)
         self.dataset = dataset  # type: ignore[assignment]  # torch types it Dataset; only len() is used
         self._layout = distributed_layout(self._n, self._topology.dp_size, self._drop_last)
 
@@ -344,22 +389,15 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
     def epoch(self, value: int) -> None:
         self.set_epoch(value)
 
-    # NOTE [ torchdata states ]
-    #     torchdata's StatefulDistributedSampler saves ``{"yielded": k}``: the indices this rank
-    #     has handed out in the epoch the loop set. With ``compat="torch"`` (torch's order, which
-    #     that sampler shares) such a state loads here: the cursor goes to position ``k x
-    #     num_replicas`` of the current epoch, which is where torchdata's sampler continues. Our
-    #     own states carry ``yielded`` in that mode too, so torchdata's sampler can load them:
-    #     a job can switch either way between two checkpoints.
-
     @property
     def yielded(self) -> int:
-        """Indices this rank has taken in the cursor's epoch (torchdata's attribute)."""
+        """Indices this rank has taken in the cursor's epoch (torchdata's attribute; NOTE
+        [ torchdata states ] in :mod:`dataorder.parallel.compat_torch`)."""
         return self._position["consumed"] // self.num_replicas
 
     @yielded.setter
     def yielded(self, value: int) -> None:
-        self._load_torchdata({self._YIELDED: value})
+        self.load_state_dict({"yielded": value})
 
     @property
     def next_yielded(self) -> int | None:
@@ -369,62 +407,16 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
             return self._origin["consumed"] // self.num_replicas
         return None
 
-    def state_dict(self) -> dict[str, Scalar]:
-        """The cursor (see :class:`~dataorder.core.cursor.CursorSampler`); with
-        ``compat="torch"`` also torchdata's ``yielded`` (NOTE [ torchdata states ])."""
-        state = super().state_dict()
-        if self._compat == "torch":
-            state[self._YIELDED] = self.yielded
-        return state
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Place the cursor where ``state_dict`` says (see
-        :meth:`~dataorder.core.cursor.CursorSampler.load_state_dict`). With ``compat="torch"``
-        a torchdata ``StatefulDistributedSampler`` state ``{"yielded": k}`` loads too (NOTE
-        [ torchdata states ]).
-
-        Raises:
-            ValueError: As the base class; also for a torchdata state without
-                ``compat="torch"``, or a ``yielded`` outside ``[0, num_samples]``.
-        """
-        foreign = isinstance(state_dict, Mapping) and "format" not in state_dict
-        if foreign and set(state_dict) == {self._YIELDED}:
-            self._load_torchdata(state_dict)
-            return
-        if isinstance(state_dict, Mapping) and self._YIELDED in state_dict:
-            ours = {k: v for k, v in state_dict.items() if k != self._YIELDED}
-            epoch, progress = self._checked_state(ours)
-            expected = progress["consumed"] // int(ours["layout.num_replicas"])
-            if state_dict[self._YIELDED] != expected:
-                raise ValueError(
-                    f"state['yielded'] must be consumed // layout.num_replicas = {expected}; got "
-                    f"state['yielded']={state_dict[self._YIELDED]!r}"
-                )
-            self._apply_state(epoch, progress)
-            return
-        super().load_state_dict(state_dict)
-
-    def _load_torchdata(self, state: Mapping[str, Any]) -> None:
-        if self._compat != "torch":
-            raise ValueError(
-                f"a torchdata StatefulDistributedSampler state ({dict(state)!r}) continues torch's "
-                "order: build this sampler with compat='torch' to load it"
-            )
-        k = state[self._YIELDED]
-        # torchdata's own words first, then our template
-        if isinstance(k, int) and not isinstance(k, bool) and k < 0:
-            raise ValueError(
-                f"Cannot load state_dict with negative yielded value {k} (yielded must be an int "
-                f"in [0, {self.num_samples}]; got yielded={k})"
-            )
-        k = check_int("yielded", k, min_value=0, max_value=self.num_samples)
-        self._place(self._epoch, {"consumed": k * self.num_replicas}, loaded=True)
-
     # -- dataorder's attributes -------------------------------------------------------------------
     @property
     def compat(self) -> str:
         """``"default"`` or ``"torch"``."""
-        return self._compat
+        return self._strategy.name
+
+    @property
+    def dataset_size(self) -> int:
+        """Samples in the dataset."""
+        return self._n
 
     @property
     def topology(self) -> Topology:
@@ -474,76 +466,11 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
         return (
             f"{type(self).__name__}(dataset_size={self._n}, num_replicas={self.num_replicas}, "
             f"rank={self.rank}, shuffle={self._shuffle}, seed={self._seed}, "
-            f"drop_last={self._drop_last}, compat={self._compat!r}; epoch={self._epoch}, "
+            f"drop_last={self._drop_last}, compat={self.compat!r}; epoch={self._epoch}, "
             f"consumed={self._position['consumed']})"
         )
 
-    @classmethod
-    def from_state(
-        cls,
-        state: Mapping[str, Any],
-        *,
-        rank: int = 0,
-        dp_size: int | None = None,
-        **_: Any,
-    ) -> DistributedSampler:
-        """Rebuild the sampler that wrote ``state`` (over ``range(dataset_size)``), on ``rank``.
-
-        Args:
-            state: A ``state_dict()`` of this class.
-            rank: The data-parallel rank to build.
-            dp_size: Another ``num_replicas`` (an elastic resume); default: the state's.
-
-        Raises:
-            ValueError: If the state is not a distributed sampler's, or this layout cannot
-                continue it.
-        """
-        config, layout, _progress = split_state(state)
-        if state.get("kind") != cls.state_kind:
-            fail("state['kind']", repr(cls.state_kind), state.get("kind"))
-        sampler = cls(
-            range(config["dataset_size"]),  # type: ignore[call-overload]
-            num_replicas=dp_size or layout["num_replicas"],  # type: ignore[arg-type]
-            rank=rank,
-            shuffle=bool(config["shuffle"]),
-            seed=config["seed"],  # type: ignore[arg-type]
-            drop_last=bool(config["drop_last"]),
-            compat=config["compat"],  # type: ignore[arg-type]
-        )
-        sampler.load_state_dict(state)
-        return sampler
-
-    def describe_progress(self) -> list[tuple[str, str]]:
-        """Where the cursor is, in torch's terms."""
-        consumed, dp_size = self._position["consumed"], self.num_replicas
-        return [
-            (
-                "position",
-                f"{consumed} of {self.total_size} global positions of epoch {self._epoch}",
-            ),
-            (
-                "indices",
-                f"{consumed // dp_size} of {self.num_samples} done; {self.remaining} left on "
-                "every rank",
-            ),
-        ]
-
     # -- CursorSampler --------------------------------------------------------------------------
-    def order_config(self) -> dict[str, Scalar]:
-        """Fields that fix the order and the end of the epoch (``compat`` first, for messages)."""
-        return {
-            "compat": self._compat,
-            "dataset_size": self._n,
-            "shuffle": int(self._shuffle),
-            "drop_last": int(self._drop_last),
-            "seed": self._seed,
-            **self._order.versions(),
-        }
-
-    def layout_info(self) -> dict[str, int]:
-        """``num_replicas`` (recorded, never the rank)."""
-        return {"num_replicas": self.num_replicas}
-
     @property
     def dp_rank(self) -> int:
         """This process's data-parallel rank (the same as :attr:`rank`)."""
@@ -566,9 +493,7 @@ class DistributedSampler(CursorSampler[int], _TorchDistributedSampler[int]):
             def rows(positions: npt.NDArray[np.int64]) -> list[int]:
                 if not orders:
                     orders.append(
-                        self._order.epoch(n, seed=self._seed, epoch=epoch)
-                        if self._shuffle
-                        else (lambda places: places)
+                        self._strategy.epoch(n, epoch) if self._shuffle else (lambda places: places)
                     )
                 out: list[int] = orders[0](positions.ravel() % n).tolist()
                 return out

@@ -43,15 +43,17 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, check_optional_int
+from dataorder.core.batching import BATCHES, BatchRule, coverage, rule_of
 from dataorder.core.cursor import CursorSampler
 from dataorder.core.topology import data_parallel_dims, data_parallel_topology
 from dataorder.parallel.checks import (
-    NONE_SLOT,
     check_dp,
     check_replicas,
     digest,
     head,
-    slots_of,
+    padding_units,
+    read_items,
+    spans_of,
 )
 
 __all__ = ["DataParallelError", "DataParallelReport", "verify_data_parallel"]
@@ -86,14 +88,18 @@ class DataParallelReport:
         epoch: The sampler's epoch that was read, or None if the source has no epoch.
         num_batches: Items read on every rank (batches, or indices for a per-index sampler).
         batched: Whether the items are batches.
-        slots: Slots read over all DP ranks (padding included).
-        distinct_samples: Distinct samples among them.
-        padding_slots: Slots that are padding: repeats of a sample already read, or ``None``.
+        slots: Units read over all DP ranks, padding included: slots of samples, or the
+            tokens of packed rows (:attr:`unit`; NOTE [ Coverage ] in
+            :mod:`dataorder.core.batching`).
+        distinct_samples: Distinct units among them (samples, or tokens).
+        padding_slots: Units that are padding: repeats of a sample already read, ``None``
+            slots, the empty tokens of rows.
         allowed_padding: Padding the sampler declares (``samples_padded``), or the caller's.
         full_epoch: True if a whole epoch was read from its start; then ``padding_slots`` must
             equal ``allowed_padding``, otherwise it must not exceed it.
         violations: What is wrong, one line each, identical on every rank; empty if the
             partition is correct (only seen with ``raise_on_error=False``).
+        unit: What the counts count: ``"sample"`` or ``"token"``.
     """
 
     dp_rank: int
@@ -109,6 +115,7 @@ class DataParallelReport:
     allowed_padding: int
     full_epoch: bool
     violations: tuple[str, ...] = ()
+    unit: str = "sample"
 
     @property
     def ok(self) -> bool:
@@ -124,7 +131,8 @@ class DataParallelReport:
             f"data-parallel partition OK over {span}"
             + (f" of epoch {self.epoch}" if self.epoch is not None else "")
             + f": {self.dp_size} DP ranks x {self.replica_size} replicas, {self.num_batches} "
-            f"{what} each, {self.distinct_samples} distinct samples in {self.slots} slots "
+            f"{what} each, {self.distinct_samples} distinct {self.unit}s in {self.slots} "
+            f"{'slots' if self.unit == 'sample' else self.unit + 's'} "
             f"({self.padding_slots} padding, {self.allowed_padding} declared)"
         )
 
@@ -162,7 +170,7 @@ def _declared_topology(sampler: Any) -> tuple[int, int] | None:
     return None
 
 
-def _ordered(source: object) -> tuple[Any, int, bool] | None:
+def _ordered(source: object) -> tuple[CursorSampler[Any], int, bool] | None:
     """``(sampler, batch_size, drop_last)`` if ``source`` reads a dataorder sampler's order.
 
     ``source`` is the sampler itself (batch size 1: its items as they are), a DataLoader whose
@@ -189,7 +197,7 @@ def _read_order(
     Returns ``(items, epoch, full)``: ``full`` is True for a whole epoch read from its start.
     """
     if epoch is None:
-        epoch, start = sampler.next_start()
+        epoch, start = sampler.upcoming()
     else:
         start = 0
     steps = sampler.epoch_plan(epoch).num_steps
@@ -210,14 +218,14 @@ def _collect(
 ) -> dict[str, Any]:
     """Read this rank's items; a dataorder sampler's order is read without moving its cursor."""
     sampler = _declaring(source)
+    # the sampler's own rule, if it declares one (else the items tell: indices or batches)
+    declared_rule: BatchRule | None = getattr(sampler, "batching", None)
     payload: dict[str, Any] = {
         "declared": _declared_topology(sampler) if sampler is not None else None,
-        "allowed": getattr(sampler, "samples_padded", None),
+        "allowed": getattr(sampler, rule_of(sampler).padded_counter, None),
         "epoch": None,
         "full": False,
-        "batched": None,
-        "flat": np.zeros(0, dtype=np.int64),
-        "sizes": np.zeros(0, dtype=np.int64),
+        **read_items([], declared_rule or BATCHES),
         "errors": [],
     }
     saved_epoch = None
@@ -226,8 +234,11 @@ def _collect(
         saved_epoch = sampler.epoch
     epoch_read: int | None
     try:
+        rule: BatchRule | None = None
         if ordered is not None:
             items, epoch_read, full = _read_order(*ordered, num_batches=num_batches, epoch=epoch)
+            # as the sampler yields them, or batched by the loader (then batches of its slots)
+            rule = rule_of(ordered[0]) if ordered[1] == 1 else BATCHES
         else:
             if epoch is not None and sampler is not None:
                 sampler.set_epoch(epoch)
@@ -240,8 +251,10 @@ def _collect(
                     break
                 items.append(item)
             full = full and sampler is not None
+        if rule is None and source is sampler and declared_rule is not None:
+            rule = declared_rule  # a sampler iterated as it is: its items are its own
         payload.update(
-            slots_of(items),
+            read_items(items, rule),
             epoch=epoch_read if isinstance(epoch_read, int) else None,
             full=bool(full),
         )
@@ -355,8 +368,7 @@ def _verify(
     merged = list(dict.fromkeys(v for vs in shared for v in vs))
     if merged and raise_on_error:
         raise DataParallelError(merged)
-    flat = np.concatenate([p["flat"] for p in dp_payloads])
-    distinct = int(np.unique(flat[flat != NONE_SLOT]).size)
+    covered = coverage(spans_of(dp_payloads))
     allowed = allowed_padding if allowed_padding is not None else (payload["allowed"] or 0)
     return DataParallelReport(
         dp_rank=dp_rank,
@@ -366,12 +378,13 @@ def _verify(
         epoch=payload["epoch"],
         num_batches=len(payload["sizes"]),
         batched=payload["batched"],
-        slots=int(flat.size),
-        distinct_samples=distinct,
-        padding_slots=int(flat.size) - distinct,
+        slots=covered.units + sum(int(p["padding"]) for p in dp_payloads),
+        distinct_samples=covered.distinct,
+        padding_slots=padding_units(dp_payloads),
         allowed_padding=int(allowed),
         full_epoch=all(p["full"] for p in dp_payloads),
         violations=tuple(merged),
+        unit=payload["unit"],
     )
 
 

@@ -7,12 +7,16 @@ explicitly (never a bare ``assert``), so they hold under ``python -O``. Nothing 
 pytest. The loop recipes (DataLoader, StatefulDataLoader, Accelerate, Lightning, a peek) are in
 :mod:`dataorder.testing.recipes`; :func:`check_contract` runs them too.
 
-What a sampler must offer: ``__iter__`` (yielding batches as lists of ints, or single ints for a
-per-index sampler; a padding slot may be ``None``), ``__len__`` (a whole epoch on this rank),
+What a sampler must offer: ``__iter__``, ``__len__`` (a whole epoch on this rank),
 ``set_epoch``, ``state_dict``, ``load_state_dict`` and two counters for the current layout,
-summed over ranks per epoch: ``samples_dropped`` (real samples no rank reads) and
-``samples_padded`` (slots that hold padding: ``None`` or a repeated sample). dataorder's samplers
-also offer ``remaining`` and ``batch_at``, which the checks use when present.
+summed over ranks per epoch, of units no rank reads and of padding. What an item is and what its
+slots cover is the sampler's batching rule (``sampler.batching``, :mod:`dataorder.core.batching`,
+NOTE [ Coverage ]): batches (lists) of sample indices by default, or single indices for a
+per-index sampler (``SamplerCase(batched=False)``), with ``None`` as a padding slot and the
+counters ``samples_dropped`` and ``samples_padded`` (a repeated sample counts as padding); a
+packed sampler's rows cover tokens of documents (``SamplerCase(extents=...)``) and its counters
+are ``tokens_dropped`` and ``tokens_padded``. dataorder's samplers also offer ``remaining`` and
+``batch_at``, which the checks use when present.
 
 Example:
     >>> from dataorder import MegatronPretrainingRandomSampler
@@ -37,11 +41,13 @@ import os
 import pickle
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from dataorder.core.batching import BatchRule, Coverage, coverage, rule_of
 from dataorder.core.state import MAX_STATE_BYTES
 
 __all__ = [
@@ -81,12 +87,16 @@ class SamplerCase:
     Attributes:
         name: Shown in failure messages.
         make: ``make(rank, dp_size) -> sampler``; must be deterministic.
-        dataset_size: Number of samples in the dataset (indices ``0..dataset_size-1``).
+        dataset_size: Number of samples in the dataset (indices ``0..dataset_size-1``), or of
+            documents when ``extents`` is given.
         dp_size: The data-parallel size the main checks use.
         elastic_dp_sizes: Other data-parallel sizes a state saved at ``dp_size`` may be loaded
             into.
-        batched: True if items are batches (lists), False for a per-index sampler.
+        batched: True if items are batches (lists), False for a per-index sampler (a sampler
+            without a ``batching`` rule; one with a rule is read through it).
         loader_batch_size: For a per-index sampler, the batch size the loop recipes use.
+        extents: For a sampler whose slots cover tokens (packed rows), each document's tokens;
+            None when a slot covers one sample.
         extra: Free-form notes for the caller.
     """
 
@@ -97,10 +107,54 @@ class SamplerCase:
     elastic_dp_sizes: tuple[int, ...] = ()
     batched: bool = True
     loader_batch_size: int = 2
+    extents: Sequence[int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def rule(self, sampler: Any) -> BatchRule:
+        """How ``sampler``'s items are read (its ``batching`` rule, else by :attr:`batched`)."""
+        return rule_of(sampler, batched=self.batched)
 
-def flatten(items: Sequence[Any], batched: bool) -> list[int | None]:
+    @property
+    def universe(self) -> int:
+        """Units of the dataset: its samples, or every token of every document."""
+        return self.dataset_size if self.extents is None else int(sum(self.extents))
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What some items cover, through their sampler's batching rule (NOTE [ Coverage ])."""
+
+    coverage: Coverage
+    padding: int
+    outside: list[tuple[int, int, int]]
+
+
+def _read(case: SamplerCase, rule: BatchRule, items: Sequence[Any]) -> _Read:
+    keys, starts, stops, padding = [], [], [], 0
+    for item in items:
+        slots = rule.slots(item)
+        k, a, b = rule.spans(slots)
+        keys.append(k)
+        starts.append(a)
+        stops.append(b)
+        padding += rule.padding(slots)
+    k = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+    a = np.concatenate(starts) if starts else k
+    b = np.concatenate(stops) if stops else k
+    if case.extents is None:
+        limit = np.ones(k.shape, dtype=np.int64)
+        inside = (k >= 0) & (k < case.dataset_size)
+    else:
+        extents = np.asarray(case.extents, dtype=np.int64)
+        inside = (k >= 0) & (k < extents.size)
+        limit = np.where(inside, extents[np.clip(k, 0, max(0, extents.size - 1))], 0)
+    inside &= (a >= 0) & (b > a) & (b <= limit)
+    bad = np.flatnonzero(~inside)[:5]
+    outside = [(int(k[i]), int(a[i]), int(b[i])) for i in bad]
+    return _Read(coverage((k[inside], a[inside], b[inside])), padding, outside)
+
+
+def flatten(items: Sequence[Any], batched: bool) -> list[Any]:
     """All slots of a list of yielded items, in order."""
     if not batched:
         return list(items)
@@ -130,8 +184,10 @@ def _epochs(case: SamplerCase, rank: int, count: int) -> list[list[Any]]:
 
 
 def check_epoch_partition(case: SamplerCase, epoch: int = 0) -> None:
-    """Equal batch counts, ``len()`` exact, no empty batch, disjoint ranks and full coverage."""
+    """Equal batch counts, ``len()`` exact, no empty batch, disjoint ranks and full coverage
+    (NOTE [ Coverage ] in :mod:`dataorder.core.batching`)."""
     samplers = _all_ranks(case, case.dp_size)
+    rule = case.rule(samplers[0])
     per_rank = []
     for r, s in enumerate(samplers):
         s.set_epoch(epoch)
@@ -141,36 +197,36 @@ def check_epoch_partition(case: SamplerCase, epoch: int = 0) -> None:
             len(got) == expected_len,
             f"{case.name}: rank {r} len()={expected_len} but yielded {len(got)}",
         )
-        if case.batched:
+        if rule.batched:
             _require(
-                all(len(b) > 0 for b in got),
+                all(len(rule.slots(b)) > 0 for b in got),
                 f"{case.name}: rank {r} yielded an empty batch",
             )
         per_rank.append(got)
     counts = [len(x) for x in per_rank]
     _require(len(set(counts)) == 1, f"{case.name}: unequal batch counts across ranks {counts}")
-    if case.batched:
+    if rule.batched:
         for step in range(counts[0]):
-            sizes = {len(per_rank[r][step]) for r in range(case.dp_size)}
+            sizes = {len(rule.slots(per_rank[r][step])) for r in range(case.dp_size)}
             _require(len(sizes) == 1, f"{case.name}: step {step} batch sizes differ {sizes}")
-    slots = [x for got in per_rank for x in flatten(got, case.batched)]
-    reals = [x for x in slots if x is not None]
-    nones = len(slots) - len(reals)
-    bad = [x for x in reals if not (isinstance(x, int) and 0 <= x < case.dataset_size)]
-    _require(not bad, f"{case.name}: indices outside the dataset: {bad[:5]}")
-    distinct = set(reals)
-    dropped, padded = samplers[0].samples_dropped, samplers[0].samples_padded
+    read = _read(case, rule, [item for got in per_rank for item in got])
+    _require(not read.outside, f"{case.name}: spans outside the dataset: {read.outside}")
+    dropped = getattr(samplers[0], rule.dropped_counter)
+    padded = getattr(samplers[0], rule.padded_counter)
+    unit = f"{rule.unit}s"
     _require(
-        len(distinct) == case.dataset_size - dropped,
+        read.coverage.distinct == case.universe - dropped,
         (
-            f"{case.name}: {len(distinct)} distinct samples read, expected "
-            f"{case.dataset_size} - {dropped} dropped"
+            f"{case.name}: {read.coverage.distinct} distinct {unit} read, expected "
+            f"{case.universe} - {dropped} dropped"
         ),
     )
-    duplicates = len(reals) - len(distinct)
     _require(
-        duplicates + nones == padded,
-        (f"{case.name}: {duplicates} repeated + {nones} None slots, but samples_padded={padded}"),
+        read.coverage.repeated + read.padding == padded,
+        (
+            f"{case.name}: {read.coverage.repeated} repeated + {read.padding} padding {unit}, but "
+            f"{rule.padded_counter}={padded}"
+        ),
     )
 
 
@@ -437,11 +493,12 @@ def check_elastic_resume(case: SamplerCase, new_dp_size: int) -> None:
     and skips are bounded by what the two layouts declare.
     """
     old = _all_ranks(case, case.dp_size)
+    rule = case.rule(old[0])
     epoch_len = len(old[0])
     stop = epoch_len // 2
-    seen: list[int | None] = []
+    seen: list[Any] = []
     for s in old:
-        seen += flatten(run_epoch(s, limit=stop), case.batched)
+        seen += run_epoch(s, limit=stop)
     state = old[0].state_dict()
     for s in old[1:]:
         _require(s.state_dict() == state, f"{case.name}: ranks disagree on the global state")
@@ -451,28 +508,29 @@ def check_elastic_resume(case: SamplerCase, new_dp_size: int) -> None:
     lens = {_remaining(s) for s in new}
     _require(len(lens) == 1, f"{case.name}: unequal remaining after elastic resume {lens}")
     for s in new:
-        seen += flatten(run_epoch(s), case.batched)
-    reals = [x for x in seen if x is not None]
-    counts = Counter(reals)
-    repeats = sum(c - 1 for c in counts.values())
-    missing = case.dataset_size - len(counts)
-    padded = old[0].samples_padded + new[0].samples_padded
-    dropped = old[0].samples_dropped + new[0].samples_dropped
+        seen += run_epoch(s)
+    read = _read(case, rule, seen)
+    _require(not read.outside, f"{case.name}: spans outside the dataset: {read.outside}")
+    repeats = read.coverage.repeated
+    missing = case.universe - read.coverage.distinct
+    padded = getattr(old[0], rule.padded_counter) + getattr(new[0], rule.padded_counter)
+    dropped = getattr(old[0], rule.dropped_counter) + getattr(new[0], rule.dropped_counter)
+    unit = f"{rule.unit}s"
     if padded == 0 and dropped == 0:
         _require(
-            repeats == 0 and missing == 0 and len(reals) == len(seen),
+            repeats == 0 and missing == 0 and read.padding == 0,
             (
-                f"{case.name}: {repeats} repeated, {missing} skipped across the "
-                f"{case.dp_size}->{new_dp_size} restart (both layouts read every sample once)"
+                f"{case.name}: {repeats} {unit} repeated, {missing} skipped across the "
+                f"{case.dp_size}->{new_dp_size} restart (both layouts read every one once)"
             ),
         )
     _require(
         repeats <= padded,
-        f"{case.name}: {repeats} samples repeated across the {case.dp_size}->{new_dp_size} restart",
+        f"{case.name}: {repeats} {unit} repeated across the {case.dp_size}->{new_dp_size} restart",
     )
     _require(
         missing <= dropped,
-        f"{case.name}: {missing} samples skipped across the {case.dp_size}->{new_dp_size} restart",
+        f"{case.name}: {missing} {unit} skipped across the {case.dp_size}->{new_dp_size} restart",
     )
 
 

@@ -112,7 +112,7 @@ EPOCHS = 3
 #: A loader's options in the worker recipes: one worker, one batch in flight.
 _ONE_WORKER: dict[str, Any] = {"workers": 1, "prefetch_factor": 1}
 
-Record = tuple[int, tuple[int, ...]]
+Record = tuple[int, tuple[Any, ...]]
 
 
 def available_recipes() -> tuple[str, ...]:
@@ -125,8 +125,9 @@ def available_recipes() -> tuple[str, ...]:
     return tuple(name for name in RECIPES if found[_NEEDS.get(name, "torch")])
 
 
-class _IndexDataset:
-    """``dataset[i] == i``; a padding slot (``None``) reads as -1."""
+class _SlotDataset:
+    """``dataset[slot] == slot``: what a loader reads is the slot itself, whatever the batching
+    rule makes of a slot (an index, ``None``, a packed row)."""
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -134,12 +135,12 @@ class _IndexDataset:
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, index: int | None) -> int:
-        return -1 if index is None else int(index)
+    def __getitem__(self, slot: Any) -> Any:
+        return int(slot) if isinstance(slot, int) else slot
 
 
-def _collate(batch: Sequence[int]) -> list[int]:
-    return [int(x) for x in batch]
+def _collate(batch: Sequence[Any]) -> list[Any]:
+    return list(batch)
 
 
 def _const(value: Any) -> Callable[[], Any]:
@@ -148,7 +149,7 @@ def _const(value: Any) -> Callable[[], Any]:
 
 def _record(epoch: int, batch: Any) -> Record:
     values = batch.tolist() if hasattr(batch, "tolist") else batch
-    return epoch, tuple(int(x) for x in values)
+    return epoch, tuple(values)
 
 
 class _Job:
@@ -168,7 +169,7 @@ class _Job:
     ) -> Any:
         import torch.utils.data
 
-        dataset: Any = _IndexDataset(self.case.dataset_size)
+        dataset: Any = _SlotDataset(self.case.dataset_size)
         kwargs: dict[str, Any] = {"collate_fn": _collate, "num_workers": workers, **options}
         if self.case.batched:
             kwargs["batch_sampler"] = sampler
@@ -306,7 +307,7 @@ def _accelerate_loop(
             import torch.utils.data
             from torchdata.stateful_dataloader.sampler import BatchSampler
 
-            dataset: Any = _IndexDataset(job.case.dataset_size)
+            dataset: Any = _SlotDataset(job.case.dataset_size)
             extra: dict[str, Any] = {"num_workers": 1, "prefetch_factor": 1} if workers else {}
             base = torch.utils.data.DataLoader(
                 dataset,

@@ -24,6 +24,7 @@ status 2, without a traceback (``--traceback`` shows it); a demo whose checks fa
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -39,6 +40,8 @@ from dataorder.tools.output import (
     Output,
     add_calculator_args,
     calculator_from_args,
+    cut_value,
+    float_arg,
     int_arg,
     one_line,
 )
@@ -72,6 +75,18 @@ def _mesh_arg(name: str) -> Callable[[str], Any]:
     return parse
 
 
+_DEMO_OPTIONS = ("mesh", "micro_batch_size", "seed", "timeout", "samplers", "inject_bug")
+
+
+def _as_option(message: str) -> str:
+    """A :class:`~dataorder.tools.demo.DemoConfig` message, with the field named as its option."""
+    field, sep, rest = message.partition(" must be ")
+    flag = "--" + field.replace("_", "-")
+    if not sep or field not in _DEMO_OPTIONS:
+        return message
+    return f"{flag} must be {rest.replace(f'; got {field}=', f'; got {flag}=')}"
+
+
 def _default_first_mesh(mesh: Any) -> Any:
     """Twice the data-parallel size of ``mesh`` on as many processes when it can, else more."""
     from dataorder.tools.demo import MeshShape
@@ -84,19 +99,37 @@ def _default_first_mesh(mesh: Any) -> Any:
 
 
 def _cmd_demo(args: argparse.Namespace, out: Output) -> int:
-    from dataorder.tools.demo import CHECKS, SAMPLERS, DemoConfig, DemoError, run_demo
+    from dataorder.tools.demo import (
+        CHECKS,
+        SAMPLERS,
+        DemoConfig,
+        DemoError,
+        check_demo_world,
+        inspect_commands,
+        run_demo,
+    )
 
     samplers = tuple(args.samplers.split(",")) if args.samplers else SAMPLERS
     first = args.first_mesh or _default_first_mesh(args.mesh)
-    config = DemoConfig(
-        first_mesh=first,
-        mesh=args.mesh,
-        micro_batch_size=args.micro_batch_size,
-        seed=args.seed,
-        timeout=args.timeout,
-        samplers=samplers,
-        inject_bug=args.inject_bug,
-    )
+    # Everything is checked here, in the parent, before any process starts: a child's refusal
+    # would come back as a traceback and the "checks failed" status.
+    check_demo_world(args.mesh, "--mesh")
+    if args.first_mesh is None:
+        check_demo_world(first, "--mesh", f" (so --first-mesh defaults to {first.shape})")
+    else:
+        check_demo_world(first, "--first-mesh")
+    try:
+        config = DemoConfig(
+            first_mesh=first,
+            mesh=args.mesh,
+            micro_batch_size=args.micro_batch_size,
+            seed=args.seed,
+            timeout=args.timeout,
+            samplers=samplers,
+            inject_bug=args.inject_bug,
+        )
+    except ValueError as err:  # named as the config names it: say the option instead
+        raise ValueError(_as_option(str(err))) from None
     if not args.json:
         out.line(
             f"dataorder demo: {first.world} processes on mesh ({first}), checkpoint mid-epoch, "
@@ -138,10 +171,9 @@ def _cmd_demo(args: argparse.Namespace, out: Output) -> int:
         if not name.startswith("checkpoint:"):
             out.line(f"wrote {path}")
     ckpt = Path(report.outputs[f"checkpoint:{report.results[0].name}"]).parent
-    hint = f"dataorder inspect {ckpt}/{report.results[0].name}.json"
-    if any(r.name == "buckets" for r in report.results):
-        hint += f", or {ckpt}/buckets.json --manifest {ckpt}/buckets.manifest.tsv"
-    out.line(f"wrote the restart checkpoint to {ckpt}/ (try: {hint})")
+    out.line(f"wrote the restart checkpoint to {ckpt}/; explain it, with the next batches, by:")
+    for command in inspect_commands(config, ckpt).values():
+        out.line(f"  {command}")
     seconds = report.seconds
     verdict = "all checks passed" if report.ok else "SOME CHECKS FAILED"
     out.line(
@@ -259,7 +291,15 @@ def _cmd_scan(args: argparse.Namespace, out: Output) -> int:
     else:
         manifest = scan_images(args.directory, calc, workers=args.workers, progress=progress)
     if len(manifest) == 0:
-        reason = f" ({len(manifest.errors)} unusable)" if manifest.errors else ""
+        unread = len(manifest.errors) - sum((unassigned or {}).values())
+        if unassigned is not None and any(unassigned.values()):  # read, but too small or short
+            also = f"; {unread} files could not be read" if unread else ""
+            raise ValueError(
+                f"{sum(unassigned.values())} clips read under {args.directory}, none has a "
+                f"bucket: {unassigned['too_small']} too small, {unassigned['too_short']} too "
+                f"short{also}; nothing written"
+            )
+        reason = f" ({unread} unusable)" if unread else ""
         one = what[:-1]
         raise ValueError(f"no readable {one} under {args.directory}{reason}; nothing written")
     write_manifest(manifest, args.output)
@@ -298,55 +338,58 @@ def _plain_progress(stream: IO[str], what: str = "images") -> Callable[[int, int
 
 # -- the parser -----------------------------------------------------------------------------------
 def _resolution(text: str) -> tuple[int, int]:
+    from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
+
     try:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"must be WIDTHxHEIGHT such as 512x512; got {text!r}"
+            f"must be WIDTHxHEIGHT such as 512x512; got {cut_value(text)}"
         ) from None
-    if w < 1 or h < 1:
-        raise argparse.ArgumentTypeError(f"must be positive; got {text!r}")
+    if not (1 <= w <= MAX_IMAGE_SIDE and 1 <= h <= MAX_IMAGE_SIDE):
+        raise argparse.ArgumentTypeError(
+            f"must be WIDTHxHEIGHT with sides in [1, {MAX_IMAGE_SIDE}]; got {cut_value(text)}"
+        )
     return w, h
 
 
-def _share(text: str) -> float:
-    """A share in ``[0, 1]`` (``--max-waste``)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1]; got {text!r}") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1]; got {text!r}")
-    return value
-
-
 def _int_list(text: str) -> list[int]:
-    """Comma-separated positive ints (``--source-sizes``)."""
+    """Comma-separated positive ints of at most ``MAX_DOMAIN`` (``--source-sizes``)."""
+    from dataorder.core.permutation import MAX_DOMAIN
+
+    what = f"positive ints of at most {MAX_DOMAIN} separated by commas"
     try:
         values = [int(v) for v in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"must be positive ints separated by commas; got {text!r}"
-        ) from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"must be positive ints separated by commas; got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be {what}; got {cut_value(text)}") from None
+    if not values or min(values) < 1 or max(values) > MAX_DOMAIN:
+        raise argparse.ArgumentTypeError(f"must be {what}; got {cut_value(text)}")
     return values
 
 
 def _float_list(text: str) -> list[float]:
-    """Comma-separated non-negative numbers (``--weights``)."""
+    """Comma-separated finite non-negative numbers (``--weights``)."""
+    what = "finite non-negative numbers separated by commas"
     try:
         values = [float(v) for v in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"must be numbers separated by commas; got {text!r}"
-        ) from None
+        raise argparse.ArgumentTypeError(f"must be {what}; got {cut_value(text)}") from None
+    if not all(math.isfinite(v) and v >= 0 for v in values):  # 1e400 reads as inf
+        raise argparse.ArgumentTypeError(f"must be {what}; got {cut_value(text)}")
     return values
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``dataorder`` argument parser."""
+    """The ``dataorder`` argument parser.
+
+    Every numeric option is bounded where it is parsed (the library's documented cap, else
+    int64's; floats finite): a value past it is a usage error naming the option, exit status 2.
+    """
     from dataorder import __version__
+    from dataorder.core.keys import MAX_SEED
+    from dataorder.core.partition import MAX_BATCH_SIZE
+    from dataorder.core.topology import MAX_DP_SIZE
+    from dataorder.tools.demo_config import MAX_DEMO_TIMEOUT
 
     parser = _Parser(
         prog="dataorder",
@@ -383,14 +426,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="dp,tp,cp mesh before the restart (default: twice --mesh's dp, e.g. 4,2,1)",
     )
     p.add_argument("--out", default="out/demo", help="output directory (default: out/demo)")
-    p.add_argument("--seed", type=int, default=1234, help="seed of every sampler (default: 1234)")
-    p.add_argument("--micro-batch-size", type=int, default=4, help="per-rank batch (default: 4)")
+    p.add_argument(
+        "--seed",
+        type=int_arg(0, MAX_SEED),
+        default=1234,
+        help=f"seed of every sampler, in [0, {MAX_SEED}] (default: 1234)",
+    )
+    p.add_argument(
+        "--micro-batch-size",
+        type=int_arg(1),
+        default=4,
+        help="per-rank batch (default: 4; the global batch must leave 4 in the 410 token rows)",
+    )
     p.add_argument(
         "--samplers",
         default=None,
         help="comma-separated subset of megatron-single,megatron-cyclic,buckets,distributed",
     )
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per phase (default: 120)")
+    p.add_argument(
+        "--timeout",
+        type=float_arg(
+            f"a number of seconds in (0, {MAX_DEMO_TIMEOUT:g}]", 0, MAX_DEMO_TIMEOUT, low_open=True
+        ),
+        default=120.0,
+        help="seconds per phase (default: 120)",
+    )
     p.add_argument("--no-plot", action="store_true", help="do not write schedule.png")
     p.add_argument(
         "--inject-bug",
@@ -417,7 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_calculator_args(p, upscale=False, video=True)
     p.add_argument(
         "--batch-size",
-        type=int_arg(1),
+        type=int_arg(1, MAX_BATCH_SIZE),
         default=None,
         help="with --video: the per-rank batch at the full budget; show each bucket's",
     )
@@ -450,8 +510,12 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("manifest", metavar="MANIFEST")
-    p.add_argument("--num-replicas", type=int_arg(1), required=True, help="data-parallel size")
-    p.add_argument("--batch-size", type=int_arg(1), required=True, help="per-rank batch size")
+    p.add_argument(
+        "--num-replicas", type=int_arg(1, MAX_DP_SIZE), required=True, help="data-parallel size"
+    )
+    p.add_argument(
+        "--batch-size", type=int_arg(1, MAX_BATCH_SIZE), required=True, help="per-rank batch size"
+    )
     p.add_argument("--drop-last", action="store_true", help="drop each bucket's partial batch")
     p.add_argument(
         "--dynamic-batch-size",
@@ -472,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-waste",
-        type=_share,
+        type=float_arg("a number in [0, 1]", 0, 1),
         default=0.01,
         help="with --fit: largest share of samples dropped or padded (default: 0.01)",
     )
@@ -496,16 +560,21 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("state", metavar="STATE.json")
-    p.add_argument("--rank", type=int_arg(0), default=None, help="show only this rank's next batch")
+    p.add_argument(
+        "--rank",
+        type=int_arg(0, MAX_DP_SIZE - 1),
+        default=None,
+        help="show only this rank's next batch",
+    )
     p.add_argument(
         "--num-replicas",
-        type=int_arg(1),
+        type=int_arg(1, MAX_DP_SIZE),
         default=None,
         help="show the next batches on this data-parallel size (an elastic resume)",
     )
     p.add_argument(
         "--micro-batch-size",
-        type=int_arg(1),
+        type=int_arg(1, MAX_BATCH_SIZE),
         default=None,
         help="Megatron: another micro-batch size",
     )
@@ -527,6 +596,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=_float_list,
         default=None,
         help="blended sampler: the weights it was built with, e.g. 0.5,0.3,0.2",
+    )
+    p.add_argument(
+        "--schedule",
+        metavar="FILE",
+        default=None,
+        help=(
+            "blended sampler built with a MixtureSchedule: a JSON file of its entries, "
+            '[[start, [w, ...]], [start, {"ramp": [[u, ...], [v, ...]]}], ...] '
+            "(MixtureSchedule.to_json(); the demo writes one beside mixture.json)"
+        ),
     )
     p.add_argument(
         "--sizes",

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -72,10 +73,12 @@ from dataorder.tools.demo_config import (
     DemoReport,
     MeshShape,
     SamplerResult,
+    check_demo_world,
     load_image_sizes,
     load_tokens,
 )
 from dataorder.tools.demo_job import load_phase, run_phase
+from dataorder.tools.demo_samplers import mixture_sources
 
 __all__ = [
     "BUGS",
@@ -86,10 +89,58 @@ __all__ = [
     "DemoReport",
     "MeshShape",
     "SamplerResult",
+    "check_demo_world",
+    "inspect_commands",
     "load_image_sizes",
     "load_tokens",
     "run_demo",
+    "write_inspect_files",
 ]
+
+
+def write_inspect_files(config: DemoConfig, ckpt: str | os.PathLike[str]) -> list[Path]:
+    """Write what ``dataorder inspect`` needs beside the checkpoints, written by the parent.
+
+    The mixture's state holds only digests of its sources and schedule: its schedule goes to
+    ``mixture.schedule.json`` (:meth:`~dataorder.llm.mixture.MixtureSchedule.to_json`), for
+    ``--schedule`` (:func:`inspect_commands`). The bucket sampler's manifest is written by its
+    rank 0 (``buckets.manifest.tsv``).
+
+    Returns:
+        The paths written.
+    """
+    written = []
+    if "mixture" in config.samplers:
+        _sizes, schedule = mixture_sources(config)
+        path = Path(ckpt) / "mixture.schedule.json"
+        path.write_text(json.dumps(schedule.to_json()) + "\n")
+        written.append(path)
+    return written
+
+
+def inspect_commands(config: DemoConfig, ckpt: str | os.PathLike[str]) -> dict[str, str]:
+    """Per sampler, the ``dataorder inspect`` command line that explains its checkpoint in
+    ``ckpt`` and shows the next batch on each rank (with the files it needs beside it)."""
+    root = Path(ckpt)
+
+    def path(name: str) -> str:
+        return shlex.quote(str(root / name))
+
+    commands = {}
+    for name in config.samplers:
+        command = f"dataorder inspect {path(f'{name}.json')}"
+        if name == "buckets":
+            command += f" --manifest {path('buckets.manifest.tsv')}"
+        elif name == "mixture":
+            sizes, _schedule = mixture_sources(config)
+            command += (
+                f" --source-sizes {','.join(map(str, sizes))}"
+                f" --schedule {path('mixture.schedule.json')}"
+            )
+        elif name == "video":
+            continue  # its dataset is the shipped clip table, cut and resampled: no file to pass
+        commands[name] = command
+    return commands
 
 
 def run_demo(
@@ -104,8 +155,10 @@ def run_demo(
     Writes ``out/report.json`` (:meth:`DemoReport.to_json`), ``out/schedule.png``,
     ``out/checkpoint/<sampler>.json`` (the loader state every process loads on restart; try
     ``dataorder inspect`` on it), ``<sampler>.model.pt``, ``buckets.manifest.tsv`` (the fitted
-    buckets' dataset, which ``dataorder inspect --manifest`` needs for the bucket state), and each
-    process's records under ``out/ranks/``.
+    buckets' dataset, which ``dataorder inspect --manifest`` needs for the bucket state),
+    ``mixture.schedule.json`` (the mixture's schedule, for ``dataorder inspect --schedule``;
+    :func:`inspect_commands` gives each command line), and each process's records under
+    ``out/ranks/``.
 
     Args:
         config: What to run; default ``DemoConfig()``.
@@ -118,9 +171,12 @@ def run_demo(
 
     Raises:
         DemoError: If a process failed or a phase timed out.
-        ValueError: If ``out`` exists and is not a directory.
+        ValueError: If ``out`` exists and is not a directory, or a mesh has more processes than
+            this machine may start (:func:`~dataorder.tools.demo_config.max_demo_processes`).
     """
     config = config or DemoConfig()
+    check_demo_world(config.first_mesh, "first_mesh")  # before any process starts
+    check_demo_world(config.mesh, "mesh")
     say = log or (lambda _line: None)
     root = Path(out)
     if root.exists() and not root.is_dir():
@@ -147,6 +203,7 @@ def run_demo(
             for name in config.samplers:
                 state = mine(records[0], name)["loader_state"]
                 (ckpt / f"{name}.json").write_text(json.dumps(state, indent=1, sort_keys=True))
+            write_inspect_files(config, ckpt)
         seconds[f"phase{phase}"] = round(time.perf_counter() - t0, 2)
     results = []
     schedule = []

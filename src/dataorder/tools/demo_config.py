@@ -6,6 +6,7 @@ See :mod:`dataorder.tools.demo` for what the demo does.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from importlib import resources
@@ -15,10 +16,14 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_int, fail
+from dataorder.core.keys import MAX_SEED
 
 __all__ = [
     "BUGS",
     "CHECKS",
+    "MAX_DEMO_PROCESSES",
+    "MAX_DEMO_TIMEOUT",
+    "MIN_DEMO_STEPS",
     "SAMPLERS",
     "DemoConfig",
     "DemoError",
@@ -26,9 +31,11 @@ __all__ = [
     "MeshShape",
     "PhaseSpec",
     "SamplerResult",
+    "check_demo_world",
     "load_clip_sizes",
     "load_image_sizes",
     "load_tokens",
+    "max_demo_processes",
 ]
 
 #: The samplers the demo trains with, in report order.
@@ -75,6 +82,41 @@ MIXTURE_CHANGE_STEP = 6
 #: The video phase: the first clips of the shipped clip sizes, resampled to the model's rate.
 VIDEO_CLIPS = 800
 VIDEO_FPS = 16
+
+
+#: The most processes one phase of the demo starts, however many cores the machine has: each
+#: process imports torch (a few hundred MB), and the job is a demonstration, not a load test.
+MAX_DEMO_PROCESSES = 64
+#: The longest a phase may be given (``timeout``), in seconds: a day. (A deadline must also fit
+#: ``datetime.timedelta``, which the process group's timeout is.)
+MAX_DEMO_TIMEOUT = 86400.0
+#: Global batches the shipped token rows (the smallest dataset, 410 rows) must hold, so both
+#: phases train: ``micro_batch_size * lcm(dp before, dp after) <= 410 // MIN_DEMO_STEPS``.
+MIN_DEMO_STEPS = 4
+_TOKEN_ROWS = 410  # rows of tokens.npy (data/README.md); test_demo checks it
+
+
+def max_demo_processes() -> int:
+    """The processes one phase may start on this machine: 4 per core (``os.cpu_count()``), at
+    least 8 (the default meshes, which run on 2 cores) and at most :data:`MAX_DEMO_PROCESSES`."""
+    return min(MAX_DEMO_PROCESSES, max(8, 4 * (os.cpu_count() or 1)))
+
+
+def check_demo_world(mesh: MeshShape, name: str, why: str = "") -> None:
+    """Refuse a mesh of more processes than :func:`max_demo_processes`, naming ``name``.
+
+    Raises:
+        ValueError: ``"<name> must be a mesh of at most N processes on this machine ...;
+            got <name>=dp,tp,cp"``, with ``why`` (what made the mesh) appended to the value.
+    """
+    cap = max_demo_processes()
+    if mesh.world > cap:
+        fail(
+            name,
+            f"a mesh of at most {cap} processes on this machine (4 per core, at least 8, at "
+            f"most {MAX_DEMO_PROCESSES}; this one has {mesh.world})",
+            f"{mesh.dp},{mesh.tp},{mesh.cp}{why}",
+        )
 
 
 class DemoError(RuntimeError):
@@ -130,9 +172,11 @@ class DemoConfig:
     Attributes:
         first_mesh: Mesh of the phase before the restart.
         mesh: Mesh of the phase after it (another data-parallel size, to show an elastic resume).
-        micro_batch_size: Samples per rank and micro-batch, for every sampler.
-        seed: The seed of every sampler and of the model initialisation.
-        timeout: Seconds each phase may take before its processes are killed.
+        micro_batch_size: Samples per rank and micro-batch, for every sampler; the global
+            batch it makes must leave :data:`MIN_DEMO_STEPS` global batches in the token rows.
+        seed: The seed of every sampler and of the model initialisation, in ``[0, 2**63)``.
+        timeout: Seconds each phase may take before its processes are killed, at most
+            :data:`MAX_DEMO_TIMEOUT`.
         samplers: Which samplers to train with (a subset of :data:`SAMPLERS`).
         inject_bug: None, or a classic mistake to make on purpose, to see the checks fail
             (:data:`BUGS`): ``"global-world"`` builds every sampler with the global rank and
@@ -154,11 +198,33 @@ class DemoConfig:
             if not isinstance(getattr(self, name), MeshShape):
                 fail(name, "a MeshShape", getattr(self, name), TypeError)
         check_int("micro_batch_size", self.micro_batch_size, min_value=1)
-        check_int("seed", self.seed, min_value=0)
+        check_int("seed", self.seed, min_value=0, max_value=MAX_SEED)
         if isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float):
             fail("timeout", "a positive number of seconds", self.timeout, TypeError)
-        if not self.timeout > 0:
-            fail("timeout", "a positive number of seconds", self.timeout)
+        if not 0 < self.timeout <= MAX_DEMO_TIMEOUT:  # NaN fails too
+            fail(
+                "timeout",
+                f"a positive number of seconds, at most {MAX_DEMO_TIMEOUT:g}",
+                self.timeout,
+            )
+        lcm = math.lcm(self.first_mesh.dp, self.mesh.dp)
+        if lcm > _TOKEN_ROWS // MIN_DEMO_STEPS:  # not even a micro-batch of 1 fits
+            fail(
+                "mesh",
+                f"a mesh whose data-parallel size has an lcm of at most "
+                f"{_TOKEN_ROWS // MIN_DEMO_STEPS} with first_mesh's ({self.first_mesh.dp}), so "
+                f"{MIN_DEMO_STEPS} global batches fit in the {_TOKEN_ROWS} token rows",
+                self.mesh,
+            )
+        largest = _TOKEN_ROWS // MIN_DEMO_STEPS // lcm
+        if self.micro_batch_size > largest:
+            fail(
+                "micro_batch_size",
+                f"at most {largest}: the global batch, micro_batch_size x lcm(dp before, dp "
+                f"after) = micro_batch_size x {math.lcm(self.first_mesh.dp, self.mesh.dp)}, must "
+                f"leave {MIN_DEMO_STEPS} global batches in the {_TOKEN_ROWS} token rows",
+                self.micro_batch_size,
+            )
         unknown = [s for s in self.samplers if s not in SAMPLERS]
         if unknown or not self.samplers or len(set(self.samplers)) != len(self.samplers):
             fail("samplers", "distinct names among " + ", ".join(SAMPLERS), self.samplers)

@@ -25,13 +25,14 @@ from dataorder.tools.demo_config import (
     SAMPLERS,
     VIDEO_CLIPS,
     VIDEO_FPS,
+    DemoConfig,
     PhaseSpec,
     load_clip_sizes,
     load_image_sizes,
     load_tokens,
 )
 
-__all__ = ["Job", "build_job"]
+__all__ = ["Job", "build_job", "mixture_sources"]
 
 
 def _model_seed(seed: int, name: str) -> int:
@@ -325,21 +326,31 @@ def _bucket_notes(
     return lines
 
 
+def mixture_sources(config: DemoConfig) -> tuple[list[int], Any]:
+    """The mixture's source sizes (consecutive ranges of the token rows) and its
+    :class:`~dataorder.llm.mixture.MixtureSchedule`: what ``dataorder inspect`` needs to rebuild
+    its state (``--source-sizes``, ``--schedule``)."""
+    from dataorder.llm.mixture import MixtureSchedule
+
+    n = len(load_tokens())
+    # three sources, consecutive ranges of the token rows: ConcatDataset order is row order
+    sizes = [int(n * share) for share in MIXTURE_SHARES[:-1]]
+    sizes.append(n - sum(sizes))
+    change = MIXTURE_CHANGE_STEP * config.global_batch_size
+    schedule = MixtureSchedule([(0, list(MIXTURE_WEIGHTS[0])), (change, list(MIXTURE_WEIGHTS[1]))])
+    return sizes, schedule
+
+
 def _mixture_job(spec: PhaseSpec, placement: dict[str, Any], seed: int) -> Job:
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     from dataorder.llm.blend import BlendedSampler
-    from dataorder.llm.mixture import MixtureSchedule
 
     cfg = spec.config
     tokens = _TokenDataset(load_tokens())
-    n = len(tokens)
-    # three sources, consecutive ranges of the token rows: ConcatDataset order is row order
-    sizes = [int(n * share) for share in MIXTURE_SHARES[:-1]]
-    sizes.append(n - sum(sizes))
+    sizes, schedule = mixture_sources(cfg)
     gbs = cfg.global_batch_size
     change = MIXTURE_CHANGE_STEP * gbs
-    schedule = MixtureSchedule([(0, list(MIXTURE_WEIGHTS[0])), (change, list(MIXTURE_WEIGHTS[1]))])
     where = (
         {"data_parallel_rank": placement["rank"], "data_parallel_size": placement["num_replicas"]}
         if "rank" in placement

@@ -13,27 +13,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import dataorder
 from dataorder.core.state import find_sampler_states
 from dataorder.tools.output import EXIT_USAGE, Output, calculator_from_args, one_line
 
-__all__ = ["cmd_inspect"]
+__all__ = ["cmd_inspect", "read_json"]
 
 
-def _sampler_classes() -> dict[str, Any]:
-    """The samplers ``inspect`` can rebuild, by the ``kind`` their states record."""
-    from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-    from dataorder.llm.blend import BlendedSampler
-    from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
-    from dataorder.parallel.distributed import DistributedSampler
-
-    classes: list[Any] = [
-        MegatronPretrainingSampler,
-        MegatronPretrainingRandomSampler,
-        BlendedSampler,
-        DistributedSampler,
-        SequentialBucketSampler,
-    ]
-    return {cls.state_kind: cls for cls in classes}
+def _given(args: argparse.Namespace, schedule: Any) -> dict[str, tuple[Any, str]]:
+    """What the command line can give a sampler's ``from_state`` (the values a state does not
+    hold, :class:`~dataorder.core.assembly.Given`), and the flags that give it."""
+    return {
+        "dataset": (_bucket_dataset(args), "--manifest MANIFEST or --sizes CSV"),
+        "sizes": (args.source_sizes, "--source-sizes N,N,..."),
+        "weights": (
+            args.weights if schedule is None else schedule,
+            "--weights W,W,... (or --schedule FILE for a MixtureSchedule, as "
+            "MixtureSchedule.to_json() writes it)",
+        ),
+        "base_resolution": (args.base_resolution, "--base-resolution W,H"),
+    }
 
 
 def _bucket_dataset(args: argparse.Namespace) -> Any:
@@ -68,31 +67,62 @@ def _inspect_ranks(args: argparse.Namespace, world: int) -> list[int]:
 
 def _next_items(sampler: Any, count: int) -> tuple[list[Any], int]:
     """The next batch (or ``count`` indices of a per-index sampler) and its epoch: asked of the
-    order, so the sampler's cursor does not move."""
-    epoch, step = sampler.next_start()
+    order (the cursor's :meth:`~dataorder.core.cursor.CursorSampler.upcoming`), so the
+    sampler's cursor does not move."""
+    epoch, step = sampler.upcoming()
+    if sampler.batching.batched:
+        return list(sampler.batch_at(step, epoch=epoch)), epoch
     steps = sampler.epoch_plan(epoch).num_steps
-    if step >= steps:  # a state at an epoch's end: the job's next data is the next epoch's
-        epoch, step = epoch + 1, 0
-        steps = sampler.epoch_plan(epoch).num_steps
-    first = sampler.batch_at(step, epoch=epoch)
-    if isinstance(first, list):
-        return first, epoch
     return [sampler.batch_at(k, epoch=epoch) for k in range(step, min(steps, step + count))], epoch
+
+
+def read_json(path: Path) -> Any:
+    """The JSON document in ``path``, or a ValueError naming the file (never a traceback).
+
+    Raises:
+        ValueError: If the file is not UTF-8 JSON, is nested too deeply for Python's decoder
+            (a hostile file: states and schedules are shallow), or holds an int of more digits
+            than Python converts.
+        OSError: If the file cannot be read.
+    """
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not JSON: {err}") from None
+    except RecursionError:  # json's decoder recurses per level
+        raise ValueError(
+            f"{path}: its JSON is nested too deeply to read (states and schedules are shallow)"
+        ) from None
+    except ValueError as err:  # not UTF-8, or an int of more digits than Python converts
+        raise ValueError(f"{path}: cannot read it as JSON: {err}") from None
+
+
+def _schedule(args: argparse.Namespace) -> Any:
+    """``--schedule FILE``: the blend's MixtureSchedule (``MixtureSchedule.to_json``), or None."""
+    if args.schedule is None:
+        return None
+    if args.weights is not None:
+        raise ValueError("--weights and --schedule exclude each other: pass one of them")
+    from dataorder.llm.mixture import MixtureSchedule
+
+    path = Path(args.schedule)
+    try:
+        return MixtureSchedule.from_json(read_json(path), name="schedule")
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--schedule {path}: {err}") from None
 
 
 def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
     path = Path(args.state)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not JSON: {err}") from None
+    raw = read_json(path)
+    schedule = _schedule(args)  # a bad --schedule is a usage error before anything is shown
     found = find_sampler_states(raw)
     if not found:
         raise ValueError(
             f"{path} holds no dataorder sampler state (a dict with "
             '"format": "dataorder.state", alone or inside a loader state)'
         )
-    reports = [_inspect_one(where, state, args) for where, state in found]
+    reports = [_inspect_one(where, state, args, schedule) for where, state in found]
     if args.json:
         out.json(reports if len(reports) > 1 else reports[0])
     else:
@@ -113,7 +143,9 @@ def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def _inspect_one(where: str, state: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+def _inspect_one(
+    where: str, state: dict[str, Any], args: argparse.Namespace, schedule: Any
+) -> dict[str, Any]:
     from dataorder.core.state import config_fingerprint, split_state
 
     kind = str(state.get("kind"))
@@ -135,37 +167,28 @@ def _inspect_one(where: str, state: dict[str, Any], args: argparse.Namespace) ->
     )
     next_rows: list[dict[str, Any]] = []
     note = error = ""
-    what = f"{args.count} indices" if kind == "distributed" else "batch"
-    cls = _sampler_classes().get(kind)
+    cls = dataorder.samplers().get(kind)
+    what = "batch" if cls is None or cls.schema.batching.batched else f"{args.count} indices"
     try:
         if cls is None:
             raise ValueError(f"dataorder does not know how to rebuild a {kind!r} sampler")
         for key, value in layout.items():  # sizes; named as the state names them
             if type(value) is not int or value < 1:
                 raise ValueError(f"layout.{key} must be a positive int; got layout.{key}={value!r}")
-        needs = cls.from_state.__code__.co_varnames
-        needs_dataset = "dataset" in needs
-        needs_mixture = "sizes" in needs and "weights" in needs
-        dataset = _bucket_dataset(args) if needs_dataset else None
-        if needs_dataset and dataset is None:
-            note = (
-                "next batch: not shown; a bucket sampler needs its dataset: pass --manifest "
-                "MANIFEST or --sizes CSV"
-            )
-        elif needs_mixture and not (args.source_sizes and args.weights):
-            note = (
-                "next batch: not shown; a blended sampler needs its sources: pass "
-                "--source-sizes N,N,... and --weights W,W,... (the state holds only digests)"
-            )
+        context: dict[str, Any] = {"dp_size": args.num_replicas}
+        if "micro_batch_size" in cls.schema.layout.others:
+            context["micro_batch_size"] = args.micro_batch_size
+        offered = _given(args, schedule) if cls.schema.given else {}
+        missing = []
+        for given in cls.schema.given:
+            value, flags = offered.get(given.name, (None, "(not on the command line)"))
+            if value is not None:
+                context[given.name] = value
+            elif given.needed(config):
+                missing.append(f"{given.describe(config)}: pass {flags}")
+        if missing:
+            note = f"next batch: not shown; a {kind} sampler needs " + "; ".join(missing)
         else:
-            context = {
-                "dp_size": args.num_replicas,
-                "micro_batch_size": args.micro_batch_size,
-                "dataset": dataset,
-                "base_resolution": args.base_resolution,
-            }
-            if needs_mixture:
-                context.update(sizes=args.source_sizes, weights=args.weights)
             probe = cls.from_state(state, **context)  # ValueError naming what does not match
             samplers = {
                 r: cls.from_state(state, rank=r, **context)

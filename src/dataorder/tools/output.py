@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 __all__ = [
     "EXIT_CHECKS_FAILED",
     "EXIT_USAGE",
+    "INT64_MAX",
     "Output",
     "add_calculator_args",
     "calculator_from_args",
+    "cut_value",
+    "float_arg",
     "int_arg",
     "one_line",
 ]
@@ -110,25 +114,64 @@ def _numeric(cells: Sequence[Sequence[str]], column: int) -> bool:
     return True
 
 
-def int_arg(min_value: int) -> Callable[[str], int]:
-    """An argparse ``type`` for an int of at least ``min_value`` (1: positive, 0: non-negative).
+#: The largest value of an int option that names no tighter bound: int64's (the library's arrays
+#: and states hold int64; a value past it is a usage error, never an OverflowError).
+INT64_MAX = 2**63 - 1
 
-    A value out of range is a usage error naming the option, never a silently ignored 0 or a
-    negative size passed on (``argument --count: must be a positive int; got '-1'``).
+
+def int_arg(min_value: int, max_value: int = INT64_MAX) -> Callable[[str], int]:
+    """An argparse ``type`` for an int in ``[min_value, max_value]`` (1: positive, 0: non-negative).
+
+    A value out of range is a usage error naming the option, never a silently ignored 0, a
+    negative size passed on, or a value past int64 that overflows later (``argument --count:
+    must be a positive int; got '-1'``, ``argument --batch-size: must be a positive int of at
+    most 2147483648; got '99999999999999999999'``).
     """
     what = {0: "a non-negative int", 1: "a positive int"}.get(min_value, f"an int >= {min_value}")
 
     def parse(text: str) -> int:
         try:
             value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {what}; got {text!r}") from None
+        except ValueError:  # a float, or an int of more digits than Python converts
+            raise argparse.ArgumentTypeError(f"must be {what}; got {cut_value(text)}") from None
         if value < min_value:
-            raise argparse.ArgumentTypeError(f"must be {what}; got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {what}; got {cut_value(text)}")
+        if value > max_value:
+            raise argparse.ArgumentTypeError(
+                f"must be {what} of at most {max_value}; got {cut_value(text)}"
+            )
         return value
 
     parse.__name__ = what  # argparse names the type in some of its messages
     return parse
+
+
+def float_arg(
+    what: str, low: float, high: float, *, low_open: bool = False
+) -> Callable[[str], float]:
+    """An argparse ``type`` for a finite float in ``[low, high]`` (``(low, high]`` if
+    ``low_open``): NaN, infinities and values past ``high`` (``1e400`` reads as inf) are usage
+    errors naming the option, ``what`` saying what is asked (``"a number in [0, 1]"``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}; got {cut_value(text)}") from None
+        above = value > low if low_open else value >= low
+        if not (math.isfinite(value) and above and value <= high):  # NaN fails every comparison
+            raise argparse.ArgumentTypeError(f"must be {what}; got {cut_value(text)}")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+def cut_value(text: str) -> str:
+    """An option's value in a message: its repr, cut in the middle past 60 characters (a
+    100,000-digit number must not flood the terminal)."""
+    shown = repr(text)
+    return shown if len(shown) <= 60 else f"{shown[:28]}...{shown[-28:]} ({len(text)} characters)"
 
 
 # -- the bucket calculator options -----------------------------------------------------------------
@@ -186,16 +229,18 @@ def _upscale_arg(text: str) -> Any:
     """``--max-upscale``: ``none``, or an exact number such as ``3/2`` or ``1.5``."""
     from fractions import Fraction
 
+    from dataorder.diffusion.video_frames import MAX_VIDEO_SIZE
+
     if text.lower() == "none":
         return "none"
+    what = f"a number in [1, {MAX_VIDEO_SIZE}] such as 3/2 or 1.5, or none"
     try:
-        value = Fraction(text)
+        value = Fraction(text)  # exact: "1e400" is an int of 401 digits, "nan" is refused
     except (ValueError, ZeroDivisionError):
-        raise argparse.ArgumentTypeError(
-            f"must be a number >= 1 such as 3/2 or 1.5, or none; got {text!r}"
-        ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a number >= 1 or none; got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be {what}; got {cut_value(text)}") from None
+    # No side is below 1 or above MAX_VIDEO_SIZE, so a larger upscale never binds: "none" says it.
+    if not 1 <= value <= MAX_VIDEO_SIZE:
+        raise argparse.ArgumentTypeError(f"must be {what}; got {cut_value(text)}")
     return value
 
 
@@ -207,15 +252,18 @@ def add_calculator_args(p: argparse.ArgumentParser, *, upscale: bool, video: boo
 
         presets += f"; with --video: {', '.join(PRESETS)} (default: {DEFAULT_VIDEO_PRESET})"
     p.add_argument("--preset", default=None, help=f"pixel budget: {presets}")
+    from dataorder.diffusion.buckets import MAX_PIXELS, MAX_QUANTIZATION
+    from dataorder.diffusion.video_frames import MAX_VIDEO_SIZE
+
     p.add_argument(
         "--max-pixels",
-        type=int_arg(1),
+        type=int_arg(1, MAX_PIXELS),
         default=None,
         help="an explicit pixel budget instead of --preset",
     )
     p.add_argument(
         "--quantization",
-        type=int_arg(1),
+        type=int_arg(1, MAX_QUANTIZATION),
         default=None,
         help="bucket sides are multiples (default: 64; video: the preset's patch in pixels)",
     )
@@ -239,7 +287,7 @@ def add_calculator_args(p: argparse.ArgumentParser, *, upscale: bool, video: boo
         )
         p.add_argument(
             "--max-frames",
-            type=int_arg(1),
+            type=int_arg(1, MAX_VIDEO_SIZE),
             default=None,
             help="with --video: the longest bucket (default: the preset's)",
         )

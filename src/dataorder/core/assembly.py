@@ -1,0 +1,620 @@
+"""A sampler assembled from declared parts: its order strategy, batching rule and state schema.
+
+Every dataorder sampler is a :class:`~dataorder.core.cursor.CursorSampler` (the loop contract,
+written once) whose class declares a :class:`Schema`. A sampler writes two things itself: its
+constructor (validation, in its users' argument names) and ``_make_plan`` (how its order fills
+the core partition for one epoch). Everything else is derived from the declaration, here:
+
+=========================  =====================================================================
+derived                    from
+=========================  =====================================================================
+``order_config()``         the schema's :class:`Field`\\ s, then the order strategy's own fields
+``layout_info()``          the schema's :class:`Layout`
+``state_dict()``           the cursor, plus the declared :class:`Extra` keys (the sampler's,
+                           after the progress; the strategy's, at the end)
+``load_state_dict()``      the same, checked; plus the :class:`Foreign` checkpoints a compat
+                           strategy of the family loads (torchdata's, NeMo's)
+``from_state()``           the constructor's keywords from the state's fields, the layout and
+                           the caller's :class:`Given` values; an unknown keyword is an error
+``describe_progress()``    the plan's position, the steps, and the declared :class:`Detail`\\ s
+``batching``               the declared :class:`~dataorder.core.batching.BatchRule`
+the registry of kinds      :data:`SAMPLERS`: a class that declares a schema is registered when it
+                           is defined (``dataorder inspect`` rebuilds any state through it)
+=========================  =====================================================================
+
+A compat mode is a strategy in a :class:`Modes` registry, one per family: the name the user
+passes (``compat="nemo"``), the factory, and the names its states record. Constructors, the
+docs and the command line's choices all read the registry.
+
+NOTE [ Adding a sampler or a compat mode ]
+    *A sampler*: one new module with the class, which subclasses :class:`AssembledSampler`,
+    declares ``schema = Schema(...)`` and writes its constructor and ``_make_plan``; plus one
+    registration, its name in its subpackage's ``__all__`` (which the top level re-exports).
+    The state, ``from_state``, ``dataorder inspect`` and the contract suite follow from the
+    declaration; a new kind of batch brings its :class:`~dataorder.core.batching.BatchRule`.
+    *A compat mode*: one new module with the strategy class (it says what it records, which
+    foreign checkpoints it loads and whether it is elastic), plus one :class:`Mode` line in its
+    family's :class:`Modes`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, TypeVar
+
+from dataorder._validate import fail
+from dataorder.core.batching import BATCHES, BatchRule
+from dataorder.core.cursor import CursorSampler, EpochPlan
+from dataorder.core.state import Scalar, build_state, split_state
+
+__all__ = [
+    "SAMPLERS",
+    "AssembledSampler",
+    "Detail",
+    "Extra",
+    "Field",
+    "Foreign",
+    "Given",
+    "Layout",
+    "Mode",
+    "Modes",
+    "OrderStrategy",
+    "Schema",
+    "flag",
+    "recorded",
+]
+
+T_co = TypeVar("T_co", covariant=True)
+
+#: Every assembled sampler class, by the ``kind`` its states record.
+SAMPLERS: dict[str, type[AssembledSampler[Any]]] = {}
+
+#: A state's config value -> the constructor keywords it gives back.
+Decode = Callable[[Scalar], Mapping[str, Any]]
+
+
+# -- the declaration ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Field:
+    """One ``config.<name>`` field of the state.
+
+    Attributes:
+        name: The field (without ``config.``).
+        read: The sampler's value (an int or a str); None leaves the field out of the state.
+        args: For a recorded constructor argument, the keywords its value gives back to the
+            constructor in :meth:`AssembledSampler.from_state`; None for a field that is only
+            compared on load (a digest, a construction version).
+    """
+
+    name: str
+    read: Callable[[Any], Scalar | None]
+    args: Decode | None = None
+
+
+def _scalar(name: str, value: object) -> Scalar:
+    if isinstance(value, bool):  # a flag recorded through recorded(): always 0/1
+        return int(value)
+    if isinstance(value, int | str):
+        return value
+    fail(name, "an int or str", value, TypeError)
+
+
+def recorded(arg: str, *, name: str | None = None, none_as: int | None = None) -> Field:
+    """A constructor argument recorded as ``config.<name>`` (default: the argument's name) and
+    read from the sampler's attribute of the argument's name. ``none_as`` records ``None`` as
+    that int (and reads it back as ``None``)."""
+    key = name or arg
+
+    def read(sampler: Any) -> Scalar:
+        value = getattr(sampler, arg)
+        return none_as if value is None and none_as is not None else _scalar(arg, value)
+
+    def args(value: Scalar) -> Mapping[str, Any]:
+        return {arg: None if none_as is not None and value == none_as else value}
+
+    return Field(key, read, args)
+
+
+def flag(arg: str, *, name: str | None = None) -> Field:
+    """A bool constructor argument, recorded as 0 or 1."""
+    key = name or arg
+
+    def read(sampler: Any) -> Scalar:
+        return int(bool(getattr(sampler, arg)))
+
+    def args(value: Scalar) -> Mapping[str, Any]:
+        if value != 0 and value != 1:
+            fail(f"state['config.{key}']", "0 or 1", value)
+        return {arg: bool(value)}
+
+    return Field(key, read, args)
+
+
+@dataclass(frozen=True)
+class Given:
+    """A constructor argument a state does not hold (or holds only as a digest, which loading
+    the state then checks): :meth:`AssembledSampler.from_state` takes it from the caller.
+
+    Attributes:
+        name: The constructor keyword.
+        what: What the caller must give, for the error when it is missing; or a function of
+            the state's configuration (without ``config.``) that says it.
+        required: Whether the constructor cannot do without it (else its default applies); or
+            a function of the state's configuration that says whether this state needs it.
+    """
+
+    name: str
+    what: str | Callable[[Mapping[str, object]], str]
+    required: bool | Callable[[Mapping[str, object]], bool] = True
+
+    def needed(self, config: Mapping[str, object]) -> bool:
+        """Whether a state with ``config`` cannot be rebuilt without it."""
+        return self.required(config) if callable(self.required) else self.required
+
+    def describe(self, config: Mapping[str, object]) -> str:
+        """What the caller must give for a state with ``config``."""
+        return self.what(config) if callable(self.what) else self.what
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The data-parallel layout a sampler records (``layout.*``, never the rank).
+
+    Attributes:
+        rank: The constructor keyword of the data-parallel rank.
+        size: The constructor keyword, attribute and layout field of the data-parallel size.
+        others: Further layout fields, each a constructor keyword and attribute of the same
+            name (``micro_batch_size``).
+    """
+
+    rank: str
+    size: str
+    others: tuple[str, ...] = ()
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Every layout field, in the order a state lists them."""
+        return (*self.others, self.size)
+
+
+#: ``check(sampler, value, epoch, progress, saved_layout)``: refuse a saved value, naming it.
+ExtraCheck = Callable[[Any, object, int, Mapping[str, int], Mapping[str, int]], None]
+
+
+@dataclass(frozen=True)
+class Extra:
+    """A key a sampler (or its strategy) adds to its state beside the progress.
+
+    Attributes:
+        name: The state key.
+        save: Its value for the sampler's cursor.
+        check: Called on load with the saved value, after the rest of the state was checked;
+            raises ValueError naming ``state[name]``.
+        required: Whether a state without it is refused (else it is checked when present).
+    """
+
+    name: str
+    save: Callable[[Any], Scalar]
+    check: ExtraCheck
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """Another library's checkpoint of the same order, which a compat strategy loads.
+
+    Attributes:
+        keys: The keys that identify it (exactly these).
+        what: What it is, for messages ("a torchdata StatefulDistributedSampler state").
+        place: ``place(sampler, state) -> (epoch, progress)``: where it puts the cursor;
+            raises ValueError for a value out of range.
+    """
+
+    keys: frozenset[str]
+    what: str
+    place: Callable[[Any, Mapping[str, Any]], tuple[int, dict[str, int]]]
+
+
+@dataclass(frozen=True)
+class Detail:
+    """A line of :meth:`AssembledSampler.describe_progress` (what ``dataorder inspect`` shows)."""
+
+    label: str
+    text: Callable[[Any], str]
+
+
+class OrderStrategy(Protocol):
+    """Which data each global position of an epoch holds: one protocol for every family.
+
+    A strategy is built once, with the seed bound, when its sampler is built. Each family adds
+    its own question (a Megatron order maps a rank's positions to samples, a bucket order says
+    which bucket and which place); what every strategy answers is here.
+    """
+
+    @property
+    def name(self) -> str:
+        """The name a state records for it (``config.order`` or ``config.compat``)."""
+        ...
+
+    @property
+    def elastic(self) -> bool:
+        """Whether a state saved on another data-parallel layout may be loaded."""
+        ...
+
+    def config(self) -> dict[str, Scalar]:
+        """The fields the order depends on beyond its name (construction versions, a layout it
+        bakes in), recorded in the state's configuration."""
+        ...
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One compat mode of a family: what ``compat=`` chooses.
+
+    Attributes:
+        name: The ``compat=`` value (``"default"`` for the family's own order).
+        build: Builds the strategy, from arguments the family's sampler passes (the seed is
+            always one: a strategy binds it when it is built).
+        records: The names its states record, each with the constructor keywords that choose
+            it again (``{"sharded": {"compat": None, "data_sharding": True}}``).
+        summary: One line for the docs and the command line's help.
+        extras: Keys its states add (:class:`Extra`).
+        foreign: The other libraries' checkpoints it loads (:class:`Foreign`).
+        layout_in_config: Whether the mode's strategy records the layout in the configuration
+            (it bakes the layout in), so the state does not repeat it as ``layout.*`` (a state
+            that does still loads, if both agree).
+    """
+
+    name: str
+    build: Callable[..., Any]
+    records: Mapping[str, Mapping[str, Any]]
+    summary: str
+    extras: tuple[Extra, ...] = ()
+    foreign: tuple[Foreign, ...] = ()
+    layout_in_config: bool = False
+
+
+@dataclass(frozen=True)
+class Modes:
+    """A family's compat registry: its :class:`Mode`\\ s, and the state field that names them.
+
+    Attributes:
+        family: The family, for messages ("the Megatron random sampler").
+        field: The ``config.*`` field that records the strategy's name (``"order"``).
+        modes: The modes, the family's own first.
+        arg: The constructor keyword that chooses a mode.
+        none: Whether ``None`` chooses the family's own mode too (the Megatron samplers'
+            spelling).
+    """
+
+    family: str
+    field: str
+    modes: tuple[Mode, ...]
+    arg: str = "compat"
+    none: bool = False
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The values ``compat=`` takes (what the command line offers)."""
+        return tuple(m.name for m in self.modes)
+
+    def choose(self, value: object) -> Mode:
+        """The mode ``value`` names (``None`` means the family's own, the first).
+
+        Raises:
+            ValueError: If no mode has that name; the message lists them.
+        """
+        if value is None and self.none:
+            return self.modes[0]
+        if not isinstance(value, str) or value not in self.names:
+            what = "one of " + ", ".join(repr(n) for n in self.names)
+            fail(self.arg, f"None or {what}" if self.none else what, value)
+        return next(m for m in self.modes if m.name == value)
+
+    def mode_of(self, recorded_name: str) -> Mode:
+        """The mode whose states record ``recorded_name``."""
+        for mode in self.modes:
+            if recorded_name in mode.records:
+                return mode
+        known = sorted(n for m in self.modes for n in m.records)
+        fail(
+            f"state['config.{self.field}']", "one of " + ", ".join(map(repr, known)), recorded_name
+        )
+
+    def args_of(self, recorded_name: Scalar) -> Mapping[str, Any]:
+        """The constructor keywords that choose the order a state recorded."""
+        return self.mode_of(str(recorded_name)).records[str(recorded_name)]
+
+
+@dataclass(frozen=True)
+class Schema:
+    """What a sampler's state holds and how the sampler is rebuilt from it.
+
+    Attributes:
+        kind: The state's ``kind``.
+        fields: The sampler's ``config.*`` fields (:class:`Field`), in the order a state lists
+            them (the first field that differs is the one an error names).
+        layout: The data-parallel layout (:class:`Layout`).
+        batching: What one rank's item at one step is (:mod:`dataorder.core.batching`).
+        modes: The compat registry of the order strategy, or None for a sampler with one order.
+        given: What :meth:`AssembledSampler.from_state` takes from the caller (:class:`Given`).
+        extras: Keys the state adds after the progress (:class:`Extra`).
+        details: Lines :meth:`AssembledSampler.describe_progress` adds (:class:`Detail`).
+        progress: The global progress counters (each starts at 0 every epoch).
+        position: ``position(sampler)``: where the cursor is, in words; default: the plan's
+            ``describe(progress, epoch)``.
+        steps: What a step is called in messages ("micro-steps", "indices", "batches").
+        elastic: Whether a state from another layout loads, unless the order strategy says.
+    """
+
+    kind: str
+    fields: tuple[Field, ...]
+    layout: Layout
+    batching: BatchRule = BATCHES
+    modes: Modes | None = None
+    given: tuple[Given, ...] = ()
+    extras: tuple[Extra, ...] = ()
+    details: tuple[Detail, ...] = ()
+    progress: tuple[str, ...] = ("consumed",)
+    position: Callable[[Any], str] | None = None
+    steps: str = "steps"
+    elastic: bool = True
+
+
+def _config_value(config: Mapping[str, object], name: str) -> Scalar:
+    """``config[name]`` of a state being rebuilt, an int or a str (an edited state may hold
+    anything; the fingerprint check on load refuses it anyway, this names it first)."""
+    value = config.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        fail(f"state['config.{name}']", "an int or str", value)
+    return value
+
+
+# -- the assembled sampler ------------------------------------------------------------------------
+class AssembledSampler(CursorSampler[T_co]):
+    """A :class:`~dataorder.core.cursor.CursorSampler` whose state follows from its
+    :class:`Schema` (see the module docstring).
+
+    A subclass declares ``schema``, sets ``self._strategy`` in its constructor when the schema
+    has ``modes`` (the strategy the constructor chose), and writes ``_make_plan``.
+    """
+
+    schema: ClassVar[Schema]
+    _strategy: OrderStrategy | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        schema = cls.__dict__.get("schema")
+        if schema is None:
+            return
+        if schema.kind in SAMPLERS and SAMPLERS[schema.kind] is not cls:
+            raise TypeError(
+                f"{cls.__qualname__} declares kind {schema.kind!r}, which "
+                f"{SAMPLERS[schema.kind].__qualname__} already records"
+            )
+        cls.state_kind = schema.kind
+        cls.progress_keys = schema.progress
+        SAMPLERS[schema.kind] = cls
+
+    # -- what the declaration gives ---------------------------------------------------------------
+    @property
+    def batching(self) -> BatchRule:
+        """What one rank's item at one step is, and what its slots cover."""
+        return self.schema.batching
+
+    @property
+    def elastic(self) -> bool:
+        """Whether a state saved on another data-parallel layout loads here."""
+        strategy = self._strategy
+        return self.schema.elastic if strategy is None else strategy.elastic
+
+    def _current_mode(self) -> Mode | None:
+        modes, strategy = self.schema.modes, self._strategy
+        if modes is None or strategy is None:
+            return None
+        return modes.mode_of(strategy.name)
+
+    def order_config(self) -> dict[str, Scalar]:
+        """The state's ``config.*``: the strategy's name, the schema's fields, then the
+        strategy's own fields."""
+        config: dict[str, Scalar] = {}
+        modes, strategy = self.schema.modes, self._strategy
+        if modes is not None and strategy is not None:
+            config[modes.field] = strategy.name
+        for f in self.schema.fields:
+            value = f.read(self)
+            if value is not None:
+                config[f.name] = value
+        if strategy is not None:
+            config.update(strategy.config())
+        return config
+
+    def _layout_in_config(self) -> tuple[str, ...]:
+        """Layout fields the configuration records instead (:attr:`Mode.layout_in_config`)."""
+        mode = self._current_mode()
+        if mode is None or not mode.layout_in_config:
+            return ()
+        config = self.order_config()
+        return tuple(name for name in self.schema.layout.fields if name in config)
+
+    def layout_info(self) -> dict[str, int]:
+        """The state's ``layout.*`` (never the rank), less what the configuration records
+        instead (:attr:`Mode.layout_in_config`)."""
+        skip = self._layout_in_config()
+        return {
+            name: int(getattr(self, name)) for name in self.schema.layout.fields if name not in skip
+        }
+
+    def _extras(self) -> tuple[tuple[Extra, ...], tuple[Extra, ...]]:
+        mode = self._current_mode()
+        return self.schema.extras, () if mode is None else mode.extras
+
+    def state_dict(self) -> dict[str, Scalar]:
+        """The cursor as a flat, JSON-serialisable dict (:mod:`dataorder.core.state`), with the
+        declared extra keys."""
+        own, strategy = self._extras()
+        state = build_state(
+            self.state_kind,
+            epoch=self._epoch,
+            config=self.order_config(),
+            progress=self._position,
+            layout=self.layout_info(),
+        )
+        if own:
+            last = self.progress_keys[-1]
+            out: dict[str, Scalar] = {}
+            for key, value in state.items():
+                out[key] = value
+                if key == last:
+                    out.update((e.name, e.save(self)) for e in own)
+            state = out
+        state.update((e.name, e.save(self)) for e in strategy)
+        return state
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Place the cursor where ``state_dict`` says (see
+        :meth:`~dataorder.core.cursor.CursorSampler.load_state_dict`); also the foreign
+        checkpoints a compat mode of this family loads (its :class:`Foreign` formats).
+
+        Raises:
+            TypeError: If ``state_dict`` is not a mapping.
+            ValueError: If it is not a state of this sampler and configuration, a declared key
+                is missing or refused, or a foreign checkpoint needs another compat mode.
+        """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict must be a dict; got {type(state_dict).__name__}")
+        if "format" not in state_dict and self._load_foreign(state_dict):
+            return
+        own, strategy = self._extras()
+        state = self._without_repeated_layout(state_dict)
+        saved = {}
+        for extra in (*own, *strategy):
+            if extra.name in state:
+                saved[extra.name] = state.pop(extra.name)
+            elif extra.required:
+                raise ValueError(f"state is missing keys [{extra.name!r}]")
+        epoch, progress = self._checked_state(state)
+        if saved:
+            layout = {k: int(state[f"layout.{k}"]) for k in self.layout_info()}  # checked ints
+            for extra in (*own, *strategy):
+                if extra.name in saved:
+                    extra.check(self, saved[extra.name], epoch, progress, layout)
+        self._apply_state(epoch, progress)
+
+    def _without_repeated_layout(self, state: Mapping[Any, Any]) -> dict[Any, Any]:
+        """A copy of ``state`` without the ``layout.*`` fields its configuration records too
+        (states of an order that bakes the layout in once repeated it); never mutated."""
+        out = dict(state)
+        for name in self._layout_in_config():
+            key = f"layout.{name}"
+            if key in out and f"config.{name}" in out:
+                if out[key] != out[f"config.{name}"]:
+                    raise ValueError(
+                        f"state[{key!r}] must equal state['config.{name}']; got {out[key]!r} and "
+                        f"{out[f'config.{name}']!r} (an edited state)"
+                    )
+                del out[key]
+        return out
+
+    def _load_foreign(self, state: Mapping[str, Any]) -> bool:
+        """Load another library's checkpoint, if ``state`` is one; False if it is not."""
+        modes = self.schema.modes
+        if modes is None:
+            return False
+        current = self._current_mode()
+        for mode in modes.modes:
+            for foreign in mode.foreign:
+                if set(state) != foreign.keys:
+                    continue
+                if mode is not current:
+                    raise ValueError(
+                        f"{foreign.what} ({dict(state)!r}) continues {mode.summary}: build this "
+                        f"sampler with {modes.arg}={mode.name!r} to load it"
+                    )
+                epoch, progress = foreign.place(self, state)
+                self._place(epoch, progress, loaded=True)
+                return True
+        return False
+
+    @classmethod
+    def from_state(
+        cls,
+        state: Mapping[str, Any],
+        *,
+        rank: int = 0,
+        dp_size: int | None = None,
+        **given: Any,
+    ) -> Any:
+        """Rebuild the sampler that wrote ``state``, on ``rank``, positioned where it was.
+
+        Args:
+            state: A ``state_dict()`` of this class.
+            rank: The data-parallel rank to build.
+            dp_size: Another data-parallel size (an elastic resume); default: the state's.
+            **given: Another value of a layout field (``micro_batch_size=``), and what the
+                state does not hold (the schema's :class:`Given` values, e.g. ``dataset=``).
+
+        Raises:
+            TypeError: If a keyword is not one this sampler takes from the caller.
+            ValueError: If the state is not of this class, a value it does not hold is missing,
+                or the values or the layout cannot continue it.
+        """
+        schema = cls.schema
+        if not isinstance(state, Mapping):
+            raise TypeError(f"state must be a dict; got {type(state).__name__}")
+        if state.get("kind") != schema.kind:
+            fail("state['kind']", repr(schema.kind), state.get("kind"))
+        allowed = {g.name for g in schema.given} | set(schema.layout.others)
+        unknown = sorted(set(given) - allowed)
+        if unknown:
+            raise TypeError(
+                f"{cls.__name__}.from_state() takes rank, dp_size"
+                + "".join(f", {name}" for name in sorted(allowed))
+                + f"; got unexpected keyword {', '.join(map(repr, unknown))}"
+            )
+        config, layout, _ = split_state(state)
+        kwargs: dict[str, Any] = {}
+        if schema.modes is not None:
+            kwargs.update(schema.modes.args_of(_config_value(config, schema.modes.field)))
+        for f in schema.fields:
+            if f.args is not None and f.name in config:
+                kwargs.update(f.args(_config_value(config, f.name)))
+        lay = schema.layout
+        for name in lay.others:
+            kwargs[name] = given.pop(name, None) or layout.get(name)
+        kwargs[lay.size] = dp_size or layout.get(lay.size, config.get(lay.size))
+        kwargs[lay.rank] = rank
+        for g in schema.given:
+            value = given.get(g.name)
+            if value is not None:
+                kwargs[g.name] = value
+            elif g.needed(config):
+                fail(g.name, g.describe(config), None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # what the saving run was told already
+            sampler = cls(**kwargs)
+        sampler.load_state_dict(state)
+        return sampler
+
+    def describe_progress(self) -> list[tuple[str, str]]:
+        """Where the cursor is, as ``(label, text)`` lines (what ``dataorder inspect`` prints)."""
+        plan: EpochPlan[Any] = self.epoch_plan()
+        position = self._position
+        step = plan.step_of(position)
+        describe = getattr(plan, "describe", None)
+        if self.schema.position is not None:
+            where = self.schema.position(self)
+        elif callable(describe):
+            where = describe(position, self._epoch)
+        else:
+            where = ", ".join(f"{k}={v}" for k, v in position.items()) + f" in epoch {self._epoch}"
+        lines = [
+            ("position", where),
+            (
+                self.schema.steps,
+                f"{step} of {plan.num_steps} done; {self.remaining} left on every rank",
+            ),
+        ]
+        return lines + [(d.label, d.text(self)) for d in self.schema.details]

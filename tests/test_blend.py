@@ -87,6 +87,49 @@ def test_distinct_draws_counts_what_the_draws_read(
     assert distinct_draws(size, start, start + length, order) == len(read)
 
 
+def test_a_global_batch_across_a_source_epoch_may_read_a_sample_twice() -> None:
+    """Issue 20, also noticed: documented, not avoided (NOTE [ Source orders ]). Global batch 2
+    reads draws 8 .. 11 of the one source of 5: draw 9 ends source epoch 1, 10 and 11 start
+    epoch 2, whose fresh order starts with the sample epoch 1 ended with."""
+    job = ranks([5], [1], 2, 4, dp=2, seed=0, total_samples=12)
+    assert [list(s) for s in job] == [[[1, 0], [1, 0], [3, 4]], [[4, 3], [3, 2], [2, 2]]]
+
+
+@SETTINGS
+@given(
+    sizes=st.lists(st.integers(2, 12), min_size=1, max_size=3),
+    data=st.data(),
+    gbs=st.integers(1, 12),
+    seed=st.integers(0, 2**63 - 1),
+)
+def test_only_a_batch_across_a_source_epoch_repeats_a_sample_and_at_most_min_h_t(
+    sizes: list[int], data: st.DataObject, gbs: int, seed: int
+) -> None:
+    """NOTE [ Source orders ]: a global batch whose quota from a source is at most its size
+    reads distinct samples of it unless it straddles one of the source's epochs, and then
+    repeats at most ``min(h, t)`` samples, each at most twice."""
+    weights = data.draw(st.lists(st.integers(1, 5), min_size=len(sizes), max_size=len(sizes)))
+    s = BlendedSampler(sizes, weights, 1, 0, 1, gbs, seed=seed, total_samples=20 * gbs)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    for k in range(20):
+        flat = s.order.samples(np.arange(k * gbs, (k + 1) * gbs)).tolist()
+        lo, hi = s.consumed_per_source(k * gbs), s.consumed_per_source((k + 1) * gbs)
+        for d, n in enumerate(sizes):
+            mine = [x for x in flat if offsets[d] <= x < offsets[d + 1]]
+            q = int(hi[d] - lo[d])
+            assert len(mine) == q
+            if q > n:
+                continue
+            repeats = len(mine) - len(set(mine))
+            boundary = (int(lo[d]) // n + 1) * n  # the next source epoch starts at this draw
+            h, t = boundary - int(lo[d]), int(hi[d]) - boundary
+            if t <= 0:  # within one source epoch
+                assert repeats == 0
+            else:
+                assert repeats <= min(h, t)
+                assert max(mine.count(x) for x in mine) <= 2
+
+
 # -- the mixture math ---------------------------------------------------------------------------
 
 _weight = st.one_of(st.sampled_from([0, 1e-6, 0.999, 1.0]), st.floats(1e-4, 5.0), st.integers(0, 9))
@@ -139,6 +182,78 @@ def test_counts_are_exact_monotone_and_vectorised(schedule: MixtureSchedule, key
                 assert abs(table[t, d] - base[d] - goal) <= Fraction(bound[d]) + Fraction(1, 10**9)
         if not seg.is_ramp:
             assert (bound < 1.75).all()
+
+
+def _share(schedule: MixtureSchedule, top: int) -> list[list[Fraction]]:
+    """``S_d(t)`` for ``t = 0 .. top``: the integral of the schedule's quantised weights, a
+    ramp's linear in the sample count (NOTE [ Mixture exactness ]), summed sample by sample
+    for constant entries and in closed form for ramps."""
+    k = schedule.num_sources
+    out = [[Fraction(0)] * k]
+    for t in range(1, top + 1):
+        seg = schedule.segments[schedule.segment_at(t - 1)]
+        if seg.is_ramp:
+            assert seg.end is not None
+            length, a, b = seg.end - seg.start, t - 1 - seg.start, t - seg.start
+            # the integral of u + (v - u) x / L over [a, b)
+            grow = Fraction(b * b - a * a, 2 * length)
+            step = [
+                (Fraction(u) * (b - a) + Fraction(v - u) * grow) / MAX_TOTAL
+                for u, v in zip(seg.start_units, seg.end_units, strict=True)
+            ]
+        else:
+            step = [Fraction(u, MAX_TOTAL) for u in seg.start_units]
+        out.append([x + y for x, y in zip(out[-1], step, strict=True)])
+    return out
+
+
+@SETTINGS
+@given(schedule=schedules(), key=st.integers(0, 2**64 - 1))
+def test_every_source_stays_within_the_stated_bound_of_its_share(
+    schedule: MixtureSchedule, key: int
+) -> None:
+    """Issue 20, item 15: the bound README and the docstrings state, on random step and ramp
+    schedules, at every sample: ``|c_d(t) - S_d(t)|`` within the sum of the entries' own bounds
+    (``B_d < 1.75`` per constant entry, ``< 4`` per ramp), and within ``B_d < 1.75`` with
+    constant weights."""
+    mix = Mixture(schedule, key)
+    top = schedule.segments[-1].start + 40
+    table = mix.counts_at(np.arange(top + 1))
+    share = _share(schedule, top)
+    for t in range(top + 1):
+        bound = mix.share_bounds(t)
+        stated = len(schedule.segments[: schedule.segment_at(t) + 1]) * 1.75 + sum(
+            2.25 for seg in schedule.segments[: schedule.segment_at(t) + 1] if seg.is_ramp
+        )
+        assert (bound <= stated).all()
+        for d in range(schedule.num_sources):
+            assert abs(table[t, d] - share[t][d]) <= Fraction(bound[d]) + Fraction(1, 10**9)
+    constant = Mixture(MixtureSchedule([(0, schedule.entries[-1][1])]), key)
+    one = constant.counts_at(np.arange(top + 1))
+    units = schedule.segments[-1].start_units
+    for t in range(top + 1):
+        for d in range(schedule.num_sources):
+            assert abs(one[t, d] - Fraction(units[d] * t, MAX_TOTAL)) < Fraction(7, 4)
+
+
+def test_a_step_schedule_can_leave_a_source_more_than_1_75_short_within_its_bound() -> None:
+    """Issue 20, item 15: the docs promised 1.75 after every global batch; this schedule leaves
+    source 0 2.11 short from global batch 5 on, within the bound now stated (5 x 0.5)."""
+    schedule = MixtureSchedule(
+        [(0, [7, 1]), (12, [2, 7]), (17, [4, 4]), (22, [1, 1]), (49, [7, 7])]
+    )
+    s = BlendedSampler([1000, 1000], schedule, 10, 0, 1, 10, seed=3)
+    share = _share(schedule, 80)
+    mix = Mixture(schedule, 0)
+    worst = []
+    for batch in range(1, 9):
+        t = 10 * batch
+        counts = s.consumed_per_source(t).tolist()
+        gap = max(abs(counts[d] - share[t][d]) for d in range(2))
+        worst.append(round(float(gap), 2))
+        assert gap <= Fraction(mix.share_bounds(t).max())
+    assert worst == [0.25, 1.11, 1.11, 1.11, 2.11, 2.11, 2.11, 2.11]
+    assert mix.share_bounds(50).tolist() == [2.5, 2.5]
 
 
 def test_tiny_weights_are_never_rounded_away_and_dominant_ones_stay_within_two() -> None:
@@ -259,6 +374,22 @@ NAN, INF = float("nan"), float("inf")
             "schedule[1][1].end_weights must be a sequence with at least one positive weight",
         ),
         ([(-1, [1])], ValueError, "schedule[0][0] must be an int in [0, 4611686018427387904]"),
+        (  # issue 20, item 11: numpy's "iteration over a 0-d array" named nothing
+            [(0, np.array(1.0))],
+            TypeError,
+            "schedule[0][1] must be a sequence of non-negative reals, one per source; "
+            "got schedule[0][1]=array(1.)",
+        ),
+        (
+            [(0, [1]), (4, Ramp(np.array(1.0), [1])), (8, [1])],
+            TypeError,
+            "schedule[1][1].start_weights must be a sequence of non-negative reals",
+        ),
+        (
+            np.array(1.0),
+            TypeError,
+            "schedule must be a sequence of (start_sample, weights) pairs; got schedule=array(1.)",
+        ),
     ],
 )
 def test_schedule_errors_name_the_entry(
@@ -297,6 +428,17 @@ GOOD: dict[str, Any] = {
             {"sizes": 10},
             TypeError,
             "sizes must be a sequence of positive ints, one per source; got sizes=10",
+        ),
+        (  # issue 20, item 11: numpy's "iteration over a 0-d array" named nothing
+            {"sizes": np.array(10), "weights": [1]},
+            TypeError,
+            "sizes must be a sequence of positive ints, one per source; got sizes=array(10)",
+        ),
+        (
+            {"sizes": [10], "weights": np.array(1.0)},
+            TypeError,
+            "weights must be a sequence of non-negative reals, one per source; "
+            "got weights=array(1.)",
         ),
         (
             {"weights": [1, -2]},
@@ -610,6 +752,193 @@ def test_load_is_strict_about_the_other_fields() -> None:
     )
     other.load_state_dict(at_zero)  # nothing trained yet: any schedule continues it
     assert json.loads(json.dumps(state)) == state
+
+
+def test_an_edit_inside_the_global_batch_under_way_is_refused() -> None:
+    """Issue 20, item 1: a state saved after one micro-batch of each of two ranks (inside global
+    batch 0 of 16) loaded a schedule that changes at sample 8; global batch 0 then read sample
+    81 twice and never read 17 or 88."""
+    old = MixtureSchedule([(0, [1, 1, 1])])
+    new = MixtureSchedule([(0, [1, 1, 1]), (8, [10, 0, 1])])
+    job = [BlendedSampler([50, 30, 20], old, 2, r, 2, 16, seed=3) for r in range(2)]
+    read = [next(iter(s)) for s in job]
+    state = job[0].state_dict()
+    assert state["consumed"] == 4
+    again = BlendedSampler([50, 30, 20], new, 2, 0, 2, 16, seed=3)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "its segment 1 (starting at sample 8) differs. Only segments that start at or after "
+            "sample 16, the end of the global batch under way at the saved position (sample 4), "
+            "may change"
+        ),
+    ):
+        again.load_state_dict(state)
+    assert again.consumed_samples == 0  # unchanged when it raises
+    # the same edit from the end of the global batch under way on continues it exactly
+    later = MixtureSchedule([(0, [1, 1, 1]), (16, [10, 0, 1])])
+    rest = [BlendedSampler([50, 30, 20], later, 2, r, 2, 16, seed=3) for r in range(2)]
+    for s in rest:
+        s.load_state_dict(state)
+    whole = ranks([50, 30, 20], later, 2, 16, dp=2, seed=3)
+    tail = stream(rest)
+    assert [x for mb in read for x in mb] + tail == stream(whole)
+    assert len(set(stream(whole)[:16])) == 16  # global batch 0: no sample twice
+
+
+def test_a_state_at_a_global_batch_boundary_takes_an_edit_from_there_on() -> None:
+    old = MixtureSchedule([(0, [1, 1, 1])])
+    job = ranks([50, 30, 20], old, 2, 16, dp=2, seed=3)
+    its = [iter(s) for s in job]
+    for _ in range(4):  # 4 micro-steps of 4 samples: global batch 0 done, batch 1 not started
+        for it in its:
+            next(it)
+    state = job[0].state_dict()
+    assert state["consumed"] == 16
+    edited = MixtureSchedule([(0, [1, 1, 1]), (16, [10, 0, 1])])
+    s = BlendedSampler([50, 30, 20], edited, 2, 1, 2, 16, seed=3)
+    s.load_state_dict(state)
+    assert s.consumed_samples == 16
+    too_early = MixtureSchedule([(0, [1, 1, 1]), (15, [10, 0, 1])])
+    with pytest.raises(ValueError, match=re.escape("(starting at sample 15) differs")):
+        BlendedSampler([50, 30, 20], too_early, 2, 1, 2, 16, seed=3).load_state_dict(state)
+
+
+def test_inside_a_batch_size_rampup_the_batch_under_way_is_the_steps_own() -> None:
+    # global batches of 4 up to sample 8, then 8: [0, 4) [4, 8) [8, 16) [16, 24) ...
+    ramp = BatchSizeSchedule.from_step_schedule("0:4 8:8")
+    old = MixtureSchedule([(0, [1, 2])])
+    job = ranks([9, 9], old, 2, ramp, dp=1, seed=0, total_samples=40)
+    it = iter(job[0])
+    for _ in range(5):  # samples 0 .. 9: inside the batch [8, 16)
+        next(it)
+    state = job[0].state_dict()
+    assert state["consumed"] == 10
+    for start, accepted in [(10, False), (15, False), (16, True), (17, True)]:
+        new = MixtureSchedule([(0, [1, 2]), (start, [2, 1])])
+        s = BlendedSampler([9, 9], new, 2, 0, 1, ramp, seed=0, total_samples=40)
+        if accepted:
+            s.load_state_dict(state)
+            ref = BlendedSampler([9, 9], new, 2, 0, 1, ramp, seed=0, total_samples=40)
+            assert list(s) == list(ref)[5:]
+        else:
+            with pytest.raises(ValueError, match="sample 16, the end of the global batch"):
+                s.load_state_dict(state)
+
+
+def _batch_end(batches: BatchSizeSchedule, position: int) -> int:
+    """The end of the global batch under way at ``position`` (``position`` at a boundary),
+    walked step by step: the reference for BlendOrder.quotas_fixed_through."""
+    start, step = 0, 0
+    while start < position:
+        start += batches.global_batch_size(step)
+        step += 1
+    return start
+
+
+@st.composite
+def _edits(draw: st.DrawFn) -> dict[str, Any]:
+    """A run (sizes, a schedule, a batch-size schedule, a layout), a micro-step to save at, and
+    an edit: the schedule's entries before a sample (often near the global batch under way at
+    the save), then new ones."""
+    k = draw(st.integers(2, 3))
+    sizes = draw(st.lists(st.integers(2, 25), min_size=k, max_size=k))
+
+    def vector() -> list[int]:
+        ws = draw(st.lists(st.integers(0, 5), min_size=k, max_size=k))
+        return ws if any(ws) else [1] * k
+
+    def entries(first: int, count: int, top: int) -> list[tuple[int, Any]]:
+        starts = [first, *sorted(draw(st.sets(st.integers(first + 1, top), max_size=count)))]
+        out: list[tuple[int, Any]] = [
+            (x, Ramp(vector(), vector()) if draw(st.booleans()) else vector()) for x in starts
+        ]
+        if isinstance(out[-1][1], Ramp):
+            out[-1] = (out[-1][0], vector())
+        return out
+
+    mbs, dp = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    mbs2, dp2 = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    unit = math.lcm(mbs * dp, mbs2 * dp2)
+    multiples = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
+    at = draw(st.sets(st.integers(1, 60), min_size=len(multiples) - 1, max_size=len(multiples) - 1))
+    batches = BatchSizeSchedule(
+        list(zip([0, *sorted(at)], [g * unit for g in multiples], strict=True))
+    )
+    total = max(max(multiples) * unit, draw(st.integers(20, 80)))
+    epoch_end = batches.consumed_samples(batches.step_at(total))
+    saved = draw(st.integers(0, epoch_end // (mbs * dp))) * mbs * dp
+    end = _batch_end(batches, saved)
+    old = entries(0, 3, end + 40)
+    cut = draw(st.one_of(st.integers(0, end + 40), st.integers(max(0, saved - 2), end + 2)))
+    kept = [e for e in old if e[0] < cut]
+    new = kept + entries(cut, 2, cut + 40) if cut else entries(0, 3, end + 40)
+    return {
+        "sizes": sizes,
+        "old": MixtureSchedule(old),
+        "new": MixtureSchedule(new),
+        "batches": batches,
+        "save": (mbs, dp),
+        "saved": saved,
+        "load": (mbs2, dp2),
+        "total": total,
+        "seed": draw(st.integers(0, 2**63 - 1)),
+    }
+
+
+def _trained_canonical(schedule: MixtureSchedule, end: int) -> list[Any]:
+    return [seg.canonical() for seg in schedule.segments if seg.start < end]
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(case=_edits())
+def test_a_state_saved_at_any_micro_step_refuses_or_continues_an_edit_exactly(
+    case: dict[str, Any],
+) -> None:
+    """Issue 20, item 1, as a property: a state saved at any micro-step, loaded with a schedule
+    edited anywhere (before, inside, at the end of or after the global batch under way), on
+    another layout where it divides, is either refused naming the first entry that differs, or
+    continues so that the run reads exactly what an uninterrupted run with the edited schedule
+    reads: nothing repeated, nothing lost."""
+    sizes, batches, total, seed = case["sizes"], case["batches"], case["total"], case["seed"]
+    mbs, dp = case["save"]
+    job = [
+        BlendedSampler(sizes, case["old"], mbs, r, dp, batches, seed=seed, total_samples=total)
+        for r in range(dp)
+    ]
+    saved = case["saved"]
+    its = [iter(s) for s in job]
+    before = [x for _ in range(saved // (mbs * dp)) for it in its for x in next(it)]
+    state = json.loads(json.dumps(job[0].state_dict()))
+    assert state["consumed"] == saved == len(before)
+    mbs2, dp2 = case["load"] if saved % (case["load"][0] * case["load"][1]) == 0 else (mbs, dp)
+    new = case["new"]
+    rest = [
+        BlendedSampler(sizes, new, mbs2, r, dp2, batches, seed=seed, total_samples=total)
+        for r in range(dp2)
+    ]
+    end = _batch_end(batches, saved)
+    same = _trained_canonical(case["old"], end) == _trained_canonical(new, end)
+    refusal: str | None = None
+    try:
+        for s in rest:
+            s.load_state_dict(state)
+    except ValueError as err:
+        refusal = str(err)
+    if refusal is not None:
+        assert not same, f"refused an edit at or after sample {end}: {refusal}"
+        assert refusal.startswith("the mixture schedule cannot continue this state")
+        assert re.search(r"segments? \d+", refusal), refusal
+        assert f"start at or after sample {end}" in refusal or (
+            end == saved and f"saved position (sample {saved})" in refusal
+        ), refusal
+        return
+    assert same, f"accepted a schedule that differs before sample {end}"
+    reference = [
+        BlendedSampler(sizes, new, mbs2, r, dp2, batches, seed=seed, total_samples=total)
+        for r in range(dp2)
+    ]
+    assert before + stream(rest) == stream(reference)
 
 
 # -- integration, golden outputs, docs ----------------------------------------------------------

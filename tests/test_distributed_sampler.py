@@ -396,6 +396,12 @@ class Unsized:
         ((range(4), 2, 0, True, 0, 1), {}, TypeError, "drop_last must be a bool; got drop_la"),
         ((range(4), 2, 0), {"compat": "nemo"}, ValueError, "compat must be one of 'default', "),
         ((range(4), 2, 0), {"dp_dims": ("dp",)}, ValueError, "dp_dims needs a mesh"),
+        (  # issue 20, item 11: a 0-d array raised "len() of unsized object"
+            (np.array(10), 2, 0),
+            {},
+            TypeError,
+            r"dataset must be a sized dataset \(with __len__\); got dataset=array\(10\)",
+        ),
         (
             (range(4), 2, 0),
             {"seed": 2**63, "compat": "torch"},

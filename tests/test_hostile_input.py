@@ -8,7 +8,7 @@ Each call must, within ``HANG_SECONDS`` (a hang detector, not a speed test), eit
   value of the wrong type (``bool`` where an int is meant, a float, ``None`` where it is not
   allowed), ``ValueError`` for an int out of range, and a message that names the argument; or
 * accept it where it is legal, and then keep working: the entry's probe (``len()``, the first
-  and last batch, a JSON state of at most 512 bytes that loads back, ...) must pass. Accepted
+  and last batch, a JSON state of at most MAX_STATE_BYTES that loads back, ...) must pass. Accepted
   now and failing later is the defect this file exists to find.
 
 A domain says what is legal. Where a bound is documented (a seed below 2**64, at most 2**62
@@ -79,6 +79,7 @@ from dataorder.core import partition, topology
 from dataorder.core.apportion import MAX_TOTAL
 from dataorder.core.keys import MAX_SEED
 from dataorder.core.permutation import MAX_DOMAIN
+from dataorder.core.state import MAX_STATE_BYTES  # NOTE [ State size ]
 from dataorder.diffusion import buckets
 from dataorder.diffusion.bucket_plan import MAX_INTERLEAVE_UNIT
 from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
@@ -90,8 +91,6 @@ pytestmark = pytest.mark.skipif(
 
 #: Seconds a call or a probe may take before it counts as a hang.
 HANG_SECONDS = 5.0
-#: The largest state any sampler may write (compact JSON), see docs/design.md.
-MAX_STATE_BYTES = 512
 
 # Caps that other modules declare; a module without its cap leaves the bound undocumented here
 # (then a huge value may be refused or accepted, but must work if accepted).
@@ -1434,7 +1433,7 @@ def _extremes(ctx: SimpleNamespace) -> dict[str, Callable[[], Any]]:
     ],
 )
 def test_states_fit_512_bytes_at_the_extremes(ctx: SimpleNamespace, name: str) -> None:
-    """Issue 12: states exceeded the promised 512 bytes at in-range extremes. Every sampler built
+    """Issue 12: states exceeded the promised bound at in-range extremes. Every sampler built
     with the largest values it accepts, at the largest epoch ``set_epoch`` accepts."""
     with hang_guard():
         s = _extremes(ctx)[name]()

@@ -1,7 +1,7 @@
 """Absurd sizes and seeds are refused up front instead of overflowing later.
 
 Positions are int64 and permutations work on 62-bit domains; seeds are stored in states that
-must stay within 512 bytes.
+must stay within MAX_STATE_BYTES (576).
 """
 
 from __future__ import annotations

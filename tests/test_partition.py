@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataorder.core.partition import plan_epoch
+from dataorder.core.partition import plan_epoch, plan_segments
 
 
 def _rank_batches(lay, rank: int, split: str, start: int = 0) -> list[list[int]]:  # type: ignore[no-untyped-def]
@@ -120,3 +120,17 @@ def test_bad_input(kwargs: dict[str, object], exc: type[Exception], match: str) 
     n = args.pop("n")
     with pytest.raises(exc, match=match):
         plan_epoch(n, **args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n": np.array(10)}, r"n must be a 1-D sequence of ints; got n=array\(10\)"),
+        ({"per_rank": np.array(2)}, r"per_rank must be a 1-D sequence of ints; got per_rank=array"),
+    ],
+)
+def test_zero_d_arrays_are_not_one_element_arrays(kwargs: dict[str, object], match: str) -> None:
+    """Issue 20, item 11: a 0-d int array was taken as a 1-element array (check_int_array)."""
+    args: dict[str, object] = {"n": [10], "per_rank": [2], "dp_size": 2, "tail": "drop", **kwargs}
+    with pytest.raises(TypeError, match=match):
+        plan_segments(**args)  # type: ignore[arg-type]

@@ -322,6 +322,12 @@ def test_parse_count_errors(text: Any, exc: type[Exception], message: str) -> No
             "global_batch_size must be an int unless step_batch_size_schedule is given; "
             "got global_batch_size=None",
         ),
+        (  # issue 20, item 11: numpy's "iteration over a 0-d array" named nothing
+            lambda: BatchSizeSchedule(np.array(10)),
+            TypeError,
+            "thresholds must be an iterable of (samples, global_batch_size) pairs; "
+            "got thresholds=array(10)",
+        ),
         (
             lambda: BatchSizeSchedule.from_megatron_args(
                 global_batch_size=32, rampup_batch_size=(16, 8)

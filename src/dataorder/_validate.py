@@ -8,6 +8,7 @@ position must not silently become a batch size of 1).
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from typing import NoReturn
 
 import numpy as np
@@ -19,7 +20,9 @@ __all__ = [
     "check_int",
     "check_int_array",
     "check_optional_int",
+    "check_sequence",
     "fail",
+    "is_zero_d",
 ]
 
 
@@ -96,6 +99,33 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     return value
 
 
+def is_zero_d(value: object) -> bool:
+    """Whether ``value`` is a 0-d numpy array: it has ``__len__`` and ``__iter__`` but both
+    raise, so a sequence check must refuse it before iterating."""
+    return isinstance(value, np.ndarray) and value.ndim == 0
+
+
+def check_sequence(name: str, value: object, what: str) -> list[object]:
+    """Return the items of ``value`` as a list, or raise TypeError naming ``name``.
+
+    Accepts sequences and numpy arrays of at least one dimension (the items of a 2-D array are
+    its rows); refuses ``str``, ``bytes``, anything else that is not a sequence, and 0-d arrays
+    (numpy's own "iteration over a 0-d array" names no argument).
+
+    Args:
+        name: The argument's name in the message.
+        value: The argument.
+        what: What it must be, e.g. ``"a sequence of positive ints, one per source"``.
+    """
+    if (
+        isinstance(value, str | bytes)
+        or not isinstance(value, Sequence | np.ndarray)
+        or is_zero_d(value)
+    ):
+        fail(name, what, value, TypeError)
+    return list(value)
+
+
 def check_int_array(
     name: str, values: object, *, min_value: int, max_value: int
 ) -> npt.NDArray[np.int64]:
@@ -105,10 +135,10 @@ def check_int_array(
     bools, ``None`` and NaN elements (TypeError, naming the first), values outside ``[min_value,
     max_value]`` (ValueError, naming the first) and anything that is not 1-D.
     """
-    if isinstance(values, np.ndarray) and values.dtype.kind in "iu" and values.ndim <= 1:
-        arr = values.reshape(-1)
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu" and values.ndim == 1:
+        arr = values
     else:
-        if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
+        if isinstance(values, str | bytes) or not hasattr(values, "__len__") or is_zero_d(values):
             fail(name, "a 1-D sequence of ints", values, TypeError)
         items = list(values)  # type: ignore[call-overload]
         for i, v in enumerate(items):

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_int, fail
+from dataorder._validate import check_int, check_sequence, fail
 from dataorder.core._apportion_tree import CONSTRUCTIONS, MAX_DEPTH, Tree
 from dataorder.core.keys import derive_key
 from dataorder.core.permutation import Permutation
@@ -133,14 +133,13 @@ def quantize_weights(weights: Sequence[float], total: int = MAX_TOTAL) -> tuple[
         (1, 999)
     """
     total = check_int("total", total, min_value=1, max_value=MAX_TOTAL)
-    if isinstance(weights, (str, bytes)) or not isinstance(weights, (Sequence, np.ndarray)):
-        fail("weights", "a sequence of non-negative reals", weights, TypeError)
+    items = check_sequence("weights", weights, "a sequence of non-negative reals")
     # Exact and integer-only: every weight is a ratio n_j / d_j (a float's d_j is a power of
     # two), so with D = lcm(d_j) the weights are the integers n_j * D / d_j, and every quota
     # total * w_j / sum(w) is the exact ratio prod_j / wsum of two Python ints.
     nums: list[int] = []
     dens: list[int] = []
-    for j, value in enumerate(list(weights)):
+    for j, value in enumerate(items):
         if type(value) is float and value >= 0.0 and value != math.inf:  # the common case
             n, d = value.as_integer_ratio()
             nums.append(n)
@@ -251,10 +250,9 @@ class Apportionment:
     )
 
     def __init__(self, weights: Sequence[int], key: int = 0) -> None:
-        if isinstance(weights, (str, bytes)) or not isinstance(weights, (Sequence, np.ndarray)):
-            fail("weights", "a sequence of non-negative ints", weights, TypeError)
+        items = check_sequence("weights", weights, "a sequence of non-negative ints")
         ints = []
-        for j, value in enumerate(list(weights)):
+        for j, value in enumerate(items):
             ints.append(check_int(f"weights[{j}]", value, min_value=0))
         if not ints or max(ints) == 0:
             fail("weights", "a non-empty sequence with a positive entry", weights)

@@ -29,8 +29,9 @@ __all__ = ["KEY_DERIVATION_VERSION", "MAX_SEED", "derive_key"]
 KEY_DERIVATION_VERSION = 1
 
 #: The largest seed a sampler accepts (63 bits). With it, and epochs below 2**32, every state
-#: stays within 512 bytes of JSON, and ``seed + epoch`` (what the torch-compatible orders pass to
-#: ``torch.manual_seed``) stays below 2**64.
+#: stays within MAX_STATE_BYTES (NOTE [ State size ] in dataorder.core.state), and
+#: ``seed + epoch`` (what the torch-compatible orders pass to ``torch.manual_seed``) stays
+#: below 2**64.
 MAX_SEED = 2**63 - 1
 
 _PERSON = b"dataorder.key.v1"  # BLAKE2b personalisation: keys never collide with other uses

@@ -13,8 +13,25 @@ Example (a Megatron random sampler's state, 8 ranks, after 3 global blocks of 16
      "fingerprint": "5d0c...", "epoch": 0, "consumed": 48,
      "config.total_samples": 1000, "config.seed": 0, ..., "layout.data_parallel_size": 8}
 
-The state is at most a few hundred bytes whatever the dataset size, survives ``json.dumps`` and
-``pickle``, and :func:`parse_state` never mutates its argument.
+The state is at most :data:`MAX_STATE_BYTES` (576) bytes of compact JSON whatever the dataset
+size (NOTE [ State size ]), survives ``json.dumps`` and ``pickle``, and :func:`parse_state` never
+mutates its argument.
+
+NOTE [ State size ]
+    A state holds a fixed set of keys per sampler and mode, short digests, and ints whose caps
+    are documented where they enter: seeds below ``2**63`` (``MAX_SEED``), epochs below
+    ``2**32`` (:data:`MAX_EPOCH`), sample counts and positions at most ``2**62``, batch and
+    data-parallel sizes at most ``2**31``, an interleave unit at most ``2**16``. Every state
+    with every field at its cap at once fits in 576 bytes of compact JSON
+    (``json.dumps(state, separators=(",", ":"))``; the default separators add two bytes per
+    key). The largest are the bucket sampler's (NeMo-compatible mode 555 bytes, the
+    interleaved order 540, sequential 522: a bucket index and a position of 19 digits each),
+    then Megatron's random sampler with ``data_sharding=True`` (530, at the largest epoch with
+    ``total_samples = global_batch_size = 2**62`` and ``2**31`` ranks of ``2**31``), and the
+    blend (under 520 with a 19-digit count of schedule entries). 512 bytes, the bound of
+    0.2.0's drafts, does not hold: the interleaved order reached 513 bytes on a dataset that
+    fits in memory (a 16.8 M-sample bucket among 120 k buckets at the largest epoch).
+    ``tests/test_hostile_states.py`` builds every sampler and mode at these extremes.
 """
 
 from __future__ import annotations
@@ -26,6 +43,7 @@ from typing import Any
 
 __all__ = [
     "MAX_EPOCH",
+    "MAX_STATE_BYTES",
     "STATE_FORMAT",
     "STATE_VERSION",
     "Scalar",
@@ -40,8 +58,12 @@ STATE_FORMAT = "dataorder.state"
 STATE_VERSION = 1
 
 #: Largest epoch a sampler counts to (about four billion): with it every state, at the largest
-#: legal values of every field, stays within 512 bytes of JSON.
+#: legal values of every field, stays within MAX_STATE_BYTES (NOTE [ State size ]).
 MAX_EPOCH = 2**32 - 1
+
+#: Largest state any sampler writes, in bytes of compact JSON, at the largest legal value of
+#: every field at once (NOTE [ State size ]).
+MAX_STATE_BYTES = 576
 
 Scalar = int | str
 _HEADER = ("format", "version", "kind", "fingerprint", "epoch")

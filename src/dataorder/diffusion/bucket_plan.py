@@ -82,8 +82,8 @@ __all__ = [
 #: The ``bucket_order=`` values of the bucket sampler.
 BUCKET_ORDERS: tuple[str, ...] = ("sequential", "interleaved")
 #: The largest ``interleave_unit`` (so the most data-parallel ranks of the interleaved order):
-#: 65,536 ranks, more than any job runs, and what keeps its state within 512 bytes at the
-#: largest seed, batch size and epoch.
+#: 65,536 ranks, more than any job runs, and what keeps its state within MAX_STATE_BYTES at the
+#: largest seed, batch size, epoch and position (NOTE [ State size ] in dataorder.core.state).
 MAX_INTERLEAVE_UNIT = 2**16
 
 IntArray = npt.NDArray[np.int64]

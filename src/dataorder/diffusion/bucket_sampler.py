@@ -114,7 +114,7 @@ _CHUNK_POSITIONS = 8192
 
 def _interleaved() -> Field:
     """``config.interleaved``: the interleaved order and its unit in one field (absent in the
-    sequential order), so the state stays within 512 bytes."""
+    sequential order), so the state stays within MAX_STATE_BYTES (NOTE [ State size ])."""
 
     def read(sampler: SequentialBucketSampler) -> Scalar | None:
         return sampler.interleave_unit
@@ -291,7 +291,7 @@ class SequentialBucketSampler(
         self._shuffle_buckets = check_bool("shuffle_buckets", shuffle_buckets)
         self._shuffle_within = check_bool("shuffle_within_bucket", shuffle_within_bucket)
         self._dynamic = check_bool("dynamic_batch_size", dynamic_batch_size)
-        # capped in every mode: a larger seed would push the state past its 512-byte budget
+        # capped in every mode: a larger seed would push the state past MAX_STATE_BYTES
         self._seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
         self._topology = resolve_topology(
             num_replicas, rank, mesh=mesh, dp_dims=dp_dims, topology=topology

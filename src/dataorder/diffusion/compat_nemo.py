@@ -162,9 +162,10 @@ class NemoBucketOrder:
 #     (B1), so such a checkpoint resumes where NeMo would, not where the run really was. Our
 #     states carry ``batches_yielded`` in this mode (counted from the epoch's start), so NeMo's
 #     sampler can load them too.
-#     The state stays within 512 bytes at the largest legal values because this mode records
-#     ``config.num_replicas`` (it is not elastic) and the state does not repeat it as
-#     ``layout.num_replicas`` (a state that does, as older ones did, still loads).
+#     The state stays within MAX_STATE_BYTES (NOTE [ State size ] in dataorder.core.state) at
+#     the largest legal values because this mode records ``config.num_replicas`` (it is not
+#     elastic) and the state does not repeat it as ``layout.num_replicas`` (a state that does,
+#     as older ones did, still loads).
 
 
 def _batches_yielded(sampler: Any) -> Scalar:

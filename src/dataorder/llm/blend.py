@@ -8,9 +8,10 @@ files, no build step. It yields each rank's micro-batches as flat indices into
 ``DataLoader(ConcatDataset(datasets), batch_sampler=sampler)``.
 
 The order is :class:`~dataorder.llm.blend_order.BlendOrder`'s (its module docstring has the
-four steps): each global batch takes each source's exact share (NOTE [ Mixture exactness ] in
-:mod:`dataorder.llm.mixture`), its slots shuffled, every source reading its samples in a fresh
-keyed order per pass over it (NOTE [ Source orders ] in :mod:`dataorder.llm.blend_order`).
+four steps): each global batch takes each source's quota from the exact counts
+(NOTE [ Mixture exactness ] in :mod:`dataorder.llm.mixture`), its slots shuffled, every source
+reading its samples in a fresh keyed order per pass over it (NOTE [ Source orders ] in
+:mod:`dataorder.llm.blend_order`).
 This module is the sampler around it: configuration, the partition of each global batch into
 the ranks' micro-batches, the checkpoint and the cursor.
 
@@ -21,8 +22,8 @@ How the peers blend (read for design only; details in the project's reference no
   bytes per sample of ``dataset_index``/``dataset_sample_index``), caches it on a shared file
   system, and rebuilds it, into another order, whenever the weights, the size or the seed
   change; a blend cannot change mid-run (Megatron-LM #457, PR #725 open). Its prefixes stray by
-  up to about 2 samples with skewed weights; ours stay within ``B_d < 1.75`` at every
-  global-batch boundary, with O(K) memory and nothing to build.
+  up to about 2 samples with skewed weights; with the same constant weights ours stay within
+  ``B_d < 1.75`` at every global-batch boundary, with O(K) memory and nothing to build.
 * Levanter's block-deterministic mixture truncates each block's counts and gives the remainder
   to the largest source, so small weights round to zero for a whole run (marin PR #8373).
   Here a source of weight ``1e-6`` gets its first sample within ``B_d / 1e-6 < 1.75e6``
@@ -53,7 +54,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_int, fail
+from dataorder._validate import check_int, check_sequence, fail
 from dataorder.core.apportion import APPORTIONMENT_VERSION, MAX_POSITION
 from dataorder.core.assembly import (
     AssembledSampler,
@@ -79,8 +80,8 @@ from dataorder.llm.schedule import BatchSizeSchedule
 
 __all__ = ["BlendedSampler"]
 
-# Every construction the order depends on, in one field (the state stays under 512 bytes with
-# a long schedule tag, a 20-digit seed and a batch-size schedule digest).
+# Every construction the order depends on, in one field (the state stays within MAX_STATE_BYTES
+# with a long schedule tag, a 19-digit seed and a batch-size schedule digest).
 _VERSIONS = (
     f"blend{BLEND_VERSION}-permutation{PERMUTATION_VERSION}-key{KEY_DERIVATION_VERSION}-"
     f"apportionment{APPORTIONMENT_VERSION}"
@@ -100,13 +101,12 @@ def _digest(payload: object) -> str:
 
 
 def _check_sizes(sizes: object) -> tuple[int, ...]:
-    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, (Sequence, np.ndarray)):
-        fail("sizes", "a sequence of positive ints, one per source", sizes, TypeError)
+    items = check_sequence("sizes", sizes, "a sequence of positive ints, one per source")
     out = tuple(
         n
         if type(n) is int and 1 <= n <= MAX_DOMAIN  # the common case: no ABC checks
         else check_int(f"sizes[{d}]", n, min_value=1, max_value=MAX_DOMAIN)
-        for d, n in enumerate(list(sizes))
+        for d, n in enumerate(items)
     )
     if not out:
         fail("sizes", "a non-empty sequence of positive ints", sizes)
@@ -136,8 +136,16 @@ def _check_trained(
     progress: Mapping[str, int],
     layout: Mapping[str, int],
 ) -> None:
-    first, _ = sampler.order.epoch_bounds(epoch)
-    sampler.schedule.check_trained(tag, first + progress["consumed"])
+    # NOTE [ Trained part of a schedule ]: through the end of the global batch under way
+    saved = sampler.order.epoch_bounds(epoch)[0] + progress["consumed"]
+    sampler.schedule.check_trained(tag, sampler.order.quotas_fixed_through(saved), saved_at=saved)
+
+
+def _trained_tag(sampler: BlendedSampler) -> str:
+    """``mixture``: the digest of the schedule through the end of the global batch under way
+    (NOTE [ Trained part of a schedule ])."""
+    fixed = sampler.order.quotas_fixed_through(sampler.consumed_samples)
+    return sampler.schedule.trained_tag(fixed)
 
 
 def _per_source(sampler: BlendedSampler) -> str:
@@ -172,13 +180,18 @@ class BlendedSampler(
     """Micro-batches of a weighted mixture of K sources, exact in every global batch.
 
     Each item is one data-parallel rank's micro-batch of flat ``ConcatDataset`` indices (the
-    order is :class:`~dataorder.llm.blend_order.BlendOrder`'s). Every global batch gives each
-    source its weight's share within ``B_d < 1.75`` samples, cumulatively, at every
-    global-batch boundary (NOTE [ Mixture exactness ] in :mod:`dataorder.llm.mixture`); the
-    slots are shuffled so every rank gets a random mix; every source reads its samples without
-    repeats until it has read them all (NOTE [ Source orders ] in
-    :mod:`dataorder.llm.blend_order`). State is O(1), memory O(K), and the batch of any step is
-    computed without replay. Epochs are stretches of one run (NOTE [ Blended epochs ], ibid.).
+    order is :class:`~dataorder.llm.blend_order.BlendOrder`'s). With constant weights ``w``,
+    after every global batch each source has given ``w_d t`` of the ``t`` samples consumed
+    within ``B_d < 1.75``. Under a :class:`~dataorder.llm.mixture.MixtureSchedule` each entry
+    holds that bound over its own samples (a ramp ``< 4`` against its integral) and the
+    offsets carry over: against its share, the integral of its weight over the samples
+    consumed, a source stays within the sum of the bounds of the entries reached
+    (:meth:`~dataorder.llm.mixture.Mixture.share_bounds`; NOTE [ Mixture exactness ] in
+    :mod:`dataorder.llm.mixture`). The slots are shuffled so every rank gets a random mix;
+    every source reads its samples without repeats until it has read them all
+    (NOTE [ Source orders ] in :mod:`dataorder.llm.blend_order`). State is O(1), memory O(K),
+    and the batch of any step is computed without replay. Epochs are stretches of one run
+    (NOTE [ Blended epochs ], ibid.).
 
     Args:
         sizes: Samples in each source (the lengths of the datasets given to ``ConcatDataset``,
@@ -266,9 +279,7 @@ class BlendedSampler(
                 required=lambda config: isinstance(config.get("global_batch_size"), str),
             ),
         ),
-        extras=(
-            Extra("mixture", lambda s: s.schedule.trained_tag(s.consumed_samples), _check_trained),
-        ),
+        extras=(Extra("mixture", _trained_tag, _check_trained),),
         details=(
             Detail(
                 "consumed_samples", lambda s: f"{s.consumed_samples} (Megatron's run-wide count)"

@@ -10,7 +10,8 @@ the whole run, all ranks together):
 2. Each source's share of the window is ``c_d(a_k + G_k) - c_d(a_k)``, from the exact counts of
    :class:`~dataorder.llm.mixture.Mixture` (NOTE [ Mixture exactness ] in
    :mod:`dataorder.llm.mixture`): at every global-batch boundary every source is within
-   ``B_d < 1.75`` samples of its weight times the samples of the segment.
+   ``B_d < 1.75`` samples of its weight times the samples of the schedule's entry so far (a
+   ramp within 4 of its integral), offsets carried from one entry to the next.
 3. The window's slots are laid out source by source, then shuffled by a keyed permutation of the
    window: ``p`` takes slot ``sigma_k(p - a_k)``, so each rank's micro-batch is a random mix of
    sources, not a sorted run.
@@ -35,6 +36,25 @@ NOTE [ Source orders ]
     cost 10 us each, K of them per global batch. The core's
     :func:`~dataorder.core.permutation.permute_many` evaluates all of these permutations, with
     their different sizes and keys, in one vectorised pass of the core's own network.
+
+    A global batch whose draws from ``d`` straddle a source epoch boundary (``h`` draws that
+    end epoch ``E - 1``, then ``t`` that start epoch ``E``) may read a sample twice: the first
+    ``t`` samples of epoch ``E``'s fresh order can include some of the last ``h`` of epoch
+    ``E - 1`` (``h t / n_d`` of them on average, at most ``min(h, t)``; ``BlendedSampler([5],
+    [1], 2, r, 2, 4, seed=0, total_samples=12)`` gives rank 1 the micro-batch ``[2, 2]``). Any
+    other global batch whose quota from ``d`` is at most ``n_d`` reads distinct samples of
+    ``d``. This is not avoided, deliberately: the samples of epoch ``E`` that would replace the
+    repeated ones must still be read in epoch ``E``, by later global batches (many batches
+    later for a source of small weight), so epoch ``E``'s order would depend on which global
+    batch straddled its start. Finding it is a search over the mixture's counts for every draw
+    near the start of a source epoch instead of O(1) work per draw, and counting distinct reads
+    (:func:`distinct_draws`) would have to follow the same exchange. What it would save is
+    small: a source read ``q = h + t`` times per global batch repeats at most ``q**2 / (4
+    n_d)`` samples per source epoch on average (0.0025 for ``q = 100`` and ``n_d = 10**6``),
+    once per ``n_d / q`` global batches; a source with ``n_d < q`` repeats samples in every
+    global batch whatever the order. A fixed order for every epoch (cyclic reading) would
+    avoid the repeats for free but read each sample at the same point of every epoch, a
+    correlation worse than a rare repeat.
 
 NOTE [ Blended epochs ]
     The run is one stream of samples, and an epoch is a stretch of it: epoch ``e`` holds the
@@ -235,6 +255,24 @@ class BlendOrder:
         if self.epoch_bounds(epoch + 1)[0] <= samples:
             epoch += 1
         return epoch, samples - self.epoch_bounds(epoch)[0]
+
+    def quotas_fixed_through(self, samples: int) -> int:
+        """The run position through which a cursor at ``samples`` has fixed the quotas.
+
+        The end of the global batch under way (its quotas are ``c(a_k + G_k) - c(a_k)``: some
+        ranks may have read part of it), or ``samples`` itself at a global-batch boundary,
+        where the next global batch has not started. The mixture schedule must not change
+        before it (NOTE [ Trained part of a schedule ] in :mod:`dataorder.llm.mixture`).
+
+        >>> from dataorder.llm.mixture import Mixture, MixtureSchedule
+        >>> order = BlendOrder([6, 4], Mixture(MixtureSchedule([(0, [3, 1])]), key=0),
+        ...                    BatchSizeSchedule.from_step_schedule("0:4 8:8"), 8, seed=0)
+        >>> [order.quotas_fixed_through(p) for p in (0, 2, 4, 8, 10, 16)]
+        [0, 4, 4, 8, 16, 16]
+        """
+        step = self.batches.step_at(samples)
+        start = self.batches.consumed_samples(step)
+        return samples if start == samples else start + self.batches.global_batch_size(step)
 
     # -- positions to draws ---------------------------------------------------------------------
     def windows(

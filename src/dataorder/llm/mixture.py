@@ -25,12 +25,39 @@ NOTE [ Mixture exactness ]
     ``1e-6`` gets its first sample within ``B_d / 1e-6`` samples of the segment's start and
     is never rounded away; a source of weight 0 gets nothing. Megatron's greedy blend, the
     reference at batch granularity, strays by up to about 2.2 on the same weights (measured in
-    ``benchmarks/bench_blend.py``).
+    ``benchmarks/bench_blend.py``). With constant weights (one segment, ``s = 0``) this is the
+    whole guarantee: ``|c_d(t) - w_d t| <= B_d < 1.75`` against the quantised weights.
 
     Across a change of weights each source continues exactly where it left off: ``c_d`` is
-    continuous and the next segment's draws follow the last one's. Exactness is per segment:
-    the offset a segment ends with (within ``B_d``) is carried into the next one, so against
-    the integral of the whole schedule a source may drift by up to ``B_d`` per change.
+    continuous and the next segment's draws follow the last one's. Exactness is per segment,
+    and the offset a segment ends with is carried into the next one, not corrected.
+
+    *A source's share under a schedule* is the integral of its weight over the samples
+    consumed: ``S_d(t) = integral from 0 to t of w_d(x) dx``, where ``w(x)`` is the
+    schedule's quantised, normalised weight vector at sample count ``x``: constant on a
+    constant entry, and on a :class:`Ramp` from ``u`` at ``s`` to ``v`` at ``s + L`` the line
+    ``u + (v - u)(x - s) / L`` (so ``S_d(s + tau) - S_d(s) = u_d tau + (v_d - u_d) tau**2 /
+    (2 L)``). The bound that holds at every ``t`` in entry ``j`` is::
+
+        |c_d(t) - S_d(t)| <= beta_0,d + beta_1,d + ... + beta_j,d
+
+    where ``beta_i`` is entry ``i``'s own bound (:meth:`Mixture.deviation_bounds`):
+    ``B_d(w_i) < 1.75`` for a constant entry, ``B_u,d + B_v,d + |v_d - u_d| / 2 < 4`` for a
+    ramp (NOTE [ Linear ramps ]); :meth:`Mixture.share_bounds` evaluates the sum. Proof:
+    ``c_d(0) = S_d(0) = 0``, so ``c_d(t) - S_d(t)`` telescopes into one term per entry
+    reached, ``[c_d(b) - c_d(a)] - [S_d(b) - S_d(a)]`` over the part ``[a, b)`` of entry
+    ``i`` before ``t``. Inside an entry ``c_d(b) - c_d(a)`` is the entry's own count at
+    ``b - a`` samples into it (its apportionment, or its cross-fade for a ramp) and
+    ``S_d(b) - S_d(a)`` that count's exact target, so each term is at most ``beta_i,d`` in
+    magnitude (the first paragraph, NOTE [ Linear ramps ]). Against the weights as given,
+    add the quantisation: less than ``t * 2**-40`` per source, unless a weight below
+    ``2**-40`` of its vector was raised to one unit (:func:`~dataorder.core.apportion.
+    quantize_weights`). The bound grows with the entries trained, because nothing corrects
+    the offset an entry ends with: a schedule of ``m`` constant entries keeps each source
+    within ``1.75 m`` of its share, however long the run. For example the step schedule
+    ``[(0, [7, 1]), (12, [2, 7]), (17, [4, 4]), (22, [1, 1]), (49, [7, 7])]`` with global
+    batches of 10 and seed 3 leaves source 0 2.11 samples short of its share from global
+    batch 5 on, within its bound of 2.5 (five entries of ``B = 0.5``).
 
 NOTE [ Linear ramps ]
     A :class:`Ramp` entry from ``u`` to ``v`` over ``L`` samples (up to the next entry's start)
@@ -45,13 +72,25 @@ NOTE [ Linear ramps ]
 
 NOTE [ Trained part of a schedule ]
     A run may change its schedule after a resume (an annealing phase decided late), but only
-    where it has not trained yet. The *trained part* at sample ``P`` is every entry that
-    starts before ``P``, each with the quantised weights that fix its counts; a ramp also
-    with its end, which shapes its counts. :meth:`MixtureSchedule.trained_tag` digests it into
-    a short string that a sampler's state records; :meth:`MixtureSchedule.check_trained`
-    refuses a schedule whose trained part differs, naming the first segment (entry) that
-    differs (per-segment digests are kept for the first 12 segments; beyond them the message
-    gives the range). Entries that start at ``P`` or later may be added, removed or edited.
+    where it has not trained yet. The *trained part* through sample ``E`` is every entry that
+    starts before ``E``, each with the quantised weights that fix its counts; a ramp also
+    with its end, which shapes its counts. ``c(t)`` for every ``t <= E`` depends on nothing
+    else. :meth:`MixtureSchedule.trained_tag` digests it into a short string that a
+    sampler's state records; :meth:`MixtureSchedule.check_trained` refuses a schedule whose
+    trained part differs, naming the first segment (entry) that differs (per-segment digests
+    are kept for the first 12 segments; beyond them the message gives the range). Entries
+    that start at ``E`` or later may be added, removed or edited.
+
+    ``E`` is not the saved position ``P`` but the end of the global batch under way at ``P``
+    (:meth:`~dataorder.llm.blend_order.BlendOrder.quotas_fixed_through`): a global batch
+    ``[a, a + G)`` takes the quotas ``c(a + G) - c(a)``, and a state saved inside it (after
+    some micro-batches, ``a < P < a + G``) has read part of a batch whose slots those quotas
+    laid out. Another schedule before ``a + G`` would lay the same batch out again with other
+    quotas, so the rest of it would read some draws twice and never read others. At a
+    global-batch boundary (``P = a``) the next batch has not started: ``E = P``. With a
+    batch-size schedule, ``G`` is the size of the step that holds ``P``, and the batch-size
+    schedule itself is part of the sampler's configuration, so ``E`` is the same in the run
+    that saved and the run that loads, on any layout.
 
 Example:
     >>> sched = MixtureSchedule([(0, [3, 1]), (8, Ramp([3, 1], [1, 3])), (16, [1, 3])])
@@ -77,7 +116,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_int, fail
+from dataorder._validate import check_int, check_sequence, fail, is_zero_d
 from dataorder.core.apportion import MAX_POSITION, MAX_TOTAL, Apportionment, quantize_weights
 
 __all__ = [
@@ -116,9 +155,7 @@ def _shown(values: Sequence[Any]) -> object:
 
 def _check_weights(name: str, values: object, num_sources: int | None) -> tuple[Any, ...]:
     """Validate one weight vector; return it with numpy scalars turned into Python numbers."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
-        fail(name, "a sequence of non-negative reals, one per source", values, TypeError)
-    items = list(values)
+    items = check_sequence(name, values, "a sequence of non-negative reals, one per source")
     out: list[Any] = []
     for j, value in enumerate(items):
         number: Any
@@ -164,7 +201,10 @@ class Ramp:
     def __post_init__(self) -> None:
         for name in ("start_weights", "end_weights"):
             value = getattr(self, name)
-            if isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes)):
+            # a 0-d array stays as given: MixtureSchedule refuses it, naming the entry
+            if isinstance(value, (Sequence, np.ndarray)) and not (
+                isinstance(value, (str, bytes)) or is_zero_d(value)
+            ):
                 object.__setattr__(self, name, tuple(value))
 
 
@@ -238,7 +278,11 @@ class MixtureSchedule:
         self._init(entries, "schedule")
 
     def _init(self, entries: object, name: str) -> None:
-        if isinstance(entries, (str, bytes)) or not isinstance(entries, Iterable):
+        if (
+            isinstance(entries, (str, bytes))
+            or not isinstance(entries, Iterable)
+            or is_zero_d(entries)
+        ):
             fail(name, "a sequence of (start_sample, weights) pairs", entries, TypeError)
         items = list(entries)
         if not items:
@@ -467,8 +511,22 @@ class MixtureSchedule:
         short = "".join(d[:_SHORT] for d in digests[:_NAMED_ENTRIES])
         return f"{m}:{full}:{short}"
 
-    def check_trained(self, tag: object, samples: int, *, name: str = "state['mixture']") -> None:
+    def check_trained(
+        self,
+        tag: object,
+        samples: int,
+        *,
+        name: str = "state['mixture']",
+        saved_at: int | None = None,
+    ) -> None:
         """Refuse this schedule if its part before ``samples`` is not the one ``tag`` digests.
+
+        Args:
+            tag: A :meth:`trained_tag`, from a state.
+            samples: Where the trained part ends: ``E`` of NOTE [ Trained part of a schedule ].
+            name: What the message calls ``tag``.
+            saved_at: The saved position ``P`` when it is not ``samples`` (a state saved inside
+                a global batch): the message says why the schedule is fixed beyond it.
 
         Raises:
             ValueError: If ``tag`` is not a trained tag, or the trained parts differ; the message
@@ -516,10 +574,17 @@ class MixtureSchedule:
                 f"one of its segments {_NAMED_ENTRIES}..{ours_m - 1} differs from the ones the "
                 "state was trained with"
             )
+        if saved_at is None or saved_at == samples:
+            allowed = f"start at or after the saved position (sample {samples}) may change"
+        else:
+            allowed = (
+                f"start at or after sample {samples}, the end of the global batch under way at "
+                f"the saved position (sample {saved_at}), may change: that batch's quotas were "
+                "fixed when it started"
+            )
         raise ValueError(
             f"the mixture schedule cannot continue this state: {what}. Only segments that "
-            f"start at or after the saved position (sample {samples}) may change (NOTE "
-            "[ Trained part of a schedule ])"
+            f"{allowed} (NOTE [ Trained part of a schedule ])"
         )
 
 
@@ -654,6 +719,20 @@ class Mixture:
             seg = self._schedule.segments[s]
             out[sel] = self.base(s) + self._local_at(seg, arr[sel] - seg.start)
         return out
+
+    def share_bounds(self, t: int) -> npt.NDArray[np.float64]:
+        """Per-source bound on ``|c_d(t) - S_d(t)|``, ``S_d`` the integral of the schedule's
+        quantised weights over samples ``[0, t)``: the sum of :meth:`deviation_bounds` over
+        the entries that start at or before ``t`` (NOTE [ Mixture exactness ]).
+
+        Raises:
+            TypeError, ValueError: If ``t`` is not an int in ``[0, 2**62]``.
+        """
+        last = self._schedule.segment_at(check_int("t", t, min_value=0, max_value=MAX_POSITION))
+        total: npt.NDArray[np.float64] = np.sum(
+            [self.deviation_bounds(i) for i in range(last + 1)], axis=0
+        )
+        return total
 
     def deviation_bounds(self, segment: int) -> npt.NDArray[np.float64]:
         """Per-source bound of entry ``segment`` (NOTE [ Mixture exactness ], [ Linear ramps ]).

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from dataorder._validate import check_int, fail
+from dataorder._validate import check_int, fail, is_zero_d
 
 __all__ = [
     "MAX_RAMPUP_INCREMENTS",
@@ -170,7 +170,7 @@ class BatchSizeSchedule:
 
     def __init__(self, thresholds: Iterable[tuple[int, int]]) -> None:
         given: object = thresholds
-        if isinstance(given, str | bytes) or not isinstance(given, Iterable):
+        if isinstance(given, str | bytes) or not isinstance(given, Iterable) or is_zero_d(given):
             fail(
                 "thresholds",
                 "an iterable of (samples, global_batch_size) pairs",

@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data.distributed import DistributedSampler as _TorchDistributedSampler
 
-from dataorder._validate import check_bool, check_int, fail
+from dataorder._validate import check_bool, check_int, fail, is_zero_d
 from dataorder.core.assembly import AssembledSampler, Field, Layout, Mode, Modes, Schema, flag
 from dataorder.core.assembly import recorded as recorded_arg
 from dataorder.core.batching import INDICES
@@ -195,7 +195,7 @@ def epoch_order(
 
 
 def _dataset_size(dataset: object) -> int:
-    if not isinstance(dataset, Sized):
+    if not isinstance(dataset, Sized) or is_zero_d(dataset):
         fail("dataset", "a sized dataset (with __len__)", dataset, TypeError)
     try:
         size = len(dataset)
@@ -323,8 +323,8 @@ class DistributedSampler(AssembledSampler[int], _TorchDistributedSampler[int]):
         AssembledSampler.__init__(self)
         self._n = _dataset_size(dataset)
         self._shuffle = check_bool("shuffle", shuffle)
-        # Capped: the seed is stored in the state, which must stay within 512 bytes; the cap is
-        # also torch's limit for manual_seed, which compat='torch' uses.
+        # Capped: the seed is stored in the state, which must stay within MAX_STATE_BYTES; the cap
+        # is also torch's limit for manual_seed, which compat='torch' uses.
         self._seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
         self._drop_last = check_bool("drop_last", drop_last)
         mode = INDEX_MODES.choose(compat)  # NOTE [ Index order strategies ]

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from dataorder.core.batching import BatchRule, Coverage, coverage, rule_of
+from dataorder.core.state import MAX_STATE_BYTES
 
 __all__ = [
     "MAX_STATE_BYTES",
@@ -67,9 +68,6 @@ __all__ = [
     "flatten",
     "run_epoch",
 ]
-
-#: Largest state, in bytes of compact JSON, that any sampler may write.
-MAX_STATE_BYTES = 512
 
 
 class ContractViolation(AssertionError):

@@ -468,6 +468,127 @@ def test_a_tier_that_is_not_a_staircase_is_still_exact() -> None:
     assert (got == TOO_SMALL).sum() > 1000
 
 
+def _check_limits(calc: VideoBucketCalculator, clips: list[tuple[int, int, int]]) -> list[int]:
+    """assign equals the reference on ``clips``, and no assigned clip is upscaled past the limit
+    or stretched in time (exact rationals)."""
+    w, h, f = (np.array(c, dtype=np.int64) for c in zip(*clips, strict=True))
+    got = calc.assign(w, h, f).tolist()
+    assert got == [calc.get_bucket_id_for_video(*c) for c in clips]
+    u = calc.max_upscale
+    for k, (cw, ch, cf) in zip(got, clips, strict=True):
+        if k >= 0:
+            b = calc.get_bucket_by_id(k)
+            bw, bh = b["resolution"]
+            assert b["frames"] <= cf
+            assert u is None or (bw <= u * cw and bh <= u * ch), (cw, ch, b)
+    return got
+
+
+def test_a_float_upscale_limit_does_not_wrap_at_large_buckets() -> None:
+    """Issue 20, item 2: ``1.01`` is a fraction over 2**52, and ``bw * 2**52`` wrapped in int64
+    once a bucket was wider than 2048: 2014x984 went to 2064x992, an upscale of 1.025."""
+    c = VideoBucketCalculator(100000, max_frames=5, max_pixels=1920 * 1080, max_upscale=1.01)
+    assert c.get_bucket_id_for_video(2014, 984, 5) == TOO_SMALL
+    assert c.assign([2014], [984], [5]).tolist() == [TOO_SMALL]
+    rng = np.random.default_rng(20)
+    n = 20_000  # the issue's count: 57 of them disagreed
+    clips = list(
+        zip(
+            rng.integers(1500, 2600, n).tolist(),
+            rng.integers(700, 1300, n).tolist(),
+            rng.integers(1, 8, n).tolist(),
+            strict=True,
+        )
+    )
+    got = _check_limits(c, clips)
+    assert got.count(TOO_SMALL) > 1000
+    assert sum(k >= 0 for k in got) > 1000
+
+
+def test_upscale_limits_of_any_size_are_exact() -> None:
+    """Issue 20, item 7: an int, a float or a Fraction too large for int64 is taken exactly."""
+    base = VideoBucketCalculator.from_preset("wan2.1-480p", max_upscale=None)
+    clips = [(1, 1, 81), (2, 3, 81), (640, 360, 81), (2**31 - 1, 1, 5), (1, 2**31 - 1, 1)]
+    for limit in (10**20, 1e300, Fraction(10**30 + 1, 10**30), 1 + 2**-52):
+        calc = VideoBucketCalculator.from_preset("wan2.1-480p", max_upscale=limit)
+        assert calc.max_upscale == Fraction(limit)
+        got = _check_limits(calc, clips)
+        if calc.max_upscale >= 1000:  # nothing here needs more: the same as no limit
+            assert got == base.assign(*(np.array(c) for c in zip(*clips, strict=True))).tolist()
+        assert VideoBucketCalculator.from_config(calc.config()) == calc
+    # A hair above 1 is 1 for integer sides below 10**30 (and below 2**52 for 1 + 2**-52).
+    strict = VideoBucketCalculator.from_preset("wan2.1-480p", max_upscale=1)
+    rng = np.random.default_rng(7)
+    w, h, f = rng.integers(300, 2000, 5000), rng.integers(300, 2000, 5000), np.full(5000, 81)
+    for limit in (Fraction(10**30 + 1, 10**30), 1 + 2**-52):
+        near_one = VideoBucketCalculator.from_preset("wan2.1-480p", max_upscale=limit)
+        assert near_one.assign(w, h, f).tolist() == strict.assign(w, h, f).tolist()
+    assert strict.assign([832, 831], [480, 480], [81, 81]).tolist()[0] >= 0
+
+
+_UPSCALES = st.one_of(
+    st.floats(1.0, 4.0),
+    st.integers(0, 2**20).map(lambda k: 1.0 + k * 2.0**-52),  # floats a few ulps above 1
+    st.sampled_from([1.01, 1.001, 1.0000001, 1e300, 10**20, 10**40]),
+    st.integers(1, 10**30),
+    st.builds(
+        lambda d, e: Fraction(d + e, d),
+        st.integers(1, 10**40),
+        st.integers(0, 10**40),
+    ),
+    st.none(),
+)
+
+
+@st.composite
+def large_calculators(draw: st.DrawFn) -> VideoBucketCalculator:
+    """Custom calculators with per-frame budgets up to 2**40 pixels and any upscale limit."""
+    exponent = draw(st.integers(16, 40))
+    q = 16 * draw(st.sampled_from([1, 2, 3, 4, 64]))
+    max_pixels = max(q * q, draw(st.integers(2 ** (exponent - 1), 2**exponent)))
+    ratios = st.lists(
+        st.one_of(st.floats(0.01, 100.0), st.sampled_from([10_000.0, 1 / 10_000, (16, 9)])),
+        min_size=1,
+        max_size=6,
+    )
+    need = 21 * q * q // 256  # one q x q cell at 81 frames (21 latent frames, 256 px a token)
+    return VideoBucketCalculator(
+        draw(st.integers(need, 2**50)),
+        frame_counts=draw(st.lists(st.sampled_from([1, 5, 9, 17, 81]), min_size=1, max_size=3)),
+        max_pixels=max_pixels,
+        quantization=q,
+        aspect_ratios=draw(st.one_of(st.none(), ratios)),
+        max_upscale=draw(_UPSCALES),
+    )
+
+
+@st.composite
+def large_clips(draw: st.DrawFn, calc: VideoBucketCalculator) -> tuple[int, int, int]:
+    """Clips at the limit of a bucket's side (where a wrapped product answers wrong), or of any
+    size up to 2**31 - 1."""
+    f = draw(st.sampled_from([*calc.frame_counts, 2**31 - 1]))
+    if draw(st.booleans()):
+        side = st.integers(0, 31).flatmap(lambda e: st.integers(1, max(1, 2**e - 1)))
+        return draw(side), draw(side), f
+    bw, bh = draw(st.sampled_from(calc.get_all_buckets()))["resolution"]
+    u = calc.max_upscale or Fraction(1)
+    w = min(2**31 - 1, max(1, math.ceil(bw / u) + draw(st.integers(-1, 1))))
+    h = min(2**31 - 1, max(1, math.ceil(bh / u) + draw(st.integers(-1, 1))))
+    if draw(st.booleans()):  # the aspect of another bucket, one side at its limit
+        aw, ah = draw(st.sampled_from(calc.get_all_buckets()))["resolution"]
+        h = min(2**31 - 1, max(1, w * ah // aw))
+    return w, h, f
+
+
+@given(st.data())
+def test_assign_equals_the_reference_at_large_budgets_and_any_upscale(
+    data: st.DataObject,
+) -> None:
+    calc = data.draw(large_calculators())
+    batch = data.draw(st.lists(large_clips(calc), min_size=1, max_size=30))
+    _check_limits(calc, batch)
+
+
 def test_table_limits_fall_back_to_exact_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(assign_module, "_FIT_TABLE_LIMIT", 0)
     monkeypatch.setattr(assign_module, "_FRAME_TABLE_LIMIT", 0)

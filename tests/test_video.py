@@ -11,6 +11,7 @@ import doctest
 import itertools
 import json
 import math
+import re
 import subprocess
 import sys
 import types
@@ -738,6 +739,39 @@ CONSTRUCTOR_ERRORS: list[tuple[dict[str, object], type[Exception], str]] = [
         ValueError,
         "max_batch_size must be a positive int; got max_batch_size=0",
     ),
+    # The caps (issue 20, item 7): no int64 product of a bucket can wrap.
+    (
+        {**_BASE, "max_tokens": 2**62 + 1},
+        ValueError,
+        "max_tokens must be at most 2**62 = 4611686018427387904 (token counts are int64); got",
+    ),
+    (
+        {**_BASE, "max_tokens": 2**32 + 1, "max_frames": 5},
+        ValueError,
+        "max_tokens must be at most 4294967296 for frames=1 when max_pixels is None (frames of at "
+        "most 2**40 pixels; set max_pixels to cap them); got max_tokens=4294967297",
+    ),
+    (
+        {**_BASE, "max_pixels": 2**40 + 1},
+        ValueError,
+        "max_pixels must be at most 2**40 = 1099511627776 or None; got max_pixels=1099511627777",
+    ),
+    (
+        {**_BASE, "quantization": 2**20 + 16},
+        ValueError,
+        "quantization must be at most 1048576 (one 1048576x1048576 bucket: 2**40 pixels); got",
+    ),
+    (
+        {**_BASE, "spatial_compression": 2**31 - 1},
+        ValueError,
+        "spatial_compression must be small enough that a latent cell's side lcm(sc * ph, sc * pw) "
+        "is at most 1048576 (it is 4294967294 with patch_size=(1, 2, 2)); got",
+    ),
+    (
+        {**_BASE, "max_batch_size": 2**31 + 1},
+        ValueError,
+        "max_batch_size must be at most 2**31 = 2147483648 or None; got max_batch_size=2147483649",
+    ),
 ]
 
 
@@ -900,6 +934,34 @@ def test_video_batch_sizes() -> None:
     assert again.tolist() == calc.cost_model.batch_sizes(tokens, ref, 2, 64).tolist()
     # Default clamp: 4x the reference.
     assert int(VideoBucketCalculator.from_preset("wan2.1-480p").batch_sizes(3).max()) == 12
+    # Issue 20, item 7: past 2**31 a batch size is refused by name, never an OverflowError.
+    wan = VideoBucketCalculator.from_preset("wan2.1-480p")
+    assert int(wan.batch_sizes(2**31).max()) == 2**33  # the default clamp, 4x: still an int64
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "reference_batch_size must be at most 2**31 = 2147483648; got "
+            "reference_batch_size=100000000000000000000"
+        ),
+    ):
+        wan.batch_sizes(10**20)
+    with pytest.raises(ValueError, match=r"max_batch_size must be at most 2\*\*31"):
+        wan.cost_model.batch_sizes(wan.tokens, 100, 1, 2**31 + 1)
+
+
+def test_large_budgets_up_to_the_caps_build_and_assign() -> None:
+    """Every int64 product of a bucket stays exact at the largest legal values (issue 20, item 7):
+    a 2**40-pixel frame at the largest quantization, and the largest token budget."""
+    top = VideoBucketCalculator(2**62, frame_counts=[1, 5], max_pixels=2**40, quantization=2**20)
+    assert top.resolutions.tolist() == [[2**20, 2**20]] * 2
+    assert int(top.tokens.max()) <= top.max_tokens
+    assert top.assign([2**20, 2**31 - 1], [2**20, 1], [5, 5]).tolist() == [1, -2]
+    fine = VideoBucketCalculator(2**36, frame_counts=[1], max_pixels=2**40, aspect_ratios=[10_000])
+    assert int(fine.resolutions.max()) > 10**8  # sides past 2**26, far from wrapping
+    w, h = [2**31 - 1, 2**31 - 1, 12345], [2**31 - 1, 123, 2**31 - 1]
+    assert fine.assign(w, h, [1, 1, 1]).tolist() == [
+        fine.get_bucket_id_for_video(a, b, 1) for a, b in zip(w, h, strict=True)
+    ]
 
 
 # -- time: trim loss and resampling -------------------------------------------------------------

@@ -48,6 +48,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_int, check_optional_int, fail
+from dataorder.core.partition import MAX_BATCH_SIZE
 
 __all__ = [
     "DEFAULT_MAX_BATCH_FACTOR",
@@ -213,17 +214,29 @@ class CostModel:
         Args:
             tokens: Tokens per sample, an int array of any shape, entries ``>= 1``.
             reference_tokens: Tokens per sample of the reference bucket.
-            reference_batch_size: Per-rank batch size known to fit the reference bucket.
-            max_batch_size: Upper clamp; None means ``4 * reference_batch_size``.
+            reference_batch_size: Per-rank batch size known to fit the reference bucket, at
+                most ``2**31`` (:data:`~dataorder.core.partition.MAX_BATCH_SIZE`, the largest
+                per-rank batch a sampler takes).
+            max_batch_size: Upper clamp, at most ``2**31``; None means
+                ``4 * reference_batch_size``.
 
         Returns:
             int64 array of batch sizes, the shape of ``tokens``.
 
         Raises:
             TypeError: If ``tokens`` is not an int array or an argument is not an int.
-            ValueError: If a token count or an argument is not positive.
+            ValueError: If a token count or an argument is not positive, or a batch size is
+                above ``2**31``.
         """
         budget, cap = self._budget(reference_tokens, reference_batch_size, max_batch_size)
+        # The answers are int64 and at most the clamp: bound the clamp's operands, so a batch
+        # size cannot wrap (no sampler takes a per-rank batch above MAX_BATCH_SIZE anyway).
+        for name, value in (
+            ("reference_batch_size", reference_batch_size),
+            ("max_batch_size", max_batch_size),
+        ):
+            if value is not None and int(value) > MAX_BATCH_SIZE:
+                fail(name, f"at most 2**31 = {MAX_BATCH_SIZE}", value)
         arr = np.asarray(tokens)
         if arr.size == 0:
             return np.zeros(arr.shape, dtype=np.int64)

@@ -30,7 +30,7 @@ from dataorder.diffusion.buckets import (
 )
 from dataorder.diffusion.compat_nemo import NemoBucketRule
 from dataorder.diffusion.cost import CostModel, image_tokens
-from dataorder.diffusion.lattice import best_resolution
+from dataorder.diffusion.lattice import best_resolution, default_resolutions
 
 QUANTS = (8, 16, 32, 64)
 MODES = (
@@ -204,6 +204,30 @@ def test_preset_errors() -> None:
         MultiTierBucketCalculator.from_preset("512p", 0)
     with pytest.raises(TypeError, match="sets max_pixels from the preset"):
         MultiTierBucketCalculator.from_preset("512p", max_pixels=10)
+
+
+def test_a_quantization_the_default_budget_cannot_hold_is_refused_not_a_hang() -> None:
+    """Issue 20, item 3: with max_pixels None (65,536 pixels) a 257x257 cell does not fit, and
+    the bucket search never ended. Now the refusal names both arguments."""
+    message = "quantization must be at most 256 when max_pixels is None (the default budget of"
+    for compat in ("default", "nemo"):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            MultiTierBucketCalculator(257, compat=compat)
+        assert len(MultiTierBucketCalculator(256, compat=compat)) >= 1
+        assert len(MultiTierBucketCalculator(257, 257**2, compat=compat)) >= 1
+    with pytest.raises(ValueError, match=re.escape(message)):
+        MultiTierBucketCalculator.fit_to_data(
+            [100, 200], [100, 100], global_batch_size=1, quantization=257
+        )
+    preset = "quantization must be at most 256 for preset '256p' (one quantization x quantization"
+    with pytest.raises(ValueError, match=re.escape(preset)):
+        MultiTierBucketCalculator.from_preset("256p", quantization=257)
+    assert len(MultiTierBucketCalculator.from_preset("1536p", quantization=1536)) == 1
+    with pytest.raises(ValueError, match="quantization must be at most 1536 for preset '1536p'"):
+        MultiTierBucketCalculator.from_preset("1536p", quantization=1537)
+    # The search itself ends on a budget with no cell: no bucket, never a loop.
+    assert best_resolution(1.0, 65_536, 257) is None
+    assert default_resolutions([1.0, 2.0], 65_536, 257) == []
 
 
 @pytest.mark.parametrize("kw", MODES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import doctest
 import itertools
 import json
@@ -19,8 +20,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import dataorder._validate as validate_module
 import dataorder.diffusion.bucket_rules as bucket_rules_module
 import dataorder.diffusion.buckets as buckets_module
+from dataorder._validate import as_field
 from dataorder.diffusion.bucket_rules import BucketRule, CostModelBatchSizes, DefaultBucketRule
 from dataorder.diffusion.buckets import (
     DEFAULT_MAX_PIXELS,
@@ -266,6 +269,62 @@ def test_method_argument_errors(kw: dict[str, object]) -> None:
             call()
 
 
+def test_from_config_names_the_bad_field() -> None:
+    """Issue 20, item 12: a field of a saved config that the constructor refuses is named as
+    the field, never left to numpy ("inhomogeneous shape")."""
+    fitted = MultiTierBucketCalculator.fit_to_data(
+        [100, 200, 300] * 5, [100, 100, 100] * 5, global_batch_size=1, max_waste=0.5
+    ).config()
+    plain = MultiTierBucketCalculator(64, 512**2, aspect_ratios=["1:1"], cost_model=CostModel())
+    cases = [
+        (fitted, "resolutions", 0, "x", TypeError,
+         "config['resolutions'][0] must be a (width, height) pair of ints; got config['resolu"),
+        (fitted, "resolutions", 0, [1], ValueError, "config['resolutions'][0] must be a (width, "),
+        (fitted, "resolutions", 0, [64, 1.5], TypeError,
+         "config['resolutions'][0][1] must be a positive int; got config['resolutions'][0][1]=1.5"),
+        (fitted, "resolutions", None, "x", TypeError, "config['resolutions'] must be an array of"),
+        (fitted, "thresholds", 0, "x", TypeError, "config['thresholds'][0] must be a (p, q) pair"),
+        (fitted, "quantization", None, "x", TypeError, "config['quantization'] must be an int in"),
+        (plain.config(), "aspect_ratios", 0, "wide", ValueError,
+         "config['aspect_ratios'][0] must be a positive finite float or a (w, h) pair of posi"),
+        (plain.config(), "no_upscale", None, 1, TypeError, "config['no_upscale'] must be a bool"),
+        (plain.config(), "max_pixels", None, 100, ValueError,
+         "config['max_pixels'] must be an int in [4096, 1099511627776]; got config['max_pixels"),
+        (plain.config(), "cost_model", "attention_cost", -1, ValueError,
+         "config['cost_model']['attention_cost'] must be a non-negative number; got config['"),
+        (plain.config(), "patch_side", None, 0, ValueError, "config['patch_side'] must be a posi"),
+    ]  # fmt: skip
+    for base, field, index, value, exc, message in cases:
+        config = copy.deepcopy(base)
+        if index is None:
+            config[field] = value
+        else:
+            config[field][index] = value
+        with pytest.raises(exc, match="^" + re.escape(message)):
+            MultiTierBucketCalculator.from_config(config)
+
+
+def test_as_field_relabels_template_messages_only() -> None:
+    fields = {"max_pixels": "config['max_pixels']", "resolutions": "config['resolutions']"}
+    cases = [
+        (ValueError("max_pixels must be an int in [1, 2]; got max_pixels=3"),
+         "config['max_pixels'] must be an int in [1, 2]; got config['max_pixels']=3"),
+        (TypeError("resolutions[0][1] must be an int; got resolutions[0][1]='x'"),
+         "config['resolutions'][0][1] must be an int; got config['resolutions'][0][1]='x'"),
+        (ValueError("max_pixels must be set"), "config['max_pixels'] must be set"),
+        (ValueError("quantization must be 1; got quantization=2"), None),  # not a field given
+        (ValueError("config must have exactly the keys"), None),  # not the template
+        (KeyError("max_pixels must be x"), None),  # not a check's error
+    ]  # fmt: skip
+    for error, message in cases:
+        got = as_field(error, fields)
+        assert type(got) is type(error)
+        assert str(got) == (str(error) if message is None else message)
+        assert (got is error) == (message is None)
+    result = doctest.testmod(validate_module)
+    assert (result.attempted, result.failed) == (1, 0)
+
+
 def test_from_config_is_strict() -> None:
     good = MultiTierBucketCalculator.from_preset("768p", 16, no_upscale=True).config()
     with pytest.raises(ValueError, match=r"missing \['no_upscale'\], unknown \[\]"):
@@ -276,7 +335,9 @@ def test_from_config_is_strict() -> None:
         ValueError, match=r"config\['version'\] must be 1; got config\['version'\]=2"
     ):
         MultiTierBucketCalculator.from_config({**good, "version": 2})
-    with pytest.raises(ValueError, match=r"quantization must be an int in \[1, 1048576\]"):
+    with pytest.raises(
+        ValueError, match=r"config\['quantization'\] must be an int in \[1, 1048576\]; got config"
+    ):
         MultiTierBucketCalculator.from_config({**good, "quantization": 0})
     with pytest.raises(TypeError, match="config must be a mapping"):
         MultiTierBucketCalculator.from_config([("version", 1)])  # type: ignore[arg-type]
@@ -867,7 +928,9 @@ def test_a_cost_model_is_in_the_config_only_when_set() -> None:
         MultiTierBucketCalculator.from_config(
             {k: v for k, v in config.items() if k != "cost_model"}
         )
-    with pytest.raises(ValueError, match="config must be a mapping with exactly token_cost and"):
+    with pytest.raises(
+        ValueError, match=r"config\['cost_model'\] must be a mapping with exactly token_cost and"
+    ):
         MultiTierBucketCalculator.from_config({**config, "cost_model": {"token_cost": "1"}})
 
 

@@ -786,16 +786,20 @@ def test_from_config_refuses_a_tampered_set(
     w1, h1 = config["resolutions"][0]
     bad = {**config, "thresholds": [[w1 - 1, h1], *config["thresholds"][1:]]}
     with pytest.raises(
-        ValueError, match=re.escape(f"thresholds[0] must be a fraction in [{w1}/{h1}, ")
+        ValueError, match=re.escape(f"config['thresholds'][0] must be a fraction in [{w1}/{h1}, ")
     ):
         MultiTierBucketCalculator.from_config(bad)
     with pytest.raises(ValueError, match=r"missing \['fit'\], unknown \[\]"):
         F.fitted_from_config({k: v for k, v in config.items() if k != "fit"})
     with pytest.raises(ValueError, match=r"config\['fit'\] must be None or a mapping with 'ver"):
         F.fitted_from_config({**config, "fit": {**config["fit"], "version": 99}})
-    with pytest.raises(ValueError, match=r"resolutions must be strictly ascending in aspect ratio"):
+    with pytest.raises(
+        ValueError, match=r"config\['resolutions'\] must be strictly ascending in aspect ratio"
+    ):
         F.fitted_from_config({**config, "resolutions": config["resolutions"][::-1]})
-    with pytest.raises(ValueError, match=r"resolutions\[0\] must be a \(w, h\) with both sides"):
+    with pytest.raises(
+        ValueError, match=r"config\['resolutions'\]\[0\] must be a \(w, h\) with both sides"
+    ):
         F.fitted_from_config({**config, "max_pixels": 512**2})
 
 
@@ -890,8 +894,11 @@ ERRORS: list[tuple[dict[str, Any], type[Exception], str]] = [
     (
         {"candidates": [[64, 64.0]]},
         TypeError,
-        "candidates must be an array of (width, height) int pairs",
+        "candidates[0][1] must be a positive int; got candidates[0][1]=64.0",
     ),
+    ({"candidates": "x"}, TypeError, "candidates must be an array of (width, height) int pairs"),
+    ({"candidates": [[64, 64], 64]}, TypeError, "candidates[1] must be a (width, height) pair"),
+    ({"candidates": [[64, 64], [64]]}, ValueError, "candidates[1] must be a (width, height) pair"),
     (
         {"global_batch_size": 2**40},
         ValueError,

@@ -179,6 +179,34 @@ def test_from_config_refuses_other_configs() -> None:
         VideoBucketCalculator.from_config(image)
 
 
+#: (field, value, exception, message): a bad field of a saved config is named as the field
+#: (issue 20, item 12), whichever check of the constructor refuses it.
+CONFIG_FIELD_ERRORS: list[tuple[str, object, type[Exception], str]] = [
+    ("max_tokens", "x", TypeError, "config['max_tokens'] must be a positive int; got config['ma"),
+    ("max_tokens", 0, ValueError, "config['max_tokens'] must be a positive int; got config['max"),
+    ("frame_counts", ["x"], TypeError, "config['frame_counts'][0] must be an int in [1, 21474836"),
+    ("frame_counts", [1, 6], ValueError, "config['frame_counts'][1] must be 8k + 1 (temporal_com"),
+    ("patch_size", [1, "x", 1], TypeError, "config['patch_size'][1] must be a positive int; got "),
+    ("patch_size", "x", TypeError, "config['patch_size'] must be a (pt, ph, pw) triple of posit"),
+    ("max_pixels", 10, ValueError, "config['max_pixels'] must be at least 1024 (one 32x32 cell)"),
+    ("aspect_ratios", [[1, [2]]], TypeError, "config['aspect_ratios'][0][1] must be a positive "),
+    ("max_upscale", "fast", ValueError, "config['max_upscale'] must be an int, a Fraction or a "),
+    ("cost_model", "x", TypeError, "config['cost_model'] must be a mapping; got config['cost_mo"),
+    ("cost_model", {"token_cost": "x", "attention_cost": "0"}, ValueError,
+     "config['cost_model']['token_cost'] must be an int, a Fraction or a 'p/q' string; got "),
+    ("max_batch_size", True, TypeError, "config['max_batch_size'] must be a positive int; got c"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("field", "value", "exc", "message"), CONFIG_FIELD_ERRORS)
+def test_from_config_names_the_bad_field(
+    field: str, value: object, exc: type[Exception], message: str
+) -> None:
+    config = VideoBucketCalculator.from_preset("ltx-video").config()
+    with pytest.raises(exc, match="^" + re.escape(message)):
+        VideoBucketCalculator.from_config({**config, field: value})
+
+
 def test_from_preset_overrides() -> None:
     calc = VideoBucketCalculator.from_preset("wan2.1-480p", frame_counts=[17, 33])
     assert calc.frame_counts == (17, 33)

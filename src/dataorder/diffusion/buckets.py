@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_bool, check_choice, check_int, fail
+from dataorder._validate import as_field, check_bool, check_choice, check_int, fail
 from dataorder.diffusion.bucket_rules import (
     Assigner,
     BucketRule,
@@ -45,7 +45,7 @@ from dataorder.diffusion.bucket_rules import (
     DefaultBucketRule,
 )
 from dataorder.diffusion.compat_nemo import NEMO_ASPECT_RATIOS, NemoBucketRule
-from dataorder.diffusion.cost import DEFAULT_MAX_BATCH_FACTOR, CostModel
+from dataorder.diffusion.cost import DEFAULT_MAX_BATCH_FACTOR, CostModel, cost_model_from_field
 from dataorder.diffusion.crop import CropResult, require_pillow, resize_and_crop
 from dataorder.diffusion.lattice import DEFAULT_ASPECT_RATIOS, AspectRatio
 from dataorder.diffusion.lookup import MAX_IMAGE_SIDE, as_size_array
@@ -308,11 +308,21 @@ class MultiTierBucketCalculator:
         data (:meth:`FittedBucketRule.from_config <dataorder.diffusion.fit_rule.FittedBucketRule>`).
 
         Raises:
-            ValueError: If keys are missing or unknown, or the config was written by another
-                bucket algorithm version.
+            TypeError: If ``config`` is not a mapping, or a field has the wrong type.
+            ValueError: If keys are missing or unknown, the config was written by another
+                bucket algorithm version, or a field is out of range. A field's error names it
+                as the constructor's would name the argument, e.g. ``config['resolutions'][0]``.
         """
         if not isinstance(config, Mapping):
             fail("config", "a mapping", config, TypeError)
+        try:  # the constructor and the rule check every field; their messages then name them
+            return cls._from_config(config)
+        except (TypeError, ValueError) as error:
+            fields = {k: f"config[{k!r}]" for k in config if isinstance(k, str)}
+            raise as_field(error, fields) from None
+
+    @classmethod
+    def _from_config(cls, config: Mapping[str, Any]) -> MultiTierBucketCalculator:
         if config.get("compat") == "fitted":  # NOTE [ Bucket rules ]: the one given rule
             from dataorder.diffusion.fit_rule import FittedBucketRule
 
@@ -633,6 +643,6 @@ def _options(config: Mapping[str, Any], rule_keys: Sequence[str]) -> dict[str, A
     cost = config.get("cost_model")
     return {
         "max_batch_size": config["max_batch_size"],
-        "cost_model": None if cost is None else CostModel.from_config(cost),
+        "cost_model": None if cost is None else cost_model_from_field(cost, "config['cost_model']"),
         "patch_side": config.get("patch_side"),
     }

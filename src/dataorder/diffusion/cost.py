@@ -47,12 +47,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_int, check_optional_int, fail
+from dataorder._validate import as_field, check_int, check_optional_int, fail
 from dataorder.core.partition import MAX_BATCH_SIZE
 
 __all__ = [
     "DEFAULT_MAX_BATCH_FACTOR",
     "CostModel",
+    "cost_model_from_field",
     "exact_rational",
     "image_tokens",
 ]
@@ -295,6 +296,24 @@ class CostModel:
         a = a if self._a.denominator == 1 else repr(a)
         c = c if self._c.denominator == 1 else repr(c)
         return f"CostModel(token_cost={a}, attention_cost={c})"
+
+
+def cost_model_from_field(value: object, field: str) -> CostModel:
+    """:meth:`CostModel.from_config` of a calculator config's field, its errors naming it.
+
+    Example:
+        >>> cost_model_from_field({"token_cost": "x", "attention_cost": 0}, "config['cost']")
+        Traceback (most recent call last):
+         ...
+        ValueError: config['cost']['token_cost'] must be an int, a Fraction or a 'p/q' string; \
+got config['cost']['token_cost']='x'
+    """
+    try:
+        return CostModel.from_config(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as error:
+        names = {k: f"{field}[{k!r}]" for k in ("token_cost", "attention_cost")}
+        names["config"] = field
+        raise as_field(error, names) from None
 
 
 def image_tokens(width: int, height: int, patch_side: int = 16) -> int:

@@ -263,16 +263,34 @@ def _share(name: str, value: object, *, low: float, high: float, open_low: bool)
 
 
 def _points(name: str, values: object, budget: int | None, q: int | None) -> list[tuple[int, int]]:
-    """``(K, 2)`` int ``(w, h)`` pairs; on the lattice and within budget when those are given."""
-    arr = np.asarray(values)
-    if arr.size == 0 and arr.ndim <= 2:
-        return []
-    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-        fail(name, "an array of (width, height) int pairs", values, TypeError)
-    if arr.ndim != 2 or arr.shape[1] != 2:
-        fail(name, "an array of shape (K, 2)", values)
+    """``(K, 2)`` int ``(w, h)`` pairs; on the lattice and within budget when those are given.
+
+    A numpy array is checked whole; any other sequence pair by pair, so a bad entry is named
+    (``name[i]``) rather than left to numpy's shape errors.
+    """
+    what = "a (width, height) pair of ints"
+    if isinstance(values, np.ndarray):
+        if values.size == 0 and values.ndim <= 2:
+            return []
+        if values.dtype == np.bool_ or not np.issubdtype(values.dtype, np.integer):
+            fail(name, "an array of (width, height) int pairs", values, TypeError)
+        if values.ndim != 2 or values.shape[1] != 2:
+            fail(name, "an array of shape (K, 2)", values)
+        pairs = values.tolist()
+    else:
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+            fail(name, "an array of (width, height) int pairs", values, TypeError)
+        pairs = []
+        for i, pair in enumerate(values):
+            if isinstance(pair, str | bytes) or not isinstance(pair, Sequence | np.ndarray):
+                fail(f"{name}[{i}]", what, pair, TypeError)
+            if len(pair) != 2:
+                fail(f"{name}[{i}]", what, pair)
+            pairs.append(
+                [check_int(f"{name}[{i}][{j}]", v, min_value=1) for j, v in enumerate(pair)]
+            )
     out = []
-    for i, (w, h) in enumerate(arr.tolist()):
+    for i, (w, h) in enumerate(pairs):
         if not (1 <= w <= MAX_IMAGE_SIDE and 1 <= h <= MAX_IMAGE_SIDE):
             fail(f"{name}[{i}]", f"a (w, h) of ints in [1, {MAX_IMAGE_SIDE}]", (w, h))
         if q is not None and budget is not None and (w % q or h % q or w * h > budget):

@@ -78,10 +78,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_int, check_optional_int, fail
+from dataorder._validate import as_field, check_int, check_optional_int, fail
 from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.diffusion.buckets import MAX_PIXELS
-from dataorder.diffusion.cost import CostModel, exact_rational
+from dataorder.diffusion.cost import CostModel, cost_model_from_field, exact_rational
 from dataorder.diffusion.lattice import (
     DEFAULT_ASPECT_RATIOS,
     AspectRatio,
@@ -393,9 +393,11 @@ class VideoBucketCalculator:
         """Rebuild a calculator from :meth:`config` (e.g. a manifest's ``calculator`` field).
 
         Raises:
-            TypeError: If ``config`` is not a mapping.
-            ValueError: If keys are missing or unknown, ``kind`` is not ``"video"``, or the
-                config was written by another bucket algorithm version.
+            TypeError: If ``config`` is not a mapping, or a field has the wrong type.
+            ValueError: If keys are missing or unknown, ``kind`` is not ``"video"``, the config
+                was written by another bucket algorithm version, or a field is out of range.
+                A field's error names it as the constructor's would name the argument, e.g.
+                ``config['frame_counts'][1]``.
         """
         if not isinstance(config, Mapping):
             fail("config", "a mapping", config, TypeError)
@@ -413,8 +415,11 @@ class VideoBucketCalculator:
         kwargs = {k: v for k, v in config.items() if k not in ("kind", "version")}
         if isinstance(kwargs["patch_size"], list):
             kwargs["patch_size"] = tuple(kwargs["patch_size"])
-        kwargs["cost_model"] = CostModel.from_config(kwargs["cost_model"])
-        return cls(**kwargs)
+        kwargs["cost_model"] = cost_model_from_field(kwargs["cost_model"], "config['cost_model']")
+        try:  # the constructor checks every field; its messages then name them as fields
+            return cls(**kwargs)
+        except (TypeError, ValueError) as error:
+            raise as_field(error, {k: f"config[{k!r}]" for k in kwargs}) from None
 
     # -- the bucket set ---------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from dataorder.diffusion.buckets import (
 from dataorder.diffusion.compat_nemo import NemoBucketRule
 from dataorder.diffusion.cost import CostModel, image_tokens
 from dataorder.diffusion.lattice import best_resolution, default_resolutions
+from dataorder.diffusion.video import VideoBucketCalculator
 
 QUANTS = (8, 16, 32, 64)
 MODES = (
@@ -302,6 +303,39 @@ def test_from_config_names_the_bad_field() -> None:
             config[field][index] = value
         with pytest.raises(exc, match="^" + re.escape(message)):
             MultiTierBucketCalculator.from_config(config)
+
+
+@pytest.mark.parametrize(
+    ("widths", "shown"),
+    [
+        (np.array([2**63], dtype=np.uint64), "widths[0]=9223372036854775808"),  # not -2**63
+        (np.array([7, 2**64 - 1], dtype=np.uint64), "widths[1]=18446744073709551615"),
+        (np.array([-1], dtype=np.int8), "widths[0]=-1"),
+        (np.array([2**31], dtype=np.uint32), "widths[0]=2147483648"),
+        ([5, 2**70], "widths[1]=1180591620717411303424"),  # numpy holds it as an object
+        ([5, -(2**70)], "widths[1]=-1180591620717411303424"),
+    ],
+)
+def test_sizes_are_reported_as_given_before_any_cast(widths: object, shown: str) -> None:
+    """Issue 20, item 13: a uint64 of 2**63 was cast to int64 first and reported as
+    -9223372036854775808. Image and video assign check sizes in the input's own dtype."""
+    n = len(widths)  # type: ignore[arg-type]
+    image = MultiTierBucketCalculator.from_preset("512p")
+    with pytest.raises(
+        ValueError, match=re.escape(f"must be an int in [1, 2147483647]; got {shown}")
+    ):
+        image.assign(widths, [64] * n)
+    video = VideoBucketCalculator.from_preset("wan2.1-480p")
+    with pytest.raises(
+        ValueError, match=re.escape(f"must be an int in [1, 2147483647]; got {shown}")
+    ):
+        video.assign(widths, [64] * n, [5] * n)
+    legal = np.array([64, 2**31 - 1], dtype=np.uint64)  # legal values in any int dtype are fine
+    assert (
+        image.assign(legal, [64, 64]).tolist() == image.assign([64, 2**31 - 1], [64, 64]).tolist()
+    )
+    with pytest.raises(TypeError, match=re.escape("widths must be an array of ints; got widths=")):
+        image.assign([[1, 2], [3]], [[1, 2], [3]])  # ragged: named, not numpy's shape error
 
 
 def test_as_field_relabels_template_messages_only() -> None:

@@ -46,22 +46,35 @@ class Rule(Protocol):
 
 
 def as_size_array(name: str, values: object) -> npt.NDArray[np.int64]:
-    arr = np.asarray(values)
+    """``values`` as an int64 array of sizes in ``[1, MAX_IMAGE_SIDE]``, or raise naming
+    ``name[i]`` and the value as given.
+
+    Ranges are checked in the input's own dtype before the cast, so a ``uint64`` of ``2**63`` is
+    reported as itself, not as the negative int64 it would wrap to. Python ints beyond int64
+    (numpy holds them as objects) are checked one by one.
+    """
+    try:
+        arr = np.asarray(values)
+    except ValueError:  # ragged nesting: numpy's message would name no argument
+        fail(name, "an array of ints", values, TypeError)
     if arr.size == 0:  # [] comes in as float64; an empty array has no wrong values
         return np.zeros(arr.shape, dtype=np.int64)
+    flat = arr.ravel()
+    if arr.dtype == object and all(
+        isinstance(v, int | np.integer) and not isinstance(v, bool) for v in flat.tolist()
+    ):
+        ints = [int(v) for v in flat.tolist()]
+        bad = next((i for i, v in enumerate(ints) if not 1 <= v <= MAX_IMAGE_SIDE), None)
+        if bad is not None:
+            fail(f"{name}[{bad}]", f"an int in [1, {MAX_IMAGE_SIDE}]", ints[bad])
+        return np.array(ints, dtype=np.int64).reshape(arr.shape)
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         fail(name, "an array of ints", values, TypeError)
-    out = arr.astype(np.int64, copy=False)
-    if out.size:
-        lo, hi = int(out.min()), int(out.max())
-        if lo < 1 or hi > MAX_IMAGE_SIDE:
-            bad = int(np.flatnonzero((out.ravel() < 1) | (out.ravel() > MAX_IMAGE_SIDE))[0])
-            fail(
-                f"{name}[{bad}]",
-                f"an int in [1, {MAX_IMAGE_SIDE}]",
-                int(out.ravel()[bad]),
-            )
-    return out
+    lo, hi = int(arr.min()), int(arr.max())  # in the input's dtype: exact, nothing wraps
+    if lo < 1 or hi > MAX_IMAGE_SIDE:
+        bad = int(np.flatnonzero((flat < 1) | (flat > MAX_IMAGE_SIDE))[0])
+        fail(f"{name}[{bad}]", f"an int in [1, {MAX_IMAGE_SIDE}]", int(flat[bad]))
+    return arr.astype(np.int64, copy=False)
 
 
 class LogTable:

@@ -647,14 +647,29 @@ def test_assign_equals_the_one_image_rule(
 
 
 def test_no_upscale_paths() -> None:
-    assert all(c._assigner._staircase is not None for c in CALCS[:4])  # the default presets
-    assert CALCS[6]._assigner._staircase is None
+    assert all(c._assigner._staircase for c in CALCS[:4])  # the default presets
+    assert all(c._assigner._stairs is not None for c in CALCS[2:4])  # no_upscale: tables
+    assert not CALCS[6]._assigner._staircase
     assert [tuple(r) for r in CALCS[6].resolutions.tolist()] == [
         (160, 1200), (160, 1120), (176, 1136), (1136, 176), (1120, 160), (1200, 160),
     ]  # fmt: skip
     # Inside 1130x1135 only ids 1 and 4 fit, not a run: the grouped path must skip id 2, 3.
     assert CALCS[6].get_bucket_for_image(1130, 1135)["resolution"] == (160, 1120)
     assert CALCS[6].assign([1130, 1135], [1135, 1130]).tolist() == [1, 4]
+
+
+def test_no_upscale_at_the_largest_budget_searches_instead_of_tabulating() -> None:
+    """A 10,000:1 bucket on the 1-pixel lattice at 2**40 pixels is 10**8 pixels wide: its
+    no-upscale tables took 3 GB and 20 s to build. Past 2**20 entries the run is searched."""
+    calc = MultiTierBucketCalculator(1, 2**40, aspect_ratios=[10_000, 1.0], no_upscale=True)
+    assert calc._assigner._staircase
+    assert calc._assigner._stairs is None  # searched, not tabulated
+    side = int(calc.resolutions.max())
+    assert side > 10**8
+    sizes = [(side, 2**20), (side - 1, 2**20), (2**20, 2**20), (2**20 - 1, 2**20), (1, 1)]
+    sizes += [(2**31 - 1, 2**31 - 1), (2**31 - 1, 104_857), (104_857, 2**31 - 1), (5, 2**31 - 1)]
+    _check_assign(calc, sizes)
+    assert calc.assign([side - 1], [2**20]).tolist() == [1]  # the wide bucket does not fit
 
 
 def test_exact_ties_follow_the_documented_rule() -> None:

@@ -31,6 +31,7 @@ MAX_IMAGE_SIDE = 2**31 - 1
 _NEAR = 1e-10
 _CHUNK = 1 << 16
 _SHIFT = 40  # keep 12 mantissa bits: cells 0.024 % wide
+_STAIR_TABLE_LIMIT = 1 << 20  # entries of each no-upscale staircase table at most
 
 
 class Rule(Protocol):
@@ -212,7 +213,9 @@ class NearestLogAspect:
         self._fit_lookups: dict[int, Lookup | None] = {}
         self._unique_w = np.unique(self._w)
         self._unique_h = np.unique(self._h)
-        self._staircase = self._staircase_tables()
+        # widths never fall and heights never rise along the ids (every default set)
+        self._staircase = bool(np.all(np.diff(self._w) >= 0) and np.all(np.diff(self._h) <= 0))
+        self._stairs = self._staircase_tables() if no_upscale and self._staircase else None
 
     def choose(self, w: int, h: int) -> int:
         """The bucket id of one ``w x h`` image: the reference rule, in exact integers.
@@ -262,15 +265,19 @@ class NearestLogAspect:
             over = np.flatnonzero((self._w.take(k) > wc) | (self._h.take(k) > hc))
             if over.size == 0:
                 continue
-            if self._staircase is None:
+            if not self._staircase:
                 bad_parts.append(over + s)
                 continue
             # Staircase: the fitting buckets are the ids in [lo, hi), and the nearest of a run of
             # buckets ordered by aspect ratio is the overall nearest clamped into the run.
-            count_w, first_h = self._staircase
-            q = self._q
-            hi = count_w.take(np.minimum(wc[over] // q, count_w.size - 1))
-            lo = first_h.take(np.minimum(hc[over] // q, first_h.size - 1))
+            if self._stairs is not None:
+                count_w, first_h = self._stairs
+                q = self._q
+                hi = count_w.take(np.minimum(wc[over] // q, count_w.size - 1))
+                lo = first_h.take(np.minimum(hc[over] // q, first_h.size - 1))
+            else:  # the same counts, searched: the tables would be too large
+                hi = np.searchsorted(self._w, wc[over], side="right")
+                lo = self._h.size - np.searchsorted(self._h[::-1], hc[over], side="right")
             fits = lo < hi
             rows = over[fits] + s
             ids[rows] = np.clip(ids[rows], lo[fits], hi[fits] - 1)
@@ -297,14 +304,16 @@ class NearestLogAspect:
             ids[rows] = found
 
     def _staircase_tables(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
-        """Lookup tables of the no-upscale run, or None if the set is not a staircase.
+        """Lookup tables of a staircase's no-upscale run, or None if they would be too large.
 
         Indexed by ``t = side // q``: how many bucket widths are ``<= t * q`` (the run's end) and
-        the first id whose height is ``<= t * q`` (its start).
+        the first id whose height is ``<= t * q`` (its start). A fine lattice with a wide bucket
+        (``quantization=1``, a 10,000:1 ratio at 2**40 pixels: 10**8 steps) would need GBs.
         """
-        if not (np.all(np.diff(self._w) >= 0) and np.all(np.diff(self._h) <= 0)):
+        size = int(max(self._w.max(), self._h.max())) // self._q + 1
+        if size > _STAIR_TABLE_LIMIT:
             return None
-        steps = np.arange(max(self._w.max(), self._h.max()) // self._q + 1, dtype=np.int64)
+        steps = np.arange(size, dtype=np.int64)
         count_w = np.searchsorted(self._w, steps * self._q, side="right").astype(np.int64)
         fit_h = np.searchsorted(self._h[::-1], steps * self._q, side="right").astype(np.int64)
         return count_w, len(self._h) - fit_h

@@ -75,6 +75,7 @@ from __future__ import annotations
 import abc
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from dataorder._validate import check_int
@@ -142,6 +143,9 @@ class CursorSampler(abc.ABC, Generic[T_co]):
     progress_keys: ClassVar[tuple[str, ...]] = ("consumed",)
     #: Whether a state written under another layout (data-parallel size) may be loaded.
     elastic: ClassVar[bool] = True
+    #: How a configuration field whose key is not its argument's name is named when a state
+    #: differs in it (``parse_state``'s ``labels``).
+    config_labels: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
     def __init__(self) -> None:
         self._epoch = 0
@@ -407,6 +411,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
             config=self.order_config(),
             progress_keys=self.progress_keys,
             layout_keys=tuple(layout),
+            labels=self.config_labels,
         )
         if not self.elastic:
             for key, ours in layout.items():

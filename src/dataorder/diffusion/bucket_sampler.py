@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -180,6 +181,13 @@ class SequentialBucketSampler(BucketCheckpoints, Sampler[list[int]]):
 
     state_kind: ClassVar[str] = "sequential_bucket"
     progress_keys: ClassVar[tuple[str, ...]] = ("bucket", "consumed")
+    # The order and its unit are one field, config.interleaved (absent in the sequential order).
+    config_labels: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {
+            "interleaved": "interleave_unit (state key config.interleaved: the chunk size U of "
+            "bucket_order='interleaved', absent in the sequential order)"
+        }
+    )
 
     def __init__(
         self,

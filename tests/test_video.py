@@ -995,6 +995,29 @@ def test_large_budgets_up_to_the_caps_build_and_assign() -> None:
 # -- time: trim loss and resampling -------------------------------------------------------------
 
 
+@given(
+    duration=st.fractions(Fraction(1, 10**6), 10**6, max_denominator=10**6),
+    fps=st.fractions(Fraction(1, 1001), 1000, max_denominator=1001),
+)
+def test_an_estimated_frame_count_is_a_tenth_low_and_exact(
+    duration: Fraction, fps: Fraction
+) -> None:
+    n = frames_module.estimated_frame_count(duration, fps)
+    assert n == max(1, math.floor(duration * fps * Fraction(9, 10)))
+    assert n <= max(1, duration * fps)  # never above what the headers say
+    assert n >= duration * fps * Fraction(9, 10) - 1
+
+
+def test_estimated_frame_count_edges() -> None:
+    assert frames_module.estimated_frame_count(Fraction(81, 30), 30) == 72
+    assert frames_module.estimated_frame_count(Fraction(1, 1000), 30) == 1  # a still
+    assert Fraction(1, 10) == frames_module.ESTIMATE_MARGIN
+    with pytest.raises(ValueError, match="duration must be a positive number; got duration=0"):
+        frames_module.estimated_frame_count(0, 30)
+    with pytest.raises(TypeError, match="fps must be an int, a Fraction or a 'p/q' string; got"):
+        frames_module.estimated_frame_count(1, 29.97)  # type: ignore[arg-type]
+
+
 def test_trim_loss() -> None:
     assert trim_loss([81, 100, 1], [81, 81, 1]).tolist() == [0.0, 0.19, 0.0]
     with pytest.raises(

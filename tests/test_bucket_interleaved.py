@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 from typing import Any
 
@@ -124,6 +125,27 @@ def test_elastic_on_divisors_of_the_unit_and_refused_elsewhere() -> None:
         _sampler(ds, 0, 2, base_batch_size=2, interleave_unit=4, seed=3).load_state_dict(bad)
     with pytest.raises(ValueError, match="interleave_unit must be a multiple of num_replicas=3"):
         _sampler(ds, 0, 3, base_batch_size=2, interleave_unit=4)
+
+
+def test_a_state_of_another_unit_or_order_names_interleave_unit() -> None:
+    """Issue 20, item 14 (first half): the state key is ``config.interleaved``; a mismatch said
+    "interleaved is 8 in the state but 4", naming no argument."""
+    ds = _ds([50, 20, 33])
+    eight = _sampler(ds, 0, 4, base_batch_size=2, interleave_unit=8, seed=3).state_dict()
+    four = _sampler(ds, 0, 4, base_batch_size=2, interleave_unit=4, seed=3)
+    sequential = SequentialBucketSampler(ds, base_batch_size=2, num_replicas=4, rank=0, seed=3)
+    label = (
+        "state is from another configuration: interleave_unit (state key config.interleaved: the "
+        "chunk size U of bucket_order='interleaved', absent in the sequential order) is "
+    )
+    for sampler, state, tail in [
+        (four, eight, "8 in the state but 4 in this sampler"),
+        (sequential, eight, "8 in the state but not set here"),
+        (four, sequential.state_dict(), "not in the state but 4 in this sampler"),
+    ]:
+        with pytest.raises(ValueError, match="^" + re.escape(label + tail) + "$"):
+            sampler.load_state_dict(state)
+    assert set(eight) - set(sequential.state_dict()) == {"config.interleaved"}  # format kept
 
 
 def test_arguments_are_checked() -> None:

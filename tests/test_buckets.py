@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import doctest
 import itertools
 import json
@@ -19,8 +20,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import dataorder._validate as validate_module
 import dataorder.diffusion.bucket_rules as bucket_rules_module
 import dataorder.diffusion.buckets as buckets_module
+from dataorder._validate import as_field
 from dataorder.diffusion.bucket_rules import BucketRule, CostModelBatchSizes, DefaultBucketRule
 from dataorder.diffusion.buckets import (
     DEFAULT_MAX_PIXELS,
@@ -30,7 +33,8 @@ from dataorder.diffusion.buckets import (
 )
 from dataorder.diffusion.compat_nemo import NemoBucketRule
 from dataorder.diffusion.cost import CostModel, image_tokens
-from dataorder.diffusion.lattice import best_resolution
+from dataorder.diffusion.lattice import best_resolution, default_resolutions
+from dataorder.diffusion.video import VideoBucketCalculator
 
 QUANTS = (8, 16, 32, 64)
 MODES = (
@@ -206,6 +210,30 @@ def test_preset_errors() -> None:
         MultiTierBucketCalculator.from_preset("512p", max_pixels=10)
 
 
+def test_a_quantization_the_default_budget_cannot_hold_is_refused_not_a_hang() -> None:
+    """Issue 20, item 3: with max_pixels None (65,536 pixels) a 257x257 cell does not fit, and
+    the bucket search never ended. Now the refusal names both arguments."""
+    message = "quantization must be at most 256 when max_pixels is None (the default budget of"
+    for compat in ("default", "nemo"):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            MultiTierBucketCalculator(257, compat=compat)
+        assert len(MultiTierBucketCalculator(256, compat=compat)) >= 1
+        assert len(MultiTierBucketCalculator(257, 257**2, compat=compat)) >= 1
+    with pytest.raises(ValueError, match=re.escape(message)):
+        MultiTierBucketCalculator.fit_to_data(
+            [100, 200], [100, 100], global_batch_size=1, quantization=257
+        )
+    preset = "quantization must be at most 256 for preset '256p' (one quantization x quantization"
+    with pytest.raises(ValueError, match=re.escape(preset)):
+        MultiTierBucketCalculator.from_preset("256p", quantization=257)
+    assert len(MultiTierBucketCalculator.from_preset("1536p", quantization=1536)) == 1
+    with pytest.raises(ValueError, match="quantization must be at most 1536 for preset '1536p'"):
+        MultiTierBucketCalculator.from_preset("1536p", quantization=1537)
+    # The search itself ends on a budget with no cell: no bucket, never a loop.
+    assert best_resolution(1.0, 65_536, 257) is None
+    assert default_resolutions([1.0, 2.0], 65_536, 257) == []
+
+
 @pytest.mark.parametrize("kw", MODES)
 def test_method_argument_errors(kw: dict[str, object]) -> None:
     calc = MultiTierBucketCalculator.from_preset("512p", **kw)  # type: ignore[arg-type]
@@ -242,6 +270,95 @@ def test_method_argument_errors(kw: dict[str, object]) -> None:
             call()
 
 
+def test_from_config_names_the_bad_field() -> None:
+    """Issue 20, item 12: a field of a saved config that the constructor refuses is named as
+    the field, never left to numpy ("inhomogeneous shape")."""
+    fitted = MultiTierBucketCalculator.fit_to_data(
+        [100, 200, 300] * 5, [100, 100, 100] * 5, global_batch_size=1, max_waste=0.5
+    ).config()
+    plain = MultiTierBucketCalculator(64, 512**2, aspect_ratios=["1:1"], cost_model=CostModel())
+    cases = [
+        (fitted, "resolutions", 0, "x", TypeError,
+         "config['resolutions'][0] must be a (width, height) pair of ints; got config['resolu"),
+        (fitted, "resolutions", 0, [1], ValueError, "config['resolutions'][0] must be a (width, "),
+        (fitted, "resolutions", 0, [64, 1.5], TypeError,
+         "config['resolutions'][0][1] must be a positive int; got config['resolutions'][0][1]=1.5"),
+        (fitted, "resolutions", None, "x", TypeError, "config['resolutions'] must be an array of"),
+        (fitted, "thresholds", 0, "x", TypeError, "config['thresholds'][0] must be a (p, q) pair"),
+        (fitted, "quantization", None, "x", TypeError, "config['quantization'] must be an int in"),
+        (plain.config(), "aspect_ratios", 0, "wide", ValueError,
+         "config['aspect_ratios'][0] must be a positive finite float or a (w, h) pair of posi"),
+        (plain.config(), "no_upscale", None, 1, TypeError, "config['no_upscale'] must be a bool"),
+        (plain.config(), "max_pixels", None, 100, ValueError,
+         "config['max_pixels'] must be an int in [4096, 1099511627776]; got config['max_pixels"),
+        (plain.config(), "cost_model", "attention_cost", -1, ValueError,
+         "config['cost_model']['attention_cost'] must be a non-negative number; got config['"),
+        (plain.config(), "patch_side", None, 0, ValueError, "config['patch_side'] must be a posi"),
+    ]  # fmt: skip
+    for base, field, index, value, exc, message in cases:
+        config = copy.deepcopy(base)
+        if index is None:
+            config[field] = value
+        else:
+            config[field][index] = value
+        with pytest.raises(exc, match="^" + re.escape(message)):
+            MultiTierBucketCalculator.from_config(config)
+
+
+@pytest.mark.parametrize(
+    ("widths", "shown"),
+    [
+        (np.array([2**63], dtype=np.uint64), "widths[0]=9223372036854775808"),  # not -2**63
+        (np.array([7, 2**64 - 1], dtype=np.uint64), "widths[1]=18446744073709551615"),
+        (np.array([-1], dtype=np.int8), "widths[0]=-1"),
+        (np.array([2**31], dtype=np.uint32), "widths[0]=2147483648"),
+        ([5, 2**70], "widths[1]=1180591620717411303424"),  # numpy holds it as an object
+        ([5, -(2**70)], "widths[1]=-1180591620717411303424"),
+    ],
+)
+def test_sizes_are_reported_as_given_before_any_cast(widths: object, shown: str) -> None:
+    """Issue 20, item 13: a uint64 of 2**63 was cast to int64 first and reported as
+    -9223372036854775808. Image and video assign check sizes in the input's own dtype."""
+    n = len(widths)  # type: ignore[arg-type]
+    image = MultiTierBucketCalculator.from_preset("512p")
+    with pytest.raises(
+        ValueError, match=re.escape(f"must be an int in [1, 2147483647]; got {shown}")
+    ):
+        image.assign(widths, [64] * n)
+    video = VideoBucketCalculator.from_preset("wan2.1-480p")
+    with pytest.raises(
+        ValueError, match=re.escape(f"must be an int in [1, 2147483647]; got {shown}")
+    ):
+        video.assign(widths, [64] * n, [5] * n)
+    legal = np.array([64, 2**31 - 1], dtype=np.uint64)  # legal values in any int dtype are fine
+    assert (
+        image.assign(legal, [64, 64]).tolist() == image.assign([64, 2**31 - 1], [64, 64]).tolist()
+    )
+    with pytest.raises(TypeError, match=re.escape("widths must be an array of ints; got widths=")):
+        image.assign([[1, 2], [3]], [[1, 2], [3]])  # ragged: named, not numpy's shape error
+
+
+def test_as_field_relabels_template_messages_only() -> None:
+    fields = {"max_pixels": "config['max_pixels']", "resolutions": "config['resolutions']"}
+    cases = [
+        (ValueError("max_pixels must be an int in [1, 2]; got max_pixels=3"),
+         "config['max_pixels'] must be an int in [1, 2]; got config['max_pixels']=3"),
+        (TypeError("resolutions[0][1] must be an int; got resolutions[0][1]='x'"),
+         "config['resolutions'][0][1] must be an int; got config['resolutions'][0][1]='x'"),
+        (ValueError("max_pixels must be set"), "config['max_pixels'] must be set"),
+        (ValueError("quantization must be 1; got quantization=2"), None),  # not a field given
+        (ValueError("config must have exactly the keys"), None),  # not the template
+        (KeyError("max_pixels must be x"), None),  # not a check's error
+    ]  # fmt: skip
+    for error, message in cases:
+        got = as_field(error, fields)
+        assert type(got) is type(error)
+        assert str(got) == (str(error) if message is None else message)
+        assert (got is error) == (message is None)
+    result = doctest.testmod(validate_module)
+    assert (result.attempted, result.failed) == (1, 0)
+
+
 def test_from_config_is_strict() -> None:
     good = MultiTierBucketCalculator.from_preset("768p", 16, no_upscale=True).config()
     with pytest.raises(ValueError, match=r"missing \['no_upscale'\], unknown \[\]"):
@@ -252,7 +369,9 @@ def test_from_config_is_strict() -> None:
         ValueError, match=r"config\['version'\] must be 1; got config\['version'\]=2"
     ):
         MultiTierBucketCalculator.from_config({**good, "version": 2})
-    with pytest.raises(ValueError, match=r"quantization must be an int in \[1, 1048576\]"):
+    with pytest.raises(
+        ValueError, match=r"config\['quantization'\] must be an int in \[1, 1048576\]; got config"
+    ):
         MultiTierBucketCalculator.from_config({**good, "quantization": 0})
     with pytest.raises(TypeError, match="config must be a mapping"):
         MultiTierBucketCalculator.from_config([("version", 1)])  # type: ignore[arg-type]
@@ -528,14 +647,29 @@ def test_assign_equals_the_one_image_rule(
 
 
 def test_no_upscale_paths() -> None:
-    assert all(c._assigner._staircase is not None for c in CALCS[:4])  # the default presets
-    assert CALCS[6]._assigner._staircase is None
+    assert all(c._assigner._staircase for c in CALCS[:4])  # the default presets
+    assert all(c._assigner._stairs is not None for c in CALCS[2:4])  # no_upscale: tables
+    assert not CALCS[6]._assigner._staircase
     assert [tuple(r) for r in CALCS[6].resolutions.tolist()] == [
         (160, 1200), (160, 1120), (176, 1136), (1136, 176), (1120, 160), (1200, 160),
     ]  # fmt: skip
     # Inside 1130x1135 only ids 1 and 4 fit, not a run: the grouped path must skip id 2, 3.
     assert CALCS[6].get_bucket_for_image(1130, 1135)["resolution"] == (160, 1120)
     assert CALCS[6].assign([1130, 1135], [1135, 1130]).tolist() == [1, 4]
+
+
+def test_no_upscale_at_the_largest_budget_searches_instead_of_tabulating() -> None:
+    """A 10,000:1 bucket on the 1-pixel lattice at 2**40 pixels is 10**8 pixels wide: its
+    no-upscale tables took 3 GB and 20 s to build. Past 2**20 entries the run is searched."""
+    calc = MultiTierBucketCalculator(1, 2**40, aspect_ratios=[10_000, 1.0], no_upscale=True)
+    assert calc._assigner._staircase
+    assert calc._assigner._stairs is None  # searched, not tabulated
+    side = int(calc.resolutions.max())
+    assert side > 10**8
+    sizes = [(side, 2**20), (side - 1, 2**20), (2**20, 2**20), (2**20 - 1, 2**20), (1, 1)]
+    sizes += [(2**31 - 1, 2**31 - 1), (2**31 - 1, 104_857), (104_857, 2**31 - 1), (5, 2**31 - 1)]
+    _check_assign(calc, sizes)
+    assert calc.assign([side - 1], [2**20]).tolist() == [1]  # the wide bucket does not fit
 
 
 def test_exact_ties_follow_the_documented_rule() -> None:
@@ -843,7 +977,9 @@ def test_a_cost_model_is_in_the_config_only_when_set() -> None:
         MultiTierBucketCalculator.from_config(
             {k: v for k, v in config.items() if k != "cost_model"}
         )
-    with pytest.raises(ValueError, match="config must be a mapping with exactly token_cost and"):
+    with pytest.raises(
+        ValueError, match=r"config\['cost_model'\] must be a mapping with exactly token_cost and"
+    ):
         MultiTierBucketCalculator.from_config({**config, "cost_model": {"token_cost": "1"}})
 
 

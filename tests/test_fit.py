@@ -786,16 +786,20 @@ def test_from_config_refuses_a_tampered_set(
     w1, h1 = config["resolutions"][0]
     bad = {**config, "thresholds": [[w1 - 1, h1], *config["thresholds"][1:]]}
     with pytest.raises(
-        ValueError, match=re.escape(f"thresholds[0] must be a fraction in [{w1}/{h1}, ")
+        ValueError, match=re.escape(f"config['thresholds'][0] must be a fraction in [{w1}/{h1}, ")
     ):
         MultiTierBucketCalculator.from_config(bad)
     with pytest.raises(ValueError, match=r"missing \['fit'\], unknown \[\]"):
         F.fitted_from_config({k: v for k, v in config.items() if k != "fit"})
     with pytest.raises(ValueError, match=r"config\['fit'\] must be None or a mapping with 'ver"):
         F.fitted_from_config({**config, "fit": {**config["fit"], "version": 99}})
-    with pytest.raises(ValueError, match=r"resolutions must be strictly ascending in aspect ratio"):
+    with pytest.raises(
+        ValueError, match=r"config\['resolutions'\] must be strictly ascending in aspect ratio"
+    ):
         F.fitted_from_config({**config, "resolutions": config["resolutions"][::-1]})
-    with pytest.raises(ValueError, match=r"resolutions\[0\] must be a \(w, h\) with both sides"):
+    with pytest.raises(
+        ValueError, match=r"config\['resolutions'\]\[0\] must be a \(w, h\) with both sides"
+    ):
         F.fitted_from_config({**config, "max_pixels": 512**2})
 
 
@@ -874,7 +878,7 @@ ERRORS: list[tuple[dict[str, Any], type[Exception], str]] = [
     (
         {"max_waste": -0.5},
         ValueError,
-        "max_waste must be a finite float >= 0.0; got max_waste=-0.5",
+        "max_waste must be a float in [0.0, 2147483648.0]; got max_waste=-0.5",
     ),
     ({"max_waste": "x"}, TypeError, "max_waste must be a float; got max_waste='x'"),
     ({"max_pixels": 100}, ValueError, "max_pixels must be an int in [4096, "),
@@ -890,7 +894,33 @@ ERRORS: list[tuple[dict[str, Any], type[Exception], str]] = [
     (
         {"candidates": [[64, 64.0]]},
         TypeError,
-        "candidates must be an array of (width, height) int pairs",
+        "candidates[0][1] must be a positive int; got candidates[0][1]=64.0",
+    ),
+    ({"candidates": "x"}, TypeError, "candidates must be an array of (width, height) int pairs"),
+    ({"candidates": [[64, 64], 64]}, TypeError, "candidates[1] must be a (width, height) pair"),
+    ({"candidates": [[64, 64], [64]]}, ValueError, "candidates[1] must be a (width, height) pair"),
+    (
+        {"global_batch_size": 2**40},
+        ValueError,
+        "global_batch_size must be at most 2**31 = 2147483648 (the largest batch the fit plans); "
+        "got global_batch_size=1099511627776",
+    ),
+    (
+        {"global_batch_size": lambda w, h: 2**31 + 1},
+        ValueError,
+        "global_batch_size(64, 16384) must be at most 2**31 = 2147483648",
+    ),
+    ({"max_waste": 1e300}, ValueError, "max_waste must be a float in [0.0, 2147483648.0]; got"),
+    (
+        {"quantization": 1, "max_pixels": 2**31 - 1},
+        ValueError,
+        "quantization must be coarse enough to list the lattice of max_pixels=2147483647 in at "
+        "most 262144 steps",
+    ),
+    (
+        {"quantization": 257, "max_pixels": None},
+        ValueError,
+        "quantization must be at most 256 when max_pixels is None",
     ),
     ({"candidates": []}, ValueError, "candidates must be a non-empty (M, 2) array"),
     (
@@ -908,6 +938,86 @@ def test_errors_name_the_argument_and_the_value(
     args = {"global_batch_size": 8, "max_pixels": 1024**2, "max_waste": 1.0, **kwargs}
     with pytest.raises(exc, match=re.escape(message)):
         F.fit_to_data([100, 200], [100, 100], **args)
+
+
+def test_the_issue_examples_are_refused_by_name() -> None:
+    """Issue 20, items 4 and 10, as reported: a lattice of 2**31 cells (quantization=1) was
+    listed whole (15 s, 3 GB), and global_batch_size=2**40 was named per_rank[0]."""
+    with pytest.raises(ValueError, match=r"^quantization must be coarse enough to list the"):
+        F.fit_to_data(
+            [100, 200, 300], [100, 100, 100], global_batch_size=1, quantization=1,
+            max_pixels=2**31 - 1,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match=r"^global_batch_size must be at most 2\*\*31 = "):
+        MultiTierBucketCalculator.fit_to_data(
+            [100] * 5, [100] * 5, global_batch_size=2**40, max_waste=1e12, drop_last=False
+        )
+    # the largest legal values work: G = 2**31, max_waste = 2**31 (any padding fits)
+    fit = F.fit_to_data(
+        [100] * 5, [100] * 5, global_batch_size=2**31, max_waste=2.0**31, drop_last=False
+    )
+    assert fit.waste == 2**31 - 5
+
+
+def _plain_lattice(budget: int, q: int, share: float) -> list[tuple[int, int]]:
+    """lattice_candidates by its definition, in Fractions: every point, its ratio's largest."""
+    units, need = budget // (q * q), Fraction(share) * budget
+    best: dict[Fraction, tuple[int, int]] = {}
+    for a in range(1, units + 1):
+        for b in range(1, units // a + 1):
+            if a * b * q * q >= need:
+                r = Fraction(a, b)
+                k = math.isqrt(units // (r.numerator * r.denominator))
+                best[r] = (k * r.numerator * q, k * r.denominator * q)
+    return [best[r] for r in sorted(best)]
+
+
+@settings(max_examples=60)
+@given(
+    budget=st.integers(1, 2500),
+    q=st.integers(1, 3),
+    share=st.one_of(st.floats(0.001, 1.0), st.sampled_from([1.0, FC.DEFAULT_MIN_SHARE])),
+)
+def test_lattice_candidates_is_the_plain_listing_in_the_counted_steps(
+    budget: int, q: int, share: float
+) -> None:
+    assume(budget >= q * q)
+    got = [(int(a), int(b)) for a, b in FC.lattice_candidates(budget, q, min_share=share)]
+    assert got == _plain_lattice(budget, q, share)
+    # The refusal counts the listing's steps exactly: one per row, one per point listed.
+    units, need = budget // (q * q), Fraction(share) * budget
+    steps = units + sum(
+        1 for a in range(1, units + 1) for b in range(1, units // a + 1) if a * b * q * q >= need
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(FC, "MAX_LATTICE_STEPS", steps)
+        FC.lattice_candidates(budget, q, min_share=share)
+        patch.setattr(FC, "MAX_LATTICE_STEPS", steps - 1)
+        with pytest.raises(ValueError, match=f"list the lattice of max_pixels={budget} in at"):
+            FC.lattice_candidates(budget, q, min_share=share)
+
+
+def _stepped_waste_budget(share: float, n: int) -> int:
+    """The waste budget as first written: up from floor(share * n), one sample at a time."""
+    w = math.floor(Fraction(share) * n)
+    while (w + 1) / n <= share:
+        w += 1
+    return w
+
+
+@given(
+    n=st.integers(1, 10**6),
+    share=st.one_of(st.floats(0.0, 1000.0), st.integers(0, 10**6).map(lambda k: k / 10**4)),
+)
+def test_the_waste_budget_is_the_most_that_compares_within_the_share(n: int, share: float) -> None:
+    assert FP._waste_budget(share, n) == _stepped_waste_budget(share, n)
+
+
+def test_the_waste_budget_is_exact_at_the_largest_values() -> None:
+    # Stepping would take share * n / 2**53 steps here: 2**18 for the first, forever for 1e300.
+    for share, n in [(2.0**31, 2**40), (2.0**31 - 1, 2**62 - 1), (0.1, 2**62 - 1), (1e300, 7)]:
+        w = FP._waste_budget(share, n)
+        assert w / n <= share < (w + 1) / n
 
 
 def test_sizes_are_checked() -> None:

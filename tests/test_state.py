@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import pytest
 
@@ -66,6 +67,27 @@ def test_refusals(mutate, match: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match=match):
         _parse(state)
     assert state == before
+
+
+def test_labels_name_a_field_by_its_argument() -> None:
+    """A field whose key is not its argument's name is reported under its label, also when
+    only one side has it; other fields keep their keys."""
+    labels = {"seed": "seed (the order's key)", "unit": "unit (U)"}
+
+    def parse(state: object, config: dict[str, object]) -> object:
+        return parse_state(state, kind="demo", config=config, progress_keys=("consumed",),
+                           layout_keys=("world",), labels=labels)  # fmt: skip
+
+    cases = [
+        ({**_state(), "config.seed": 4}, CONFIG, "seed (the order's key) is 4 in the state but 3"),
+        (_state(), {**CONFIG, "unit": 2}, "unit (U) is not in the state but 2 in this sampler"),
+        ({**_state(), "config.unit": 2}, CONFIG, "unit (U) is 2 in the state but not set here"),
+        ({**_state(), "config.mode": "x"}, CONFIG, "mode is 'x' in the state but 'default'"),
+    ]
+    for state, config, match in cases:
+        with pytest.raises(ValueError, match=re.escape(match)):
+            parse(state, config)
+    assert parse(_state(), CONFIG) == (2, {"consumed": 48}, {"world": 8})
 
 
 def test_not_a_mapping() -> None:

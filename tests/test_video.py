@@ -11,6 +11,7 @@ import doctest
 import itertools
 import json
 import math
+import re
 import subprocess
 import sys
 import types
@@ -176,6 +177,34 @@ def test_from_config_refuses_other_configs() -> None:
     image = MultiTierBucketCalculator().config()
     with pytest.raises(ValueError, match="missing"):
         VideoBucketCalculator.from_config(image)
+
+
+#: (field, value, exception, message): a bad field of a saved config is named as the field
+#: (issue 20, item 12), whichever check of the constructor refuses it.
+CONFIG_FIELD_ERRORS: list[tuple[str, object, type[Exception], str]] = [
+    ("max_tokens", "x", TypeError, "config['max_tokens'] must be a positive int; got config['ma"),
+    ("max_tokens", 0, ValueError, "config['max_tokens'] must be a positive int; got config['max"),
+    ("frame_counts", ["x"], TypeError, "config['frame_counts'][0] must be an int in [1, 21474836"),
+    ("frame_counts", [1, 6], ValueError, "config['frame_counts'][1] must be 8k + 1 (temporal_com"),
+    ("patch_size", [1, "x", 1], TypeError, "config['patch_size'][1] must be a positive int; got "),
+    ("patch_size", "x", TypeError, "config['patch_size'] must be a (pt, ph, pw) triple of posit"),
+    ("max_pixels", 10, ValueError, "config['max_pixels'] must be at least 1024 (one 32x32 cell)"),
+    ("aspect_ratios", [[1, [2]]], TypeError, "config['aspect_ratios'][0][1] must be a positive "),
+    ("max_upscale", "fast", ValueError, "config['max_upscale'] must be an int, a Fraction or a "),
+    ("cost_model", "x", TypeError, "config['cost_model'] must be a mapping; got config['cost_mo"),
+    ("cost_model", {"token_cost": "x", "attention_cost": "0"}, ValueError,
+     "config['cost_model']['token_cost'] must be an int, a Fraction or a 'p/q' string; got "),
+    ("max_batch_size", True, TypeError, "config['max_batch_size'] must be a positive int; got c"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("field", "value", "exc", "message"), CONFIG_FIELD_ERRORS)
+def test_from_config_names_the_bad_field(
+    field: str, value: object, exc: type[Exception], message: str
+) -> None:
+    config = VideoBucketCalculator.from_preset("ltx-video").config()
+    with pytest.raises(exc, match="^" + re.escape(message)):
+        VideoBucketCalculator.from_config({**config, field: value})
 
 
 def test_from_preset_overrides() -> None:
@@ -468,6 +497,127 @@ def test_a_tier_that_is_not_a_staircase_is_still_exact() -> None:
     assert (got == TOO_SMALL).sum() > 1000
 
 
+def _check_limits(calc: VideoBucketCalculator, clips: list[tuple[int, int, int]]) -> list[int]:
+    """assign equals the reference on ``clips``, and no assigned clip is upscaled past the limit
+    or stretched in time (exact rationals)."""
+    w, h, f = (np.array(c, dtype=np.int64) for c in zip(*clips, strict=True))
+    got = calc.assign(w, h, f).tolist()
+    assert got == [calc.get_bucket_id_for_video(*c) for c in clips]
+    u = calc.max_upscale
+    for k, (cw, ch, cf) in zip(got, clips, strict=True):
+        if k >= 0:
+            b = calc.get_bucket_by_id(k)
+            bw, bh = b["resolution"]
+            assert b["frames"] <= cf
+            assert u is None or (bw <= u * cw and bh <= u * ch), (cw, ch, b)
+    return got
+
+
+def test_a_float_upscale_limit_does_not_wrap_at_large_buckets() -> None:
+    """Issue 20, item 2: ``1.01`` is a fraction over 2**52, and ``bw * 2**52`` wrapped in int64
+    once a bucket was wider than 2048: 2014x984 went to 2064x992, an upscale of 1.025."""
+    c = VideoBucketCalculator(100000, max_frames=5, max_pixels=1920 * 1080, max_upscale=1.01)
+    assert c.get_bucket_id_for_video(2014, 984, 5) == TOO_SMALL
+    assert c.assign([2014], [984], [5]).tolist() == [TOO_SMALL]
+    rng = np.random.default_rng(20)
+    n = 20_000  # the issue's count: 57 of them disagreed
+    clips = list(
+        zip(
+            rng.integers(1500, 2600, n).tolist(),
+            rng.integers(700, 1300, n).tolist(),
+            rng.integers(1, 8, n).tolist(),
+            strict=True,
+        )
+    )
+    got = _check_limits(c, clips)
+    assert got.count(TOO_SMALL) > 1000
+    assert sum(k >= 0 for k in got) > 1000
+
+
+def test_upscale_limits_of_any_size_are_exact() -> None:
+    """Issue 20, item 7: an int, a float or a Fraction too large for int64 is taken exactly."""
+    base = VideoBucketCalculator.from_preset("wan2.1-480p", max_upscale=None)
+    clips = [(1, 1, 81), (2, 3, 81), (640, 360, 81), (2**31 - 1, 1, 5), (1, 2**31 - 1, 1)]
+    for limit in (10**20, 1e300, Fraction(10**30 + 1, 10**30), 1 + 2**-52):
+        calc = VideoBucketCalculator.from_preset("wan2.1-480p", max_upscale=limit)
+        assert calc.max_upscale == Fraction(limit)
+        got = _check_limits(calc, clips)
+        if calc.max_upscale >= 1000:  # nothing here needs more: the same as no limit
+            assert got == base.assign(*(np.array(c) for c in zip(*clips, strict=True))).tolist()
+        assert VideoBucketCalculator.from_config(calc.config()) == calc
+    # A hair above 1 is 1 for integer sides below 10**30 (and below 2**52 for 1 + 2**-52).
+    strict = VideoBucketCalculator.from_preset("wan2.1-480p", max_upscale=1)
+    rng = np.random.default_rng(7)
+    w, h, f = rng.integers(300, 2000, 5000), rng.integers(300, 2000, 5000), np.full(5000, 81)
+    for limit in (Fraction(10**30 + 1, 10**30), 1 + 2**-52):
+        near_one = VideoBucketCalculator.from_preset("wan2.1-480p", max_upscale=limit)
+        assert near_one.assign(w, h, f).tolist() == strict.assign(w, h, f).tolist()
+    assert strict.assign([832, 831], [480, 480], [81, 81]).tolist()[0] >= 0
+
+
+_UPSCALES = st.one_of(
+    st.floats(1.0, 4.0),
+    st.integers(0, 2**20).map(lambda k: 1.0 + k * 2.0**-52),  # floats a few ulps above 1
+    st.sampled_from([1.01, 1.001, 1.0000001, 1e300, 10**20, 10**40]),
+    st.integers(1, 10**30),
+    st.builds(
+        lambda d, e: Fraction(d + e, d),
+        st.integers(1, 10**40),
+        st.integers(0, 10**40),
+    ),
+    st.none(),
+)
+
+
+@st.composite
+def large_calculators(draw: st.DrawFn) -> VideoBucketCalculator:
+    """Custom calculators with per-frame budgets up to 2**40 pixels and any upscale limit."""
+    exponent = draw(st.integers(16, 40))
+    q = 16 * draw(st.sampled_from([1, 2, 3, 4, 64]))
+    max_pixels = max(q * q, draw(st.integers(2 ** (exponent - 1), 2**exponent)))
+    ratios = st.lists(
+        st.one_of(st.floats(0.01, 100.0), st.sampled_from([10_000.0, 1 / 10_000, (16, 9)])),
+        min_size=1,
+        max_size=6,
+    )
+    need = 21 * q * q // 256  # one q x q cell at 81 frames (21 latent frames, 256 px a token)
+    return VideoBucketCalculator(
+        draw(st.integers(need, 2**50)),
+        frame_counts=draw(st.lists(st.sampled_from([1, 5, 9, 17, 81]), min_size=1, max_size=3)),
+        max_pixels=max_pixels,
+        quantization=q,
+        aspect_ratios=draw(st.one_of(st.none(), ratios)),
+        max_upscale=draw(_UPSCALES),
+    )
+
+
+@st.composite
+def large_clips(draw: st.DrawFn, calc: VideoBucketCalculator) -> tuple[int, int, int]:
+    """Clips at the limit of a bucket's side (where a wrapped product answers wrong), or of any
+    size up to 2**31 - 1."""
+    f = draw(st.sampled_from([*calc.frame_counts, 2**31 - 1]))
+    if draw(st.booleans()):
+        side = st.integers(0, 31).flatmap(lambda e: st.integers(1, max(1, 2**e - 1)))
+        return draw(side), draw(side), f
+    bw, bh = draw(st.sampled_from(calc.get_all_buckets()))["resolution"]
+    u = calc.max_upscale or Fraction(1)
+    w = min(2**31 - 1, max(1, math.ceil(bw / u) + draw(st.integers(-1, 1))))
+    h = min(2**31 - 1, max(1, math.ceil(bh / u) + draw(st.integers(-1, 1))))
+    if draw(st.booleans()):  # the aspect of another bucket, one side at its limit
+        aw, ah = draw(st.sampled_from(calc.get_all_buckets()))["resolution"]
+        h = min(2**31 - 1, max(1, w * ah // aw))
+    return w, h, f
+
+
+@given(st.data())
+def test_assign_equals_the_reference_at_large_budgets_and_any_upscale(
+    data: st.DataObject,
+) -> None:
+    calc = data.draw(large_calculators())
+    batch = data.draw(st.lists(large_clips(calc), min_size=1, max_size=30))
+    _check_limits(calc, batch)
+
+
 def test_table_limits_fall_back_to_exact_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(assign_module, "_FIT_TABLE_LIMIT", 0)
     monkeypatch.setattr(assign_module, "_FRAME_TABLE_LIMIT", 0)
@@ -616,6 +766,39 @@ CONSTRUCTOR_ERRORS: list[tuple[dict[str, object], type[Exception], str]] = [
         {**_BASE, "max_batch_size": 0},
         ValueError,
         "max_batch_size must be a positive int; got max_batch_size=0",
+    ),
+    # The caps (issue 20, item 7): no int64 product of a bucket can wrap.
+    (
+        {**_BASE, "max_tokens": 2**62 + 1},
+        ValueError,
+        "max_tokens must be at most 2**62 = 4611686018427387904 (token counts are int64); got",
+    ),
+    (
+        {**_BASE, "max_tokens": 2**32 + 1, "max_frames": 5},
+        ValueError,
+        "max_tokens must be at most 4294967296 for frames=1 when max_pixels is None (frames of at "
+        "most 2**40 pixels; set max_pixels to cap them); got max_tokens=4294967297",
+    ),
+    (
+        {**_BASE, "max_pixels": 2**40 + 1},
+        ValueError,
+        "max_pixels must be at most 2**40 = 1099511627776 or None; got max_pixels=1099511627777",
+    ),
+    (
+        {**_BASE, "quantization": 2**20 + 16},
+        ValueError,
+        "quantization must be at most 1048576 (one 1048576x1048576 bucket: 2**40 pixels); got",
+    ),
+    (
+        {**_BASE, "spatial_compression": 2**31 - 1},
+        ValueError,
+        "spatial_compression must be small enough that a latent cell's side lcm(sc * ph, sc * pw) "
+        "is at most 1048576 (it is 4294967294 with patch_size=(1, 2, 2)); got",
+    ),
+    (
+        {**_BASE, "max_batch_size": 2**31 + 1},
+        ValueError,
+        "max_batch_size must be at most 2**31 = 2147483648 or None; got max_batch_size=2147483649",
     ),
 ]
 
@@ -779,9 +962,60 @@ def test_video_batch_sizes() -> None:
     assert again.tolist() == calc.cost_model.batch_sizes(tokens, ref, 2, 64).tolist()
     # Default clamp: 4x the reference.
     assert int(VideoBucketCalculator.from_preset("wan2.1-480p").batch_sizes(3).max()) == 12
+    # Issue 20, item 7: past 2**31 a batch size is refused by name, never an OverflowError.
+    wan = VideoBucketCalculator.from_preset("wan2.1-480p")
+    assert int(wan.batch_sizes(2**31).max()) == 2**33  # the default clamp, 4x: still an int64
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "reference_batch_size must be at most 2**31 = 2147483648; got "
+            "reference_batch_size=100000000000000000000"
+        ),
+    ):
+        wan.batch_sizes(10**20)
+    with pytest.raises(ValueError, match=r"max_batch_size must be at most 2\*\*31"):
+        wan.cost_model.batch_sizes(wan.tokens, 100, 1, 2**31 + 1)
+
+
+def test_large_budgets_up_to_the_caps_build_and_assign() -> None:
+    """Every int64 product of a bucket stays exact at the largest legal values (issue 20, item 7):
+    a 2**40-pixel frame at the largest quantization, and the largest token budget."""
+    top = VideoBucketCalculator(2**62, frame_counts=[1, 5], max_pixels=2**40, quantization=2**20)
+    assert top.resolutions.tolist() == [[2**20, 2**20]] * 2
+    assert int(top.tokens.max()) <= top.max_tokens
+    assert top.assign([2**20, 2**31 - 1], [2**20, 1], [5, 5]).tolist() == [1, -2]
+    fine = VideoBucketCalculator(2**36, frame_counts=[1], max_pixels=2**40, aspect_ratios=[10_000])
+    assert int(fine.resolutions.max()) > 10**8  # sides past 2**26, far from wrapping
+    w, h = [2**31 - 1, 2**31 - 1, 12345], [2**31 - 1, 123, 2**31 - 1]
+    assert fine.assign(w, h, [1, 1, 1]).tolist() == [
+        fine.get_bucket_id_for_video(a, b, 1) for a, b in zip(w, h, strict=True)
+    ]
 
 
 # -- time: trim loss and resampling -------------------------------------------------------------
+
+
+@given(
+    duration=st.fractions(Fraction(1, 10**6), 10**6, max_denominator=10**6),
+    fps=st.fractions(Fraction(1, 1001), 1000, max_denominator=1001),
+)
+def test_an_estimated_frame_count_is_a_tenth_low_and_exact(
+    duration: Fraction, fps: Fraction
+) -> None:
+    n = frames_module.estimated_frame_count(duration, fps)
+    assert n == max(1, math.floor(duration * fps * Fraction(9, 10)))
+    assert n <= max(1, duration * fps)  # never above what the headers say
+    assert n >= duration * fps * Fraction(9, 10) - 1
+
+
+def test_estimated_frame_count_edges() -> None:
+    assert frames_module.estimated_frame_count(Fraction(81, 30), 30) == 72
+    assert frames_module.estimated_frame_count(Fraction(1, 1000), 30) == 1  # a still
+    assert Fraction(1, 10) == frames_module.ESTIMATE_MARGIN
+    with pytest.raises(ValueError, match="duration must be a positive number; got duration=0"):
+        frames_module.estimated_frame_count(0, 30)
+    with pytest.raises(TypeError, match="fps must be an int, a Fraction or a 'p/q' string; got"):
+        frames_module.estimated_frame_count(1, 29.97)  # type: ignore[arg-type]
 
 
 def test_trim_loss() -> None:

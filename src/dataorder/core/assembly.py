@@ -42,6 +42,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from dataorder._validate import fail
@@ -86,11 +87,14 @@ class Field:
         args: For a recorded constructor argument, the keywords its value gives back to the
             constructor in :meth:`AssembledSampler.from_state`; None for a field that is only
             compared on load (a digest, a construction version).
+        label: How a state that differs in this field names it, when its key is not the name
+            of the argument a user set (``config.interleaved`` is ``interleave_unit``).
     """
 
     name: str
     read: Callable[[Any], Scalar | None]
     args: Decode | None = None
+    label: str | None = None
 
 
 def _scalar(name: str, value: object) -> Scalar:
@@ -396,6 +400,9 @@ class AssembledSampler(CursorSampler[T_co]):
             )
         cls.state_kind = schema.kind
         cls.progress_keys = schema.progress
+        cls.config_labels = MappingProxyType(
+            {f.name: f.label for f in schema.fields if f.label is not None}
+        )
         SAMPLERS[schema.kind] = cls
 
     # -- what the declaration gives ---------------------------------------------------------------

@@ -75,6 +75,7 @@ from __future__ import annotations
 import abc
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from dataorder._validate import check_int
@@ -140,6 +141,9 @@ class CursorSampler(abc.ABC, Generic[T_co]):
     state_kind: ClassVar[str]
     #: Global progress counters, all starting at 0 each epoch.
     progress_keys: ClassVar[tuple[str, ...]] = ("consumed",)
+    #: How a configuration field whose key is not its argument's name is named when a state
+    #: differs in it (``parse_state``'s ``labels``).
+    config_labels: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
     def __init__(self) -> None:
         self._epoch = 0
@@ -423,6 +427,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
             config=self.order_config(),
             progress_keys=self.progress_keys,
             layout_keys=tuple(layout),
+            labels=self.config_labels,
         )
         if not self.elastic:
             for key, ours in layout.items():

@@ -136,11 +136,15 @@ def parse_state(
     config: Mapping[str, object],
     progress_keys: Sequence[str],
     layout_keys: Sequence[str] = (),
+    labels: Mapping[str, str] | None = None,
 ) -> tuple[int, dict[str, int], dict[str, int]]:
     """Validate ``state`` against a sampler's configuration and return its progress.
 
     Strict: unknown or missing keys, another format, version or kind, a configuration field that
     differs, or a fingerprint that does not match the recorded configuration are all refused.
+    A field that differs is named by its key, or by ``labels[key]`` where the key is not the
+    argument's name (the bucket sampler records ``interleave_unit`` as ``interleaved``); a
+    labelled field set on one side only is reported as such, before unknown or missing keys.
 
     Returns:
         ``(epoch, progress, layout)``: the epoch, the progress counters, and the recorded layout.
@@ -181,8 +185,16 @@ def parse_state(
         theirs = state[name]
         if type(theirs) is not type(ours) or theirs != ours:
             raise ValueError(
-                f"state is from another configuration: {key} is {theirs!r} in the state "
-                f"but {ours!r} in this sampler"
+                f"state is from another configuration: {(labels or {}).get(key, key)} is "
+                f"{theirs!r} in the state but {ours!r} in this sampler"
+            )
+    for key, label in (labels or {}).items():
+        name = f"config.{key}"
+        if (key in cfg) != (name in state):
+            theirs_text = f"{state[name]!r} in the state" if name in state else "not in the state"
+            ours_text = f"{cfg[key]!r} in this sampler" if key in cfg else "not set here"
+            raise ValueError(
+                f"state is from another configuration: {label} is {theirs_text} but {ours_text}"
             )
     present = set(state)
     if present - expected:  # sorted by repr: an edited state may mix str keys with others

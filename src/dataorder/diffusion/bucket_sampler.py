@@ -122,7 +122,11 @@ def _interleaved() -> Field:
     def args(value: Scalar) -> Mapping[str, Any]:
         return {"bucket_order": "interleaved", "interleave_unit": value}
 
-    return Field("interleaved", read, args)
+    label = (
+        "interleave_unit (state key config.interleaved: the chunk size U of "
+        "bucket_order='interleaved', absent in the sequential order)"
+    )
+    return Field("interleaved", read, args, label)
 
 
 def _digest_field(name: str, read: Any) -> Field:

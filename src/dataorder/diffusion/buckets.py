@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
@@ -36,7 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_bool, check_choice, check_int, fail
+from dataorder._validate import as_field, check_bool, check_choice, check_int, fail
 from dataorder.diffusion.bucket_rules import (
     Assigner,
     BucketRule,
@@ -44,7 +45,7 @@ from dataorder.diffusion.bucket_rules import (
     DefaultBucketRule,
 )
 from dataorder.diffusion.compat_nemo import NEMO_ASPECT_RATIOS, NemoBucketRule
-from dataorder.diffusion.cost import DEFAULT_MAX_BATCH_FACTOR, CostModel
+from dataorder.diffusion.cost import DEFAULT_MAX_BATCH_FACTOR, CostModel, cost_model_from_field
 from dataorder.diffusion.crop import CropResult, require_pillow, resize_and_crop
 from dataorder.diffusion.lattice import DEFAULT_ASPECT_RATIOS, AspectRatio
 from dataorder.diffusion.lookup import MAX_IMAGE_SIDE, as_size_array
@@ -107,7 +108,8 @@ class MultiTierBucketCalculator:
 
     Args:
         quantization: Both sides of every bucket are multiples of this (64 for Flux/SDXL
-            latents with patching; 8 or 16 for finer lattices).
+            latents with patching; 8 or 16 for finer lattices), at most
+            :data:`MAX_QUANTIZATION`; at most 256 when ``max_pixels`` is None.
         max_pixels: The pixel budget; no bucket has more pixels. None means 65,536. Must be at
             least ``quantization**2`` and at most :data:`MAX_PIXELS`.
         debug_mode: Log the bucket table at INFO level after construction.
@@ -170,6 +172,14 @@ class MultiTierBucketCalculator:
         q = check_int("quantization", quantization, min_value=1, max_value=MAX_QUANTIZATION)
         if max_pixels is None:
             budget = DEFAULT_MAX_PIXELS
+            if q * q > budget:  # the default budget holds no bucket: say which arguments
+                fail(
+                    "quantization",
+                    f"at most 256 when max_pixels is None (the default budget of {budget} "
+                    "pixels must hold one quantization x quantization bucket; pass max_pixels "
+                    "for a coarser lattice)",
+                    quantization,
+                )
         else:
             # at least one bucket of quantization**2 pixels
             budget = check_int("max_pixels", max_pixels, min_value=q * q, max_value=MAX_PIXELS)
@@ -212,11 +222,12 @@ class MultiTierBucketCalculator:
         Args:
             preset: One of ``'256p'``, ``'512p'``, ``'768p'``, ``'1024p'``, ``'1536p'`` (budgets of
                 256², 512², ... pixels).
-            quantization: As in the constructor.
+            quantization: As in the constructor; at most the preset's side (256 for ``'256p'``),
+                so that one bucket fits its budget.
             **kwargs: Any other keyword argument of the constructor except ``max_pixels``.
 
         Raises:
-            ValueError: For an unknown preset.
+            ValueError: For an unknown preset, or a quantization too coarse for it.
         """
         if not isinstance(preset, str) or preset not in PRESETS:
             names = ", ".join(repr(p) for p in PRESETS)
@@ -227,6 +238,15 @@ class MultiTierBucketCalculator:
             )
         if "max_pixels" in kwargs:
             raise TypeError("from_preset() sets max_pixels from the preset; do not pass it")
+        q = check_int("quantization", quantization, min_value=1, max_value=MAX_QUANTIZATION)
+        side = math.isqrt(PRESETS[preset])
+        if q > side:  # the constructor would name max_pixels, which the caller did not pass
+            fail(
+                "quantization",
+                f"at most {side} for preset {preset!r} (one quantization x quantization bucket "
+                f"within its {PRESETS[preset]} pixels)",
+                quantization,
+            )
         return cls(quantization, PRESETS[preset], **kwargs)
 
     @classmethod
@@ -288,11 +308,21 @@ class MultiTierBucketCalculator:
         data (:meth:`FittedBucketRule.from_config <dataorder.diffusion.fit_rule.FittedBucketRule>`).
 
         Raises:
-            ValueError: If keys are missing or unknown, or the config was written by another
-                bucket algorithm version.
+            TypeError: If ``config`` is not a mapping, or a field has the wrong type.
+            ValueError: If keys are missing or unknown, the config was written by another
+                bucket algorithm version, or a field is out of range. A field's error names it
+                as the constructor's would name the argument, e.g. ``config['resolutions'][0]``.
         """
         if not isinstance(config, Mapping):
             fail("config", "a mapping", config, TypeError)
+        try:  # the constructor and the rule check every field; their messages then name them
+            return cls._from_config(config)
+        except (TypeError, ValueError) as error:
+            fields = {k: f"config[{k!r}]" for k in config if isinstance(k, str)}
+            raise as_field(error, fields) from None
+
+    @classmethod
+    def _from_config(cls, config: Mapping[str, Any]) -> MultiTierBucketCalculator:
         if config.get("compat") == "fitted":  # NOTE [ Bucket rules ]: the one given rule
             from dataorder.diffusion.fit_rule import FittedBucketRule
 
@@ -613,6 +643,6 @@ def _options(config: Mapping[str, Any], rule_keys: Sequence[str]) -> dict[str, A
     cost = config.get("cost_model")
     return {
         "max_batch_size": config["max_batch_size"],
-        "cost_model": None if cost is None else CostModel.from_config(cost),
+        "cost_model": None if cost is None else cost_model_from_field(cost, "config['cost_model']"),
         "patch_side": config.get("patch_side"),
     }

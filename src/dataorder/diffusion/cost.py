@@ -47,11 +47,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_int, check_optional_int, fail
+from dataorder._validate import as_field, check_int, check_optional_int, fail
+from dataorder.core.partition import MAX_BATCH_SIZE
 
 __all__ = [
     "DEFAULT_MAX_BATCH_FACTOR",
     "CostModel",
+    "cost_model_from_field",
     "exact_rational",
     "image_tokens",
 ]
@@ -213,17 +215,29 @@ class CostModel:
         Args:
             tokens: Tokens per sample, an int array of any shape, entries ``>= 1``.
             reference_tokens: Tokens per sample of the reference bucket.
-            reference_batch_size: Per-rank batch size known to fit the reference bucket.
-            max_batch_size: Upper clamp; None means ``4 * reference_batch_size``.
+            reference_batch_size: Per-rank batch size known to fit the reference bucket, at
+                most ``2**31`` (:data:`~dataorder.core.partition.MAX_BATCH_SIZE`, the largest
+                per-rank batch a sampler takes).
+            max_batch_size: Upper clamp, at most ``2**31``; None means
+                ``4 * reference_batch_size``.
 
         Returns:
             int64 array of batch sizes, the shape of ``tokens``.
 
         Raises:
             TypeError: If ``tokens`` is not an int array or an argument is not an int.
-            ValueError: If a token count or an argument is not positive.
+            ValueError: If a token count or an argument is not positive, or a batch size is
+                above ``2**31``.
         """
         budget, cap = self._budget(reference_tokens, reference_batch_size, max_batch_size)
+        # The answers are int64 and at most the clamp: bound the clamp's operands, so a batch
+        # size cannot wrap (no sampler takes a per-rank batch above MAX_BATCH_SIZE anyway).
+        for name, value in (
+            ("reference_batch_size", reference_batch_size),
+            ("max_batch_size", max_batch_size),
+        ):
+            if value is not None and int(value) > MAX_BATCH_SIZE:
+                fail(name, f"at most 2**31 = {MAX_BATCH_SIZE}", value)
         arr = np.asarray(tokens)
         if arr.size == 0:
             return np.zeros(arr.shape, dtype=np.int64)
@@ -282,6 +296,24 @@ class CostModel:
         a = a if self._a.denominator == 1 else repr(a)
         c = c if self._c.denominator == 1 else repr(c)
         return f"CostModel(token_cost={a}, attention_cost={c})"
+
+
+def cost_model_from_field(value: object, field: str) -> CostModel:
+    """:meth:`CostModel.from_config` of a calculator config's field, its errors naming it.
+
+    Example:
+        >>> cost_model_from_field({"token_cost": "x", "attention_cost": 0}, "config['cost']")
+        Traceback (most recent call last):
+         ...
+        ValueError: config['cost']['token_cost'] must be an int, a Fraction or a 'p/q' string; \
+got config['cost']['token_cost']='x'
+    """
+    try:
+        return CostModel.from_config(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as error:
+        names = {k: f"{field}[{k!r}]" for k in ("token_cost", "attention_cost")}
+        names["config"] = field
+        raise as_field(error, names) from None
 
 
 def image_tokens(width: int, height: int, patch_side: int = 16) -> int:

@@ -48,7 +48,6 @@ buckets and the thresholds (NOTE [ waste telescopes ], NOTE [ dynamic G ]).
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -58,7 +57,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
-from dataorder.core.partition import plan_segments
+from dataorder.core.partition import MAX_BATCH_SIZE, plan_segments
 from dataorder.diffusion.buckets import MultiTierBucketCalculator
 from dataorder.diffusion.cost import CostModel
 from dataorder.diffusion.fit_bins import IntArray, _ratio_range
@@ -82,6 +81,7 @@ from dataorder.diffusion.fit_programme import (
     _check_least_waste,
     _fit,
     _waste_budget,
+    check_global_batch_size,
 )
 from dataorder.diffusion.fit_rule import FIT_VERSION, FittedBucketRule, ThresholdAssigner
 from dataorder.diffusion.lookup import as_size_array
@@ -90,6 +90,7 @@ __all__ = [
     "DEFAULT_MAX_CANDIDATES",
     "DEFAULT_MIN_SHARE",
     "FIT_VERSION",
+    "MAX_WASTE",
     "FitResult",
     "FittedBucketRule",
     "ThresholdAssigner",
@@ -99,6 +100,10 @@ __all__ = [
     "lattice_candidates",
     "size_digest",
 ]
+
+#: Largest ``max_waste``: 2**31, the largest global batch size, as a share of ``N``. Padding
+#: wastes less than ``G`` per bucket and there are at most ``N`` buckets, so no larger share binds.
+MAX_WASTE = float(MAX_BATCH_SIZE)
 
 
 # -- the fit ------------------------------------------------------------------------------------
@@ -138,10 +143,12 @@ def fit_to_data(
     Args:
         widths: Integer array of image widths (``N`` images, any shape).
         heights: Integer array of image heights, the same shape.
-        global_batch_size: ``G`` = per-rank batch x data-parallel ranks, or a callable
-            ``(w, h) -> G`` that gives each candidate bucket its own.
+        global_batch_size: ``G`` = per-rank batch x data-parallel ranks, at most ``2**31``, or
+            a callable ``(w, h) -> G`` that gives each candidate bucket its own.
         max_waste: Budget for dropped (or padded) samples as a share of ``N`` (padding can
-            exceed ``N`` when ``G > N``), compared as ``waste / N <= max_waste`` in floats.
+            exceed ``N`` when ``G > N``), compared as ``waste / N <= max_waste`` in floats; in
+            ``[0, 2**31]`` (:data:`MAX_WASTE`: padding is below ``G`` per bucket, so no larger
+            share could bind).
         max_pixels: Pixel budget of every bucket; None means 65,536, as in the calculator.
         quantization: Both sides of every bucket are multiples of this.
         drop_last: Drop remainders (else pad each bucket's last global batch).
@@ -174,8 +181,10 @@ def fit_to_data(
         fail("widths", "a non-empty array", widths)
     fixed_g = None if callable(global_batch_size) else global_batch_size
     if fixed_g is not None:
-        fixed_g = check_int("global_batch_size", fixed_g, min_value=1)
-    share = _share("max_waste", max_waste, low=0.0, high=math.inf, open_low=False)
+        fixed_g = check_global_batch_size("global_batch_size", fixed_g)
+    # Padding wastes less than G <= 2**31 per bucket, and there are at most N buckets: a share
+    # above MAX_WASTE never binds, and the range keeps the waste budget's arithmetic exact.
+    share = _share("max_waste", max_waste, low=0.0, high=MAX_WASTE, open_low=False)
     budget, q = _budget(max_pixels, quantization)
     drop = check_bool("drop_last", drop_last)
     keep_all = check_bool("keep_every_image", keep_every_image)

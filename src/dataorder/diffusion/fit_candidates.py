@@ -22,7 +22,13 @@ from dataorder.diffusion.buckets import MultiTierBucketCalculator
 from dataorder.diffusion.fit_bins import _CHUNK, _EPS, BoolArray, IntArray
 from dataorder.diffusion.lookup import MAX_IMAGE_SIDE, as_size_array
 
-__all__ = ["DEFAULT_MAX_CANDIDATES", "DEFAULT_MIN_SHARE", "lattice_candidates", "size_digest"]
+__all__ = [
+    "DEFAULT_MAX_CANDIDATES",
+    "DEFAULT_MIN_SHARE",
+    "MAX_LATTICE_STEPS",
+    "lattice_candidates",
+    "size_digest",
+]
 
 #: Least share of ``max_pixels`` a generated candidate uses: just under the lowest share in the
 #: default 1024p preset (0.879), so every bucket of the presets and of SDXL's table is a candidate.
@@ -50,6 +56,11 @@ def lattice_candidates(
     less. Points of ``extra`` (a preset's buckets) are merged in; where two share a ratio, the
     larger is kept.
 
+    The lattice is listed whole, in ``max_pixels // quantization**2`` steps plus one per point
+    ``(a, b)`` with ``min_share * max_pixels <= a b q**2 <= max_pixels``: a fine lattice
+    (``quantization=1`` at a megapixel) has millions. Listings of more than
+    :data:`MAX_LATTICE_STEPS` steps (about a second) are refused, before any is taken.
+
     Args:
         max_pixels: The pixel budget.
         quantization: Both sides are multiples of this.
@@ -61,8 +72,8 @@ def lattice_candidates(
 
     Raises:
         TypeError: If an argument has the wrong type.
-        ValueError: If ``max_pixels < quantization**2``, ``min_share`` is out of range, or a
-            point of ``extra`` is off the lattice or over budget.
+        ValueError: If ``max_pixels < quantization**2``, ``min_share`` is out of range, a point
+            of ``extra`` is off the lattice or over budget, or the lattice is too fine to list.
 
     Example:
         >>> [tuple(r) for r in lattice_candidates(256 * 256, 64, min_share=0.9).tolist()]
@@ -72,14 +83,17 @@ def lattice_candidates(
     budget, q = _budget(max_pixels, quantization)
     share = Fraction(_share("min_share", min_share, low=0.0, high=1.0, open_low=True))
     units = budget // (q * q)
-    need = share * budget
-    best: dict[Fraction, tuple[int, int]] = {}
+    least = max(1, math.ceil(share * budget / (q * q)))  # a b >= least: at least min_share
+    _check_lattice_steps(units, least, budget, q, min_share)
+    # Keyed by the reduced ratio as a pair of ints: Fraction keys hash slowly.
+    best: dict[tuple[int, int], tuple[int, int]] = {}
     for a in range(1, units + 1):
-        for b in range(max(1, math.ceil(need / (a * q * q))), units // a + 1):
-            ratio = Fraction(a, b)
+        for b in range(max(1, -(-least // a)), units // a + 1):
+            g = math.gcd(a, b)
+            ratio = (a // g, b // g)
             if ratio in best:
                 continue
-            a1, b1 = ratio.numerator, ratio.denominator
+            a1, b1 = ratio
             k = math.isqrt(units // (a1 * b1))
             best[ratio] = (k * a1 * q, k * b1 * q)
     points = list(best.values())
@@ -88,14 +102,43 @@ def lattice_candidates(
     return _merge(points)
 
 
+#: Most steps :func:`lattice_candidates` takes (one per lattice row and one per point listed).
+MAX_LATTICE_STEPS = 1 << 18
+
+
+def _check_lattice_steps(units: int, least: int, budget: int, q: int, min_share: object) -> None:
+    """Refuse a lattice listing of more than :data:`MAX_LATTICE_STEPS` steps, before it starts.
+
+    The points ``(a, b)`` with ``least <= a b <= units`` number ``D(units) - D(least - 1)``, with
+    ``D(n) = sum_a floor(n / a)``, counted here in one numpy pass once ``units`` itself is small
+    enough.
+    """
+    steps = units
+    if units <= MAX_LATTICE_STEPS:
+        a = np.arange(1, units + 1, dtype=np.int64)
+        lo = np.maximum(1, -(-least // a))
+        steps += int(np.maximum(units // a - lo + 1, 0).sum())
+    if steps > MAX_LATTICE_STEPS:
+        fail(
+            "quantization",
+            f"coarse enough to list the lattice of max_pixels={budget} in at most "
+            f"{MAX_LATTICE_STEPS} steps (max_pixels // quantization**2 = {units}, min_share="
+            f"{min_share}: {'over ' if steps == units else ''}{steps} steps); raise quantization "
+            "or min_share, or pass candidates=",
+            q,
+        )
+
+
 def _merge(points: list[tuple[int, int]]) -> IntArray:
     """One point per aspect ratio (the largest), ascending in aspect ratio."""
-    best: dict[Fraction, tuple[int, int]] = {}
+    best: dict[tuple[int, int], tuple[int, int]] = {}  # by the reduced ratio (fast to hash)
     for w, h in points:
-        ratio = Fraction(w, h)
+        g = math.gcd(w, h)
+        ratio = (w // g, h // g)
         if ratio not in best or w * h > best[ratio][0] * best[ratio][1]:
             best[ratio] = (w, h)
-    return np.array([best[r] for r in sorted(best)], dtype=np.int64).reshape(-1, 2)
+    order = sorted(best, key=lambda r: Fraction(*r))  # exact: close ratios are not float-sorted
+    return np.array([best[r] for r in order], dtype=np.int64).reshape(-1, 2)
 
 
 @functools.lru_cache(maxsize=16)
@@ -220,16 +263,34 @@ def _share(name: str, value: object, *, low: float, high: float, open_low: bool)
 
 
 def _points(name: str, values: object, budget: int | None, q: int | None) -> list[tuple[int, int]]:
-    """``(K, 2)`` int ``(w, h)`` pairs; on the lattice and within budget when those are given."""
-    arr = np.asarray(values)
-    if arr.size == 0 and arr.ndim <= 2:
-        return []
-    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-        fail(name, "an array of (width, height) int pairs", values, TypeError)
-    if arr.ndim != 2 or arr.shape[1] != 2:
-        fail(name, "an array of shape (K, 2)", values)
+    """``(K, 2)`` int ``(w, h)`` pairs; on the lattice and within budget when those are given.
+
+    A numpy array is checked whole; any other sequence pair by pair, so a bad entry is named
+    (``name[i]``) rather than left to numpy's shape errors.
+    """
+    what = "a (width, height) pair of ints"
+    if isinstance(values, np.ndarray):
+        if values.size == 0 and values.ndim <= 2:
+            return []
+        if values.dtype == np.bool_ or not np.issubdtype(values.dtype, np.integer):
+            fail(name, "an array of (width, height) int pairs", values, TypeError)
+        if values.ndim != 2 or values.shape[1] != 2:
+            fail(name, "an array of shape (K, 2)", values)
+        pairs = values.tolist()
+    else:
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+            fail(name, "an array of (width, height) int pairs", values, TypeError)
+        pairs = []
+        for i, pair in enumerate(values):
+            if isinstance(pair, str | bytes) or not isinstance(pair, Sequence | np.ndarray):
+                fail(f"{name}[{i}]", what, pair, TypeError)
+            if len(pair) != 2:
+                fail(f"{name}[{i}]", what, pair)
+            pairs.append(
+                [check_int(f"{name}[{i}][{j}]", v, min_value=1) for j, v in enumerate(pair)]
+            )
     out = []
-    for i, (w, h) in enumerate(arr.tolist()):
+    for i, (w, h) in enumerate(pairs):
         if not (1 <= w <= MAX_IMAGE_SIDE and 1 <= h <= MAX_IMAGE_SIDE):
             fail(f"{name}[{i}]", f"a (w, h) of ints in [1, {MAX_IMAGE_SIDE}]", (w, h))
         if q is not None and budget is not None and (w % q or h % q or w * h > budget):

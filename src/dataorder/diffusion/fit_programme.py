@@ -40,6 +40,7 @@ from fractions import Fraction
 import numpy as np
 
 from dataorder._validate import check_int, fail
+from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.diffusion.fit_bins import (
     FloatArray,
     IntArray,
@@ -49,7 +50,7 @@ from dataorder.diffusion.fit_bins import (
 )
 from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
 
-__all__: list[str] = []
+__all__ = ["check_global_batch_size"]
 
 _NUDGE = 2.0**-20  # how close (relative) a threshold is placed to the log-midpoint it stands for
 _SHORTCUT = True  # the tests turn it off to run the dynamic programme on every instance
@@ -72,10 +73,17 @@ def _check_least_waste(n: int, g: int, drop: bool, w_max: int, max_waste: float)
 
 def _waste_budget(share: float, n: int) -> int:
     """The most samples ``w`` with ``w / n <= share`` as floats compare (``0.0272`` allows 272
-    of 10,000 although the float is a hair below 272 / 10,000)."""
-    w = math.floor(Fraction(share) * n)
-    while (w + 1) / n <= share:
-        w += 1
+    of 10,000 although the float is a hair below 272 / 10,000).
+
+    In O(1) for any size: the correctly rounded ``w / n`` is at most ``share`` iff ``w / n`` is
+    below the midpoint between ``share`` and the next float up (at the midpoint, ties to even).
+    Stepping up from ``floor(share * n)`` instead takes ``share * n / 2**53`` steps, forever
+    in effect for a share of ``1e300``.
+    """
+    mid = (Fraction(share) + Fraction(math.nextafter(share, math.inf))) / 2
+    w = math.floor(mid * n)
+    while w / n > share:  # at most once: the midpoint itself, rounded up to the next float
+        w -= 1
     return w
 
 
@@ -87,8 +95,21 @@ def _batch_sizes(
     out = []
     for w, h in cands:
         g = global_batch_size(w, h)
-        out.append(check_int(f"global_batch_size({w}, {h})", g, min_value=1))
+        out.append(check_global_batch_size(f"global_batch_size({w}, {h})", g))
     return np.array(out, dtype=np.int64)
+
+
+def check_global_batch_size(name: str, value: object) -> int:
+    """A global batch size of the fit: a positive int, at most ``2**31``.
+
+    The fit plans each bucket's global batches as blocks of
+    :func:`~dataorder.core.partition.plan_segments`, whose batches are at most
+    :data:`~dataorder.core.partition.MAX_BATCH_SIZE`; checked here, the error names the argument.
+    """
+    g = check_int(name, value, min_value=1)
+    if g > MAX_BATCH_SIZE:
+        fail(name, f"at most 2**31 = {MAX_BATCH_SIZE} (the largest batch the fit plans)", value)
+    return g
 
 
 @dataclass

@@ -87,7 +87,10 @@ def ratio_value(ratio: AspectRatio) -> float:
 
 
 def best_resolution(rho: float, budget: int, q: int) -> tuple[int, int] | None:
-    """The lattice point within ``budget`` that best serves nominal ratio ``rho`` (see module)."""
+    """The lattice point within ``budget`` that best serves nominal ratio ``rho`` (see module);
+    None if the budget holds no ``q x q`` cell."""
+    if budget < q * q:  # no point at all: the searches below, which end on one, would not end
+        return None
     log_rho = math.log(rho)
     best: tuple[int, int] | None = None
     best_key: tuple[float, int] = (math.inf, 0)

@@ -31,6 +31,7 @@ MAX_IMAGE_SIDE = 2**31 - 1
 _NEAR = 1e-10
 _CHUNK = 1 << 16
 _SHIFT = 40  # keep 12 mantissa bits: cells 0.024 % wide
+_STAIR_TABLE_LIMIT = 1 << 20  # entries of each no-upscale staircase table at most
 
 
 class Rule(Protocol):
@@ -46,22 +47,35 @@ class Rule(Protocol):
 
 
 def as_size_array(name: str, values: object) -> npt.NDArray[np.int64]:
-    arr = np.asarray(values)
+    """``values`` as an int64 array of sizes in ``[1, MAX_IMAGE_SIDE]``, or raise naming
+    ``name[i]`` and the value as given.
+
+    Ranges are checked in the input's own dtype before the cast, so a ``uint64`` of ``2**63`` is
+    reported as itself, not as the negative int64 it would wrap to. Python ints beyond int64
+    (numpy holds them as objects) are checked one by one.
+    """
+    try:
+        arr = np.asarray(values)
+    except ValueError:  # ragged nesting: numpy's message would name no argument
+        fail(name, "an array of ints", values, TypeError)
     if arr.size == 0:  # [] comes in as float64; an empty array has no wrong values
         return np.zeros(arr.shape, dtype=np.int64)
+    flat = arr.ravel()
+    if arr.dtype == object and all(
+        isinstance(v, int | np.integer) and not isinstance(v, bool) for v in flat.tolist()
+    ):
+        ints = [int(v) for v in flat.tolist()]
+        bad = next((i for i, v in enumerate(ints) if not 1 <= v <= MAX_IMAGE_SIDE), None)
+        if bad is not None:
+            fail(f"{name}[{bad}]", f"an int in [1, {MAX_IMAGE_SIDE}]", ints[bad])
+        return np.array(ints, dtype=np.int64).reshape(arr.shape)
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         fail(name, "an array of ints", values, TypeError)
-    out = arr.astype(np.int64, copy=False)
-    if out.size:
-        lo, hi = int(out.min()), int(out.max())
-        if lo < 1 or hi > MAX_IMAGE_SIDE:
-            bad = int(np.flatnonzero((out.ravel() < 1) | (out.ravel() > MAX_IMAGE_SIDE))[0])
-            fail(
-                f"{name}[{bad}]",
-                f"an int in [1, {MAX_IMAGE_SIDE}]",
-                int(out.ravel()[bad]),
-            )
-    return out
+    lo, hi = int(arr.min()), int(arr.max())  # in the input's dtype: exact, nothing wraps
+    if lo < 1 or hi > MAX_IMAGE_SIDE:
+        bad = int(np.flatnonzero((flat < 1) | (flat > MAX_IMAGE_SIDE))[0])
+        fail(f"{name}[{bad}]", f"an int in [1, {MAX_IMAGE_SIDE}]", int(flat[bad]))
+    return arr.astype(np.int64, copy=False)
 
 
 class LogTable:
@@ -199,7 +213,9 @@ class NearestLogAspect:
         self._fit_lookups: dict[int, Lookup | None] = {}
         self._unique_w = np.unique(self._w)
         self._unique_h = np.unique(self._h)
-        self._staircase = self._staircase_tables()
+        # widths never fall and heights never rise along the ids (every default set)
+        self._staircase = bool(np.all(np.diff(self._w) >= 0) and np.all(np.diff(self._h) <= 0))
+        self._stairs = self._staircase_tables() if no_upscale and self._staircase else None
 
     def choose(self, w: int, h: int) -> int:
         """The bucket id of one ``w x h`` image: the reference rule, in exact integers.
@@ -249,15 +265,19 @@ class NearestLogAspect:
             over = np.flatnonzero((self._w.take(k) > wc) | (self._h.take(k) > hc))
             if over.size == 0:
                 continue
-            if self._staircase is None:
+            if not self._staircase:
                 bad_parts.append(over + s)
                 continue
             # Staircase: the fitting buckets are the ids in [lo, hi), and the nearest of a run of
             # buckets ordered by aspect ratio is the overall nearest clamped into the run.
-            count_w, first_h = self._staircase
-            q = self._q
-            hi = count_w.take(np.minimum(wc[over] // q, count_w.size - 1))
-            lo = first_h.take(np.minimum(hc[over] // q, first_h.size - 1))
+            if self._stairs is not None:
+                count_w, first_h = self._stairs
+                q = self._q
+                hi = count_w.take(np.minimum(wc[over] // q, count_w.size - 1))
+                lo = first_h.take(np.minimum(hc[over] // q, first_h.size - 1))
+            else:  # the same counts, searched: the tables would be too large
+                hi = np.searchsorted(self._w, wc[over], side="right")
+                lo = self._h.size - np.searchsorted(self._h[::-1], hc[over], side="right")
             fits = lo < hi
             rows = over[fits] + s
             ids[rows] = np.clip(ids[rows], lo[fits], hi[fits] - 1)
@@ -284,14 +304,16 @@ class NearestLogAspect:
             ids[rows] = found
 
     def _staircase_tables(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
-        """Lookup tables of the no-upscale run, or None if the set is not a staircase.
+        """Lookup tables of a staircase's no-upscale run, or None if they would be too large.
 
         Indexed by ``t = side // q``: how many bucket widths are ``<= t * q`` (the run's end) and
-        the first id whose height is ``<= t * q`` (its start).
+        the first id whose height is ``<= t * q`` (its start). A fine lattice with a wide bucket
+        (``quantization=1``, a 10,000:1 ratio at 2**40 pixels: 10**8 steps) would need GBs.
         """
-        if not (np.all(np.diff(self._w) >= 0) and np.all(np.diff(self._h) <= 0)):
+        size = int(max(self._w.max(), self._h.max())) // self._q + 1
+        if size > _STAIR_TABLE_LIMIT:
             return None
-        steps = np.arange(max(self._w.max(), self._h.max()) // self._q + 1, dtype=np.int64)
+        steps = np.arange(size, dtype=np.int64)
         count_w = np.searchsorted(self._w, steps * self._q, side="right").astype(np.int64)
         fit_h = np.searchsorted(self._h[::-1], steps * self._q, side="right").astype(np.int64)
         return count_w, len(self._h) - fit_h

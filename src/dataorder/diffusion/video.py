@@ -78,8 +78,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_int, check_optional_int, fail
-from dataorder.diffusion.cost import CostModel, exact_rational
+from dataorder._validate import as_field, check_int, check_optional_int, fail
+from dataorder.core.partition import MAX_BATCH_SIZE
+from dataorder.diffusion.buckets import MAX_PIXELS
+from dataorder.diffusion.cost import CostModel, cost_model_from_field, exact_rational
 from dataorder.diffusion.lattice import (
     DEFAULT_ASPECT_RATIOS,
     AspectRatio,
@@ -99,6 +101,8 @@ from dataorder.diffusion.video_presets import PRESETS, VideoPreset
 
 __all__ = [
     "DEFAULT_MAX_UPSCALE",
+    "MAX_PIXELS",
+    "MAX_TOKENS",
     "MAX_VIDEO_SIZE",
     "PRESETS",
     "TOO_SHORT",
@@ -115,6 +119,10 @@ __all__ = [
 #: Bumped whenever bucket generation or assignment changes; part of
 #: :meth:`VideoBucketCalculator.config`, so a manifest written under another rule is refused.
 VIDEO_BUCKETS_VERSION = 1
+
+#: Largest ``max_tokens``: a bucket's token count is an int64 (with ``MAX_PIXELS``, the largest
+#: frame, 2**40 pixels as for images, these are the calculator's caps).
+MAX_TOKENS = 2**62
 
 #: Default upscale limit (NOTE [ too small: drop, not upscale ]).
 DEFAULT_MAX_UPSCALE = Fraction(3, 2)
@@ -133,7 +141,9 @@ class VideoBucketCalculator:
     lookup tables are built once at construction; the methods only read them.
 
     Args:
-        max_tokens: The token budget: no bucket has more latent tokens.
+        max_tokens: The token budget: no bucket has more latent tokens. At most
+            :data:`MAX_TOKENS`; without ``max_pixels`` it may not allow frames of more than
+            :data:`MAX_PIXELS` (2**40) pixels.
         frame_counts: Legal frame counts, each ``tc * k + 1``. None means
             :func:`causal_frame_counts` of ``max_frames``, ``min_frames`` and ``frame_step``.
         max_frames: With ``frame_counts=None``: the largest frame count (required then).
@@ -142,18 +152,21 @@ class VideoBucketCalculator:
         spatial_compression: The VAE's spatial factor ``sc``.
         temporal_compression: The causal VAE's temporal factor ``tc``.
         patch_size: The transformer's patch ``(pt, ph, pw)``.
-        max_pixels: Pixel cap per frame; None means only the token budget limits.
+        max_pixels: Pixel cap per frame, at most :data:`MAX_PIXELS`; None means only the token
+            budget limits.
         quantization: Side quantum of every bucket; None means ``lcm(sc * ph, sc * pw)``. Must
-            be a multiple of that, or a bucket would not be a whole number of patches.
+            be a multiple of that, or a bucket would not be a whole number of patches, and at
+            most ``2**20`` (one bucket of ``quantization**2`` pixels within :data:`MAX_PIXELS`).
         aspect_ratios: Nominal ratios, as for the image calculator (floats, ``(w, h)`` pairs or
             ``"W:H"`` strings; each also stands for its transpose). None means
             :data:`~dataorder.diffusion.lattice.DEFAULT_ASPECT_RATIOS`.
         max_upscale: Largest cover-resize scale a clip may get, ``>= 1``: an int, a Fraction, a
-            ``'p/q'`` string or a float (taken at its exact value); None means no limit.
+            ``'p/q'`` string or a finite float (taken at its exact value, so 1.01 is a fraction
+            over 2**52); any size, compared exactly; None means no limit.
         cost_model: What a sample costs, for :meth:`batch_sizes`; None means
             ``CostModel()`` (cost proportional to tokens).
-        max_batch_size: Upper clamp of :meth:`batch_sizes`; None means 4 times the reference
-            batch size.
+        max_batch_size: Upper clamp of :meth:`batch_sizes`, at most ``2**31``; None means 4
+            times the reference batch size.
 
     Raises:
         TypeError: For an argument of the wrong type (a bool where an int is meant included).
@@ -193,6 +206,8 @@ class VideoBucketCalculator:
         max_batch_size: int | None = None,
     ) -> None:
         self._max_tokens = check_int("max_tokens", max_tokens, min_value=1)
+        if self._max_tokens > MAX_TOKENS:
+            fail("max_tokens", f"at most 2**62 = {MAX_TOKENS} (token counts are int64)", max_tokens)
         # a latent cell is at most one frame of MAX_VIDEO_SIZE pixels a side (exact int64 maths)
         sc = check_int(
             "spatial_compression", spatial_compression, min_value=1, max_value=MAX_VIDEO_SIZE
@@ -210,12 +225,24 @@ class VideoBucketCalculator:
         )
         self._sc, self._tc, self._patch = sc, tc, (pt, ph, pw)
         natural = math.lcm(sc * ph, sc * pw)
+        side = math.isqrt(MAX_PIXELS)  # one bucket of side**2 pixels fits the largest frame
+        if natural > side:
+            fail(
+                "spatial_compression",
+                f"small enough that a latent cell's side lcm(sc * ph, sc * pw) is at most {side} "
+                f"(it is {natural} with patch_size={self._patch})",
+                spatial_compression,
+            )
         self._quantization_arg = check_optional_int("quantization", quantization, min_value=1)
         q = natural if self._quantization_arg is None else self._quantization_arg
         if q % natural:
             fail("quantization", f"a multiple of lcm(sc * ph, sc * pw) = {natural}", quantization)
+        if q > side:
+            fail("quantization", f"at most {side} (one {side}x{side} bucket: 2**40 pixels)", q)
         self._q = q
         self._max_pixels = check_optional_int("max_pixels", max_pixels, min_value=1)
+        if self._max_pixels is not None and self._max_pixels > MAX_PIXELS:
+            fail("max_pixels", f"at most 2**40 = {MAX_PIXELS} or None", max_pixels)
         self._frames = frame_counts_arg(frame_counts, max_frames, min_frames, frame_step, tc)
 
         given = DEFAULT_ASPECT_RATIOS if aspect_ratios is None else aspect_ratios
@@ -235,6 +262,8 @@ class VideoBucketCalculator:
             fail("cost_model", "a CostModel or None", cost_model, TypeError)
         self._cost = CostModel() if cost_model is None else cost_model
         self._max_batch_size = check_optional_int("max_batch_size", max_batch_size, min_value=1)
+        if self._max_batch_size is not None and self._max_batch_size > MAX_BATCH_SIZE:
+            fail("max_batch_size", f"at most 2**31 = {MAX_BATCH_SIZE} or None", max_batch_size)
         self._build()
 
     # -- construction -----------------------------------------------------------------------
@@ -254,6 +283,14 @@ class VideoBucketCalculator:
             capped = False
             if self._max_pixels is not None and self._max_pixels <= budget:
                 budget, capped = self._max_pixels, True
+            if budget > MAX_PIXELS:  # only without max_pixels (which is at most MAX_PIXELS)
+                most = temporal * (MAX_PIXELS // cell + 1) - 1
+                fail(
+                    "max_tokens",
+                    f"at most {most} for frames={f} when max_pixels is None (frames of at most "
+                    "2**40 pixels; set max_pixels to cap them)",
+                    self._max_tokens,
+                )
             if budget < self._q * self._q:
                 if capped:
                     fail(
@@ -356,9 +393,11 @@ class VideoBucketCalculator:
         """Rebuild a calculator from :meth:`config` (e.g. a manifest's ``calculator`` field).
 
         Raises:
-            TypeError: If ``config`` is not a mapping.
-            ValueError: If keys are missing or unknown, ``kind`` is not ``"video"``, or the
-                config was written by another bucket algorithm version.
+            TypeError: If ``config`` is not a mapping, or a field has the wrong type.
+            ValueError: If keys are missing or unknown, ``kind`` is not ``"video"``, the config
+                was written by another bucket algorithm version, or a field is out of range.
+                A field's error names it as the constructor's would name the argument, e.g.
+                ``config['frame_counts'][1]``.
         """
         if not isinstance(config, Mapping):
             fail("config", "a mapping", config, TypeError)
@@ -376,8 +415,11 @@ class VideoBucketCalculator:
         kwargs = {k: v for k, v in config.items() if k not in ("kind", "version")}
         if isinstance(kwargs["patch_size"], list):
             kwargs["patch_size"] = tuple(kwargs["patch_size"])
-        kwargs["cost_model"] = CostModel.from_config(kwargs["cost_model"])
-        return cls(**kwargs)
+        kwargs["cost_model"] = cost_model_from_field(kwargs["cost_model"], "config['cost_model']")
+        try:  # the constructor checks every field; its messages then name them as fields
+            return cls(**kwargs)
+        except (TypeError, ValueError) as error:
+            raise as_field(error, {k: f"config[{k!r}]" for k in kwargs}) from None
 
     # -- the bucket set ---------------------------------------------------------------------
 

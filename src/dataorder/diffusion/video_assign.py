@@ -47,15 +47,16 @@ class Tier:
         every = np.arange(self.k, dtype=np.int64)
         self.table = LogTable(every, res)
         self.lookup = Lookup(self.table, every)
-        w = np.array([a for a, _ in res], dtype=np.int64)
-        h = np.array([b for _, b in res], dtype=np.int64)
         if u is None:
             self.wmin = np.ones(self.k, dtype=np.int64)
             self.hmin = np.ones(self.k, dtype=np.int64)
         else:
-            # bw <= u * W  <=>  W >= ceil(bw / u) = ceil(bw * den / num)
-            self.wmin = -(-(w * u.denominator) // u.numerator)
-            self.hmin = -(-(h * u.denominator) // u.numerator)
+            # bw <= u * W  <=>  W >= ceil(bw / u) = ceil(bw * den / num), in Python ints: a
+            # float's rational has a 2**52 denominator and a huge limit a huge numerator, so the
+            # products wrap in int64. The results are exact and fit: 1 <= ceil(bw / u) <= bw.
+            den, num = u.denominator, u.numerator
+            self.wmin = np.array([-(-bw * den // num) for bw, _ in res], dtype=np.int64)
+            self.hmin = np.array([-(-bh * den // num) for _, bh in res], dtype=np.int64)
         # A staircase (widths never fall, heights never rise along the aspect order): the buckets
         # a clip may use are then one run of positions [lo, hi).
         self.staircase = bool(np.all(np.diff(self.wmin) >= 0) and np.all(np.diff(self.hmin) <= 0))

@@ -19,8 +19,9 @@ is read (:func:`require_av`). :mod:`dataorder.diffusion.video_scan` reads a whol
   is read from the ``tkhd`` box (:func:`mp4_rotation`, which reads box headers and the ``moov``
   box only); other containers report 0.
 * ``frames``: the stream's frame count (the sample table of mp4/mov, the avi header). Matroska,
-  WebM and MPEG-TS store none: the count is then ``round(duration * fps)``, marked in
-  :attr:`VideoScan.frames_estimated`.
+  WebM and MPEG-TS store none: the count is then estimated from the duration and the rate, low
+  rather than high (NOTE [ estimated frame counts ] in :mod:`dataorder.diffusion.video_frames`:
+  ``floor(duration * fps * 9 / 10)``), and marked in :attr:`VideoScan.frames_estimated`.
 * ``fps``: the average frame rate, else FFmpeg's guess; exact (a ``Fraction``, 30000/1001).
 * ``duration`` (seconds): the stream's duration, else the container's.
 
@@ -47,7 +48,7 @@ from fractions import Fraction
 from typing import Any, BinaryIO
 
 from dataorder.diffusion.scan_files import check_regular_file
-from dataorder.diffusion.video_frames import MAX_VIDEO_SIZE
+from dataorder.diffusion.video_frames import MAX_VIDEO_SIZE, estimated_frame_count
 
 __all__ = [
     "MIN_AV_VERSION",
@@ -103,7 +104,9 @@ class VideoInfo:
         frames: Frame count, exact or estimated (``frames_estimated``).
         fps: Average frame rate, exact, or None if the headers give none.
         duration: Seconds, or None.
-        frames_estimated: True if ``frames`` is ``round(duration * fps)``.
+        frames_estimated: True if ``frames`` is estimated from ``duration * fps``, a tenth
+            below it (NOTE [ estimated frame counts ] in
+            :mod:`dataorder.diffusion.video_frames`).
         rotation: Display rotation in degrees counter-clockwise (PyAV's sign); 0 if none or the
             container is not mp4/mov.
         codec: Codec name.
@@ -243,7 +246,7 @@ def read_video_info(path: str | os.PathLike[str], *, apply_rotation: bool = True
                 raise VideoHeaderError(
                     "no frame count in the headers, and no duration and frame rate to estimate it"
                 )
-            frames = max(1, math.floor(duration * fps + Fraction(1, 2)))
+            frames = estimated_frame_count(duration, fps)  # NOTE [ estimated frame counts ]
             estimated = True
         if frames > MAX_VIDEO_SIZE:  # per file, so one absurd header never stops a scan
             claim = (

@@ -96,6 +96,13 @@ class PackedWindow:
         """Rows in the window."""
         return int(self.row_offsets.shape[0]) - 1
 
+    @property
+    def row_tokens(self) -> IntArray:
+        """Tokens in every row (fit order), int64."""
+        lengths = self.stop - self.start
+        ends = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return ends[self.row_offsets[1:]] - ends[self.row_offsets[:-1]]
+
     def row(self, i: int) -> tuple[Span, ...]:
         """Row ``i`` (fit order) as a tuple of ``(document, start, stop)`` spans."""
         a, b = int(self.row_offsets[i]), int(self.row_offsets[i + 1])

@@ -75,6 +75,7 @@ __all__ = [
     "CACHED_WINDOWS",
     "DEFAULT_CHUNK",
     "DEFAULT_WINDOW",
+    "FILL_BINS",
     "MAX_CHUNK",
     "MAX_SEQ_LEN",
     "MAX_WINDOW",
@@ -103,6 +104,8 @@ DEFAULT_CHUNK = 128
 #: lognormal(6.0, 1.1) lengths, padding 0.03 % and no document shorter than seq_len split, and a
 #: window packs in about 15 ms, the most a resume costs.
 DEFAULT_WINDOW = 16384
+#: Bins of :meth:`PackingPlan.fill_histogram` (half a percent of ``seq_len`` each).
+FILL_BINS = 200
 #: Packed windows an :class:`EpochRows` keeps (a global batch rarely spans more than two).
 CACHED_WINDOWS = 4
 
@@ -135,6 +138,15 @@ class PackingStats:
     documents_longer: int
     split_shorter: int
     split_longer: int
+
+
+@dataclass(frozen=True)
+class _EveryWindow:
+    """What packing every window once tells (the same in every epoch)."""
+
+    rows: IntArray
+    split_shorter: int
+    fill: IntArray
 
 
 class PackingPlan:
@@ -186,7 +198,7 @@ class PackingPlan:
         self.grid: WindowGrid = window_grid(len(self.lengths), self.chunk, self.window, self.seed)
         self._window_tokens: IntArray | None = None
         self._rows: IntArray | None = None
-        self._split_shorter: int | None = None
+        self._all: _EveryWindow | None = None
         self._cache: OrderedDict[tuple[int, int], tuple[PackedWindow, Permutation]] = OrderedDict()
 
     def __repr__(self) -> str:
@@ -233,7 +245,7 @@ class PackingPlan:
             if self.split == "overflow":
                 self._rows = -(-self.window_tokens // self.seq_len)
             else:
-                self._rows = self._pack_all()[0]
+                self._rows = self._every_window().rows
         return self._rows
 
     @property
@@ -272,9 +284,8 @@ class PackingPlan:
         ``(0, 0)``."""
         if self.split == "never":
             return 0, 0
-        if self._split_shorter is None:
-            self._split_shorter = self._pack_all()[1]
-        return self._split_shorter, self.lengths.count_longer_than(self.seq_len)
+        shorter = self._every_window().split_shorter
+        return shorter, self.lengths.count_longer_than(self.seq_len)
 
     def stats(self) -> PackingStats:
         """Every count of an epoch (packs every window once under ``"overflow"``)."""
@@ -293,16 +304,30 @@ class PackingPlan:
             split_longer=longer,
         )
 
-    def _pack_all(self) -> tuple[IntArray, int]:
+    def fill_histogram(self) -> IntArray:
+        """Rows per epoch by fill: int64, :data:`FILL_BINS` entries; bin ``i`` counts the rows
+        holding ``t`` tokens with ``floor(FILL_BINS * t / seq_len) = i`` (full rows in the last
+        bin). The same in every epoch; packs every window once (cached)."""
+        return self._every_window().fill
+
+    def _every_window(self) -> _EveryWindow:
         """Pack every window once, without tie keys (NOTE [ Fit is a function of the sorted
-        lengths ]): ``(rows per window, documents shorter than seq_len split)``."""
+        lengths ]), keeping the row counts, the split count and the fill histogram (cached)."""
+        if self._all is not None:
+            return self._all
         rows = np.zeros(self.num_windows, dtype=np.int64)
+        fill = np.zeros(FILL_BINS, dtype=np.int64)
         shorter = 0
         for w in range(self.num_windows):
             packed = self._pack(w, None)
             rows[w] = packed.num_rows
             shorter += packed.split_short
-        return rows, shorter
+            bins = np.minimum(packed.row_tokens * FILL_BINS // self.seq_len, FILL_BINS - 1)
+            fill += np.bincount(bins, minlength=FILL_BINS)
+        if self._rows is not None and not np.array_equal(rows, self._rows):
+            raise RuntimeError("packing every window disagrees with the row-count formula")
+        self._all = _EveryWindow(rows, shorter, fill)
+        return self._all
 
     def _pack(self, window: int, tie_key: int | None) -> PackedWindow:
         docs = self.grid.documents(window)

@@ -291,8 +291,7 @@ class DocumentLengths:
         if self._values is not None:
             out: IntArray = self._values[idx].astype(np.int64)
         else:
-            assert self._cumulative is not None  # one of the two is always set
-            out = self._cumulative(idx + 1) - self._cumulative(idx)
+            out = self._counts(idx + 1) - self._counts(idx)
         self._check_values(out, idx)
         return out
 
@@ -306,10 +305,16 @@ class DocumentLengths:
         if self._values is not None:
             out = self._values[start:stop].astype(np.int64)
         else:
-            assert self._cumulative is not None
-            out = np.diff(self._cumulative(np.arange(start, stop + 1, dtype=np.int64)))
+            out = np.diff(self._counts(np.arange(start, stop + 1, dtype=np.int64)))
         self._check_values(out, start)
         return out
+
+    def _counts(self, at: IntArray) -> IntArray:
+        """Cumulative counts at document boundaries ``at`` (a source without them has lengths
+        and never asks)."""
+        if self._cumulative is None:
+            raise RuntimeError(f"lengths ({self._source}) stores no cumulative counts")
+        return self._cumulative(at)
 
     def _check_values(self, values: npt.NDArray[Any], where: IntArray | int) -> None:
         """Raise naming ``lengths[i]`` if a value read is outside ``[0, MAX_LENGTH]``;

@@ -8,7 +8,7 @@
 * :mod:`~dataorder.llm.packing.windows`: which documents are packed together;
 * :mod:`~dataorder.llm.packing.fit`: best-fit decreasing of one window;
 * :mod:`~dataorder.llm.packing.plan`: :class:`PackingPlan` and :class:`EpochRows`, the row stream;
-* :mod:`~dataorder.llm.packing.deal`: :func:`deal`, a global batch's rows to ranks by cost;
+* :mod:`~dataorder.llm.packing.dealing`: :func:`deal`, a global batch's rows to ranks by cost;
 * :mod:`~dataorder.llm.packing.dataset`: :class:`PackedDataset`, a row into tensors.
 
 Nothing here imports torch except :mod:`~dataorder.llm.packing.dataset`, lazily, when it makes
@@ -17,7 +17,7 @@ tensors.
 
 from __future__ import annotations
 
-from dataorder.llm.packing.deal import deal, deal_bounds
+from dataorder.llm.packing.dealing import deal, deal_bounds
 from dataorder.llm.packing.fit import PackedWindow, pack_window
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.megatron_files import read_index, write_megatron

@@ -421,3 +421,28 @@ def test_config_names_every_field_the_rows_depend_on() -> None:
 def test_doctests(module: Any) -> None:
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
+
+
+def test_exact_at_the_largest_legal_values() -> None:
+    """seq_len 2**31 and lengths 2**31 - 1: token totals, row counts and row costs stay exact
+    (a span squared is below 2**62, a row's cost at most seq_len**2 = 2**62)."""
+    big = 2**31 - 1
+    lengths = DocumentLengths(np.array([big, big, 5, big], dtype=np.int32))
+    plan = PackingPlan(lengths, 2**31, window=4, chunk=2)
+    total = 3 * big + 5
+    assert plan.lengths.total_tokens == total
+    assert plan.rows_per_epoch == -(-total // 2**31) == 4
+    epoch = plan.epoch(0)
+    rows = epoch.rows(np.arange(4))
+    costs = epoch.costs(np.arange(4)).tolist()
+    assert costs == [sum((b - a) ** 2 for _, a, b in row) for row in rows]
+    assert max(costs) <= 2**62
+    assert sorted(span for row in rows for span in row) == [
+        (0, 0, big),
+        (1, 0, big),
+        (2, 0, 5),
+        (3, 0, big),
+    ]
+    never = PackingPlan(lengths, 2**31 - 2, split="never", window=4, chunk=2)
+    assert never.tokens_cut_per_epoch == 3
+    assert never.stats().rows == 4

@@ -132,3 +132,33 @@ def test_bad_arguments_are_named() -> None:
         PackedDataset(DOCS, 4, pad_id=1.5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="token_source must be a TokenSource"):
         PackedDataset(42, 4)  # type: ignore[arg-type]
+
+
+def test_a_spawned_worker_reopens_the_files(tmp_path: Path) -> None:
+    """Pickling a dataset (what a DataLoader with spawned workers does) reopens the Megatron
+    files by path instead of copying their maps."""
+    import pickle
+
+    write_megatron(tmp_path / "c", DOCS * 1000, dtype=np.int32)
+    ds = PackedDataset.from_megatron(tmp_path / "c", 6)
+    blob = pickle.dumps(ds)
+    assert len(blob) < 2000
+    again = pickle.loads(blob)
+    assert again[((2, 0, 1), (1, 2, 4))]["input_ids"].tolist() == [30, 22, 23, 0, 0, 0]
+
+
+@pytest.mark.timeout(120)
+def test_a_data_loader_with_spawned_workers(tmp_path: Path) -> None:
+    write_megatron(tmp_path / "c", DOCS, dtype=np.int32)
+    rows = [((0, 0, 3),), ((1, 0, 4), (2, 0, 1)), ()]
+    loader = torch.utils.data.DataLoader(
+        PackedDataset.from_megatron(tmp_path / "c", 6),
+        batch_sampler=[rows[:2], rows[2:]],
+        collate_fn=PackedDataset.collate,
+        num_workers=1,
+        multiprocessing_context="spawn",
+    )
+    assert [b["input_ids"].tolist() for b in loader] == [
+        [[10, 11, 12, 0, 0, 0], [20, 21, 22, 23, 30, 0]],
+        [[0, 0, 0, 0, 0, 0]],
+    ]

@@ -346,3 +346,27 @@ def test_hf_datasets_with_and_without_an_indices_mapping() -> None:
 
 def test_doctests() -> None:
     assert doctest.testmod(lengths_module).failed == 0
+
+
+def test_pickling_reopens_the_source_instead_of_copying_it(tmp_path: Path) -> None:
+    import pickle
+
+    path = tmp_path / "l.i32"
+    np.arange(1, 5001, dtype=np.int32).tofile(path)
+    np.save(tmp_path / "l.npy", np.arange(7, dtype=np.int64))
+    write_megatron(tmp_path / "m", [[1, 2], [3], []])
+    mm = np.memmap(path, dtype=np.int32, mode="r")
+    cases = {
+        "memmap": (DocumentLengths(mm), list(range(1, 5001))),
+        "slice": (DocumentLengths(mm[1234:1300]), list(range(1235, 1301))),
+        "npy": (DocumentLengths.from_file(tmp_path / "l.npy"), list(range(7))),
+        "megatron": (DocumentLengths.from_megatron(tmp_path / "m"), [2, 1, 0]),
+        "array": (DocumentLengths([4, 5]), [4, 5]),
+    }
+    for name, (lens, expect) in cases.items():
+        blob = pickle.dumps(lens)
+        assert len(blob) < 1000 or name == "array", (name, len(blob))
+        again = pickle.loads(blob)
+        assert again.take(np.arange(len(expect))).tolist() == expect, name
+        assert again.fingerprint() == lens.fingerprint(), name
+    assert isinstance(pickle.loads(pickle.dumps(cases["slice"][0]))._values, np.memmap)

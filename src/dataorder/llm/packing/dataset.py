@@ -95,9 +95,14 @@ class MegatronTokens:
     located through the ``.idx`` pointers (:mod:`dataorder.llm.packing.megatron_files`)."""
 
     def __init__(self, prefix: str | os.PathLike[str]) -> None:
+        self.prefix = os.fspath(prefix)
         self.index = read_index(prefix)
         self._bin = self.index.tokens()
         self._size = self.index.dtype.itemsize
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # reopened by path in a spawned DataLoader worker: pickling the maps would copy the files
+        return MegatronTokens, (self.prefix,)
 
     def __len__(self) -> int:
         return self.index.num_sequences
@@ -115,8 +120,13 @@ class ArrowTokens:
     per span (zero-copy where Arrow allows), never the whole column."""
 
     def __init__(self, data: Any, column: str = "input_ids") -> None:
+        self._args = (data, column)
         self.column: ListColumn = list_column(data, column)
         self._lengths = self.column.lengths()
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # an HF dataset pickles as a reference to its cache files; the column is rebuilt from it
+        return ArrowTokens, self._args
 
     def __len__(self) -> int:
         return len(self.column)

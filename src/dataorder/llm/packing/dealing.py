@@ -17,8 +17,10 @@ The rule, deterministic from the costs alone:
 3. Each rank's rows in increasing block index.
 
 Bounds (:func:`deal_bounds`): any dealing's costliest rank is at least ``max(mean rank cost,
-costliest row)`` (the issue's bound), and at least the costliest row plus the ``per_rank - 1``
-cheapest other rows, since its rank holds ``per_rank`` rows.
+costliest row)`` (the issue's bound), and at least what the capacity forces: the rank holding
+the costliest row holds ``per_rank - 1`` others, and some rank holds two of the ``dp_size + 1``
+costliest rows, and so on. With 2 rows per rank the greedy is the optimal pairing (the
+costliest with the cheapest), so its figure measures the bound, not the dealing.
 
 Example:
     >>> deal([9, 1, 5, 5, 2, 2], per_rank=3, dp_size=2).tolist()
@@ -117,10 +119,30 @@ def _improve(c: IntArray, own: IntArray, loads: list[int], cap: int, owner: list
 
 
 def deal_bounds(costs: npt.ArrayLike, per_rank: int, dp_size: int) -> tuple[int, int]:
-    """Lower bounds on the costliest rank of any dealing of whole rows, ``per_rank`` each:
-    ``(max(ceil(mean rank cost), costliest row), costliest row + the per_rank - 1 cheapest
-    other rows)`` (the second bound alone, when larger, is the tighter one)."""
+    """Lower bounds on the costliest rank of any dealing of whole rows, ``per_rank`` each.
+
+    Returns:
+        ``(issue, best)``. ``issue = max(ceil(total / dp_size), costliest row)``, the bound the
+        packing issue states. ``best >= issue`` adds what the capacity forces: with the costs
+        sorted decreasing ``c_1 >= ... >= c_n``, some rank holds ``q = ceil(m / dp_size)`` of
+        the ``m`` costliest rows (pigeonhole), so its load is at least ``c_{m-q+1} + ... + c_m``
+        plus the ``per_rank - q`` cheapest rows; the maximum over ``m`` (those ``m`` where the
+        cheapest rows are not among the ``m``). ``m = 1`` is the costliest row plus the
+        ``per_rank - 1`` cheapest; ``m = dp_size + 1`` pairs the ``dp_size``-th and next rows.
+    """
     c, k, d = _check(costs, per_rank, dp_size)
-    values = sorted(c.tolist())
-    total, top = sum(values), values[-1]
-    return max(-(-total // d), top), top + sum(values[: k - 1])
+    values = sorted(c.tolist(), reverse=True)
+    n = len(values)
+    prefix = [0]
+    for v in values:
+        prefix.append(prefix[-1] + v)
+    issue = max(-(-prefix[n] // d), values[0])
+    best = issue
+    for m in range(1, n + 1):
+        q = -(-m // d)
+        rest = k - q
+        if m + rest > n:
+            break
+        bound = prefix[m] - prefix[m - q] + prefix[n] - prefix[n - rest]
+        best = max(best, bound)
+    return issue, best

@@ -103,6 +103,7 @@ class DocumentLengths:
         "_fingerprint",
         "_max",
         "_n",
+        "_origin",
         "_source",
         "_total",
         "_values",
@@ -113,6 +114,7 @@ class DocumentLengths:
         if values.dtype.kind not in "iu":
             fail("lengths", "an integer array", f"<array of dtype {values.dtype}>", TypeError)
         self._setup(values, None, values.shape, f"array of {values.dtype}")
+        self._origin: tuple[Any, ...] = _array_origin(values)
 
     def _setup(
         self,
@@ -162,6 +164,7 @@ class DocumentLengths:
             return out
 
         self._setup(index.sequence_lengths, cumulative, (n,), f"Megatron index {index.idx_path}")
+        self._origin = ("megatron", os.fspath(prefix))
         return self
 
     @classmethod
@@ -184,6 +187,7 @@ class DocumentLengths:
         """
         col = list_column(data, column)
         self = cls.__new__(cls)
+        self._origin = ("arrow", data, column)
         offsets = col.offsets()
         if offsets is None:
             self._setup(col.lengths(), None, (len(col),), f"Arrow column {column!r}")
@@ -232,6 +236,11 @@ class DocumentLengths:
             "path must be a Megatron .idx/.bin or prefix, a .npy, a .parquet or an .arrow file; "
             f"got path={os.fspath(path)!r}"
         )
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle how to reopen the source, never a copy of a memory map (a DataLoader with
+        spawned workers, or a checkpointed sampler, would otherwise copy the whole file)."""
+        return _reopen, self._origin
 
     # -- sizes ----------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -425,6 +434,35 @@ class DocumentLengths:
             h.update(np.ascontiguousarray(self.take(np.sort(where)), "<i8").tobytes())
             self._fingerprint = h.hexdigest()
         return self._fingerprint
+
+
+def _array_origin(values: npt.NDArray[Any]) -> tuple[Any, ...]:
+    """How to pickle an array source: a file-backed memory map by its file, else by value."""
+    mapped = getattr(values, "_mmap", None)  # numpy keeps the mmap.mmap of a memmap here
+    if isinstance(values, np.memmap) and mapped is not None and values.flags.c_contiguous:
+        # The map starts at the allocation boundary at or below `offset`; a slice of it starts
+        # further in. Its position in the file is where its data sits in the map.
+        import mmap
+
+        start = values.offset - values.offset % mmap.ALLOCATIONGRANULARITY
+        base = np.frombuffer(mapped, dtype=np.uint8).ctypes.data
+        position = start + values.ctypes.data - base
+        return ("memmap", values.filename, values.dtype.str, position, values.shape[0])
+    return ("array", np.asarray(values))
+
+
+def _reopen(kind: str, *args: Any) -> DocumentLengths:
+    """The inverse of :meth:`DocumentLengths.__reduce__`."""
+    if kind == "megatron":
+        return DocumentLengths.from_megatron(args[0])
+    if kind == "arrow":
+        return DocumentLengths.from_arrow(args[0], args[1])
+    if kind == "memmap":
+        path, dtype, offset, count = args
+        return DocumentLengths(
+            np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(count,))
+        )
+    return DocumentLengths(args[0])
 
 
 def _group_sums(totals: IntArray, factor: int) -> IntArray:

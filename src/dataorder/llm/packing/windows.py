@@ -83,13 +83,15 @@ class WindowGrid:
         """Tokens of every window, from the tokens of every chunk (``M`` entries): int64,
         ``nW`` entries. Exact: a window holds at most ``2**24`` documents of ``< 2**31``
         tokens (NOTE [ Length bounds ] in :mod:`dataorder.llm.packing.lengths`)."""
-        c, n_w = self.chunks_per_window, self.num_windows
-        flat = np.zeros(c * n_w, dtype=np.int64)
-        flat[: chunk_totals.shape[0]] = chunk_totals
-        grid = flat.reshape(c, n_w)
+        n_w, m = self.num_windows, chunk_totals.shape[0]
         out = np.zeros(n_w, dtype=np.int64)
         for j, o in enumerate(self.offsets.tolist()):
-            out += np.roll(grid[j], -o)  # out[w] += grid[j, (w + o) mod nW]
+            row = chunk_totals[j * n_w : min(m, (j + 1) * n_w)]  # grid row j (a short last one)
+            # out[w] += row[(w + o) mod nW], in two slices instead of a rolled copy
+            head = row[o:]
+            out[: head.shape[0]] += head
+            tail = row[: max(0, min(o, row.shape[0]))]
+            out[n_w - o : n_w - o + tail.shape[0]] += tail
         return out
 
 

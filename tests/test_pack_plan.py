@@ -446,3 +446,29 @@ def test_exact_at_the_largest_legal_values() -> None:
     never = PackingPlan(lengths, 2**31 - 2, split="never", window=4, chunk=2)
     assert never.tokens_cut_per_epoch == 3
     assert never.stats().rows == 4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "message"),
+    [
+        ({"seq_len": 0}, ValueError, "seq_len must be an int in [1, 2147483648]; got seq_len=0"),
+        ({"split": "x"}, ValueError, "split must be one of 'overflow', 'never'; got split='x'"),
+        ({"long_documents": "x"}, ValueError, "long_documents must be one of"),
+        ({"tie_key": -1}, ValueError, "tie_key must be an int in"),
+        ({"lengths": np.array([1, -1])}, ValueError, "lengths[1] must be an int in"),
+        ({"lengths": np.array([1.0, 2.0])}, TypeError, "lengths[0] must be an int in"),
+        ({"lengths": np.array([1, 2, 3])}, ValueError, "lengths must be one length per document"),
+        ({"documents": np.array([-1, 0])}, ValueError, "documents[0] must be an int in"),
+    ],
+)
+def test_pack_window_names_bad_arguments(kwargs: dict[str, Any], exc: type, message: str) -> None:
+    args: dict[str, Any] = {
+        "documents": np.array([0, 1]),
+        "lengths": np.array([3, 4]),
+        "seq_len": 8,
+        **kwargs,
+    }
+    documents, lengths, seq_len = args.pop("documents"), args.pop("lengths"), args.pop("seq_len")
+    with pytest.raises(exc) as err:
+        pack_window(documents, lengths, seq_len, **args)
+    assert message in str(err.value)

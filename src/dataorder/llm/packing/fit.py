@@ -41,6 +41,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from dataorder._validate import check_choice, check_int, check_int_array, fail
 from dataorder.core.permutation import Permutation
 
 __all__ = ["LONG_DOCUMENTS", "SPLITS", "LongDocuments", "PackedWindow", "Split", "pack_window"]
@@ -198,7 +199,7 @@ def pack_window(
     long_documents: LongDocuments = "truncate",
     tie_key: int | None = None,
 ) -> PackedWindow:
-    """Pack one window (see the module docstring). Arguments are validated by the caller.
+    """Pack one window (see the module docstring).
 
     Args:
         documents: int64 document ids of the window, in storage (grid) order.
@@ -213,7 +214,21 @@ def pack_window(
     Returns:
         The :class:`PackedWindow`, rows in fit order: the full rows of long documents first (in
         tie order), then the best-fit rows.
+
+    Raises:
+        TypeError: If an argument has the wrong type.
+        ValueError: If an argument is out of range, or ``documents`` and ``lengths`` differ in
+            length.
     """
+    seq_len = check_int("seq_len", seq_len, min_value=1, max_value=2**31)
+    check_choice("split", split, SPLITS)
+    check_choice("long_documents", long_documents, LONG_DOCUMENTS)
+    if tie_key is not None:
+        check_int("tie_key", tie_key, min_value=0, max_value=2**64 - 1)
+    documents = check_int_array("documents", documents, min_value=0, max_value=2**62)
+    lengths = check_int_array("lengths", lengths, min_value=0, max_value=2**31 - 1)
+    if documents.shape != lengths.shape:
+        fail("lengths", f"one length per document ({documents.shape[0]})", f"<{lengths.shape[0]}>")
     n = int(documents.shape[0])
     if tie_key is not None and n > 1:
         shuffle = Permutation(n, tie_key)(np.arange(n, dtype=np.int64))

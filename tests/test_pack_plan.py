@@ -391,6 +391,15 @@ def test_locate_maps_positions_to_windows_in_visit_order() -> None:
     assert row.tolist() == [r for c in counts.tolist() for r in range(c)]
 
 
+def test_what_a_plan_hands_out_is_read_only() -> None:
+    plan = PackingPlan(np.arange(1, 41), 16, window=4, chunk=2)
+    epoch = plan.epoch(0)
+    for array in (plan.window_tokens, plan.rows_per_window, epoch.window_order, epoch.row_starts,
+                  plan.lengths.block_totals(2), plan.fill_histogram()):  # fmt: skip
+        with pytest.raises(ValueError, match="read-only"):
+            array[0] = 7
+
+
 def test_a_plan_holds_only_a_few_packed_windows() -> None:
     plan = PackingPlan(np.arange(1, 401), 64, window=8, chunk=4)
     epoch = plan.epoch(0)
@@ -401,7 +410,9 @@ def test_a_plan_holds_only_a_few_packed_windows() -> None:
 def test_a_window_whose_counts_disagree_with_its_lengths_is_refused() -> None:
     lengths = DocumentLengths(np.array([5, 5, 5, 5]))
     plan = PackingPlan(lengths, 8, window=2, chunk=1)
-    plan.window_tokens[0] += 1  # as if cumulative counts and lengths disagreed
+    tokens = plan.window_tokens.copy()
+    tokens[0] += 1  # as if cumulative counts and lengths disagreed
+    plan._window_tokens = tokens
     with pytest.raises(ValueError, match="disagree with its cumulative counts in window 0"):
         plan.packed_window(0, 0)
 

@@ -391,6 +391,7 @@ class DocumentLengths:
                         totals[k : k + whole // block] = rows.sum(axis=1, dtype=np.int64)
                     if whole < values.shape[0]:
                         totals[-1] = int(values[whole:].sum(dtype=np.int64))
+        totals.flags.writeable = False  # cached and shared by every caller
         self._blocks[block] = totals
         return totals
 

@@ -100,9 +100,10 @@ MAX_CHUNK = 2**20
 MAX_WINDOW = 2**24
 #: Default documents per chunk: 128 consecutive documents, one contiguous read.
 DEFAULT_CHUNK = 128
-#: Default documents per window (benchmarks/bench_pack.py measures the curve): at seq_len 8192 on
-#: lognormal(6.0, 1.1) lengths, padding 0.03 % and no document shorter than seq_len split, and a
-#: window packs in about 15 ms, the most a resume costs.
+#: Default documents per window, from benchmarks/bench_pack.py's curve on 2 x 10^5 lognormal(6.0,
+#: 1.1) lengths: at seq_len 8192 padding 0.048 % (target 0.1 %; 0.14 % at 4096 documents) and no
+#: document shorter than seq_len split (target 1 %); at seq_len 2048 "never" 0.021 % (target
+#: 0.2 %). One window packs in 11-27 ms here (about 1 us per document), the most a resume costs.
 DEFAULT_WINDOW = 16384
 #: Bins of :meth:`PackingPlan.fill_histogram` (half a percent of ``seq_len`` each).
 FILL_BINS = 200
@@ -138,6 +139,12 @@ class PackingStats:
     documents_longer: int
     split_shorter: int
     split_longer: int
+
+
+def _frozen(array: IntArray) -> IntArray:
+    """``array``, read-only: what a plan hands out is shared by every later answer."""
+    array.flags.writeable = False
+    return array
 
 
 @dataclass(frozen=True)
@@ -234,7 +241,7 @@ class PackingPlan:
     def window_tokens(self) -> IntArray:
         """Tokens of every window (from the block totals of the lengths at ``chunk``)."""
         if self._window_tokens is None:
-            self._window_tokens = self.grid.totals(self.lengths.block_totals(self.chunk))
+            self._window_tokens = _frozen(self.grid.totals(self.lengths.block_totals(self.chunk)))
         return self._window_tokens
 
     @property
@@ -243,7 +250,7 @@ class PackingPlan:
         ``"never"`` from packing every window once (cached)."""
         if self._rows is None:
             if self.split == "overflow":
-                self._rows = -(-self.window_tokens // self.seq_len)
+                self._rows = _frozen(-(-self.window_tokens // self.seq_len))
             else:
                 self._rows = self._every_window().rows
         return self._rows
@@ -326,7 +333,7 @@ class PackingPlan:
             fill += np.bincount(bins, minlength=FILL_BINS)
         if self._rows is not None and not np.array_equal(rows, self._rows):
             raise RuntimeError("packing every window disagrees with the row-count formula")
-        self._all = _EveryWindow(rows, shorter, fill)
+        self._all = _EveryWindow(_frozen(rows), shorter, _frozen(fill))
         return self._all
 
     def _pack(self, window: int, tie_key: int | None) -> PackedWindow:
@@ -393,9 +400,11 @@ class EpochRows:
         self.epoch = epoch
         n_w = plan.num_windows
         key = derive_key(plan.seed, epoch=epoch, stream="packed", purpose="window-order")
-        self.window_order: IntArray = Permutation(n_w, key)(np.arange(n_w, dtype=np.int64))
+        self.window_order: IntArray = _frozen(Permutation(n_w, key)(np.arange(n_w, dtype=np.int64)))
         counts = plan.rows_per_window[self.window_order]
-        self.row_starts: IntArray = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.row_starts: IntArray = _frozen(
+            np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        )
 
     @property
     def num_rows(self) -> int:

@@ -139,6 +139,10 @@ def test_never_splits_no_document_and_cuts_exactly_the_counted_ones(c: dict[str,
         assert filled == int(lengths.sum()) - cut
         assert stats.tokens_padded == len(rows) * s - filled
         assert plan.documents_split() == (0, 0)
+        # the fill histogram (counted run by run, not packed) is the packed rows'
+        fills = [sum(b - a for _, a, b in row) * 200 // s for row in rows]
+        expect = np.bincount(np.minimum(fills, 199), minlength=200) if rows else np.zeros(200)
+        assert plan.fill_histogram().tolist() == expect.tolist()
         # a truncated document has a row of its own
         for d in np.flatnonzero(longer).tolist():
             if long_documents == "truncate":
@@ -483,3 +487,31 @@ def test_pack_window_names_bad_arguments(kwargs: dict[str, Any], exc: type, mess
     with pytest.raises(exc) as err:
         pack_window(documents, lengths, seq_len, **args)
     assert message in str(err.value)
+
+
+def test_many_rows_of_a_window_read_the_same_as_a_few() -> None:
+    lengths = np.random.default_rng(2).integers(1, 40, 500)
+    w = pack_window(np.arange(500, dtype=np.int64), lengths, 64, tie_key=5)
+    assert w.num_rows > fit_module._FEW_ROWS
+    every = np.arange(w.num_rows, dtype=np.int64)
+    assert w.rows(every) == [w.row(i) for i in range(w.num_rows)]
+    assert w.rows(every[::-7][:5]) == [w.row(i) for i in every[::-7][:5].tolist()]
+    assert w.row_tokens.tolist() == [sum(b - a for _, a, b in w.row(i)) for i in every.tolist()]
+
+
+@SETTINGS
+@given(st.integers(1, 60), st.lists(st.integers(1, 60), max_size=150))
+def test_counting_rooms_run_by_run_is_best_fit(s: int, raw: list[int]) -> None:
+    """best_fit_rooms (runs of equal pieces in bulk) leaves the same rooms as best_fit (piece by
+    piece) under "never"."""
+    sizes = sorted((min(x, s) for x in raw), reverse=True)
+    _, row, size, n_rows = best_fit(sizes, s, None)
+    room = [s] * n_rows
+    for r, x in zip(row, size, strict=True):
+        room[r] -= x
+    values, counts = np.unique(np.array(sizes, dtype=np.int64), return_counts=True)
+    got = fit_module.best_fit_rooms(values[::-1].tolist(), counts[::-1].tolist(), s)
+    expect: dict[int, int] = {}
+    for v in room:
+        expect[v] = expect.get(v, 0) + 1
+    assert got == expect

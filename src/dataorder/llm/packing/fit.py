@@ -44,7 +44,16 @@ import numpy.typing as npt
 from dataorder._validate import check_choice, check_int, check_int_array, fail
 from dataorder.core.permutation import Permutation
 
-__all__ = ["LONG_DOCUMENTS", "SPLITS", "LongDocuments", "PackedWindow", "Split", "pack_window"]
+__all__ = [
+    "LONG_DOCUMENTS",
+    "SPLITS",
+    "LongDocuments",
+    "PackedWindow",
+    "Split",
+    "best_fit",
+    "best_fit_rooms",
+    "pack_window",
+]
 
 IntArray = npt.NDArray[np.int64]
 Split = Literal["overflow", "never"]
@@ -188,6 +197,54 @@ def best_fit(
             if not x:
                 break
     return out_piece, out_row, out_size, n_rows
+
+
+def best_fit_rooms(values: list[int], counts: list[int], seq_len: int) -> dict[int, int]:
+    """The rows :func:`best_fit` opens under ``"never"`` (``rows=None``), counted by their room
+    left, for pieces given as runs: ``counts[i]`` pieces of ``values[i]`` tokens, ``values``
+    strictly decreasing in ``[1, seq_len]``. Row count = ``sum(result.values())``.
+
+    Best fit depends only on the multiset of rooms, and a run of equal pieces fills rows in
+    bulk: the row with the least room ``c >= x`` takes ``floor(c / x)`` pieces of ``x`` in a row
+    (after each, its room is still the least that holds ``x``), then the next row of room ``c``
+    does the same. So a run costs one step per distinct room it touches, not one per piece: the
+    row counts of ``split="never"`` (which need every window's packing) cost about the number
+    of distinct lengths of a window, not its documents.
+
+    >>> best_fit_rooms([6, 3, 1], [2, 3, 4], 10)  # rows: 6+3+1, 6+3+1, 3+1+1
+    {0: 2, 5: 1}
+    """
+    caps: list[int] = []  # sorted distinct rooms > 0 with rows
+    rows: dict[int, int] = {}  # room -> rows with that room
+
+    def add(room: int, k: int) -> None:
+        if k:
+            if room and room not in rows:
+                insort(caps, room)
+            rows[room] = rows.get(room, 0) + k
+
+    for x, n in zip(values, counts, strict=True):
+        while n:
+            i = bisect_left(caps, x)
+            if i == len(caps):  # no room anywhere: open rows of floor(S / x) pieces each
+                per_row = seq_len // x
+                opened = -(-n // per_row)
+                add(seq_len - per_row * x, opened - 1)
+                add(seq_len - (n - (opened - 1) * per_row) * x, 1)
+                break
+            c = caps[i]
+            per_row = c // x
+            taken = min(rows[c], -(-n // per_row))
+            whole = taken if taken * per_row <= n else taken - 1  # rows that take per_row each
+            rows[c] -= taken
+            if not rows[c]:
+                del rows[c], caps[i]
+            add(c - per_row * x, whole)
+            n -= whole * per_row
+            if taken > whole:  # the last row takes what is left of the run
+                add(c - n * x, 1)
+                n = 0
+    return rows
 
 
 def pack_window(

@@ -17,10 +17,12 @@ row ``p - start`` of that window's shuffled rows.
 
 Row counts. Under ``split="overflow"`` window ``w`` has ``ceil(T_w / seq_len)`` rows (``T_w`` its
 tokens), so every count is known from the block totals of the lengths alone: no packing before
-the first row. Under ``split="never"`` a window's count needs its packing; it is the same in every
-epoch (NOTE [ Fit is a function of the sorted lengths ] in :mod:`dataorder.llm.packing.fit`), so
-every window is packed once, when a count is first asked for, and the counts are kept (about
-1 us per document in pure Python; the benchmark reports the measured figure).
+the first row. Under ``split="never"`` a window's count needs its best fit; it is the same in
+every epoch (NOTE [ Fit is a function of the sorted lengths ] in :mod:`dataorder.llm.packing.fit`),
+so every window's count is computed once, when a count is first asked for, and kept. It is
+counted run by run of equal lengths (:func:`~dataorder.llm.packing.fit.best_fit_rooms`), not
+packed: the cost is reading the lengths and one step per distinct length of a window (the
+benchmark reports the measured figure).
 
 NOTE [ Packing keys ]
     Keys enter in three places only, each from :func:`~dataorder.core.keys.derive_key` with
@@ -66,6 +68,7 @@ from dataorder.llm.packing.fit import (
     LongDocuments,
     PackedWindow,
     Split,
+    best_fit_rooms,
     pack_window,
 )
 from dataorder.llm.packing.lengths import DocumentLengths
@@ -318,23 +321,40 @@ class PackingPlan:
         return self._every_window().fill
 
     def _every_window(self) -> _EveryWindow:
-        """Pack every window once, without tie keys (NOTE [ Fit is a function of the sorted
-        lengths ]), keeping the row counts, the split count and the fill histogram (cached)."""
+        """Every window's row count, split count and fill, the same in every epoch (NOTE [ Fit
+        is a function of the sorted lengths ]), cached. Under ``"overflow"`` each window is
+        packed; under ``"never"`` only its rooms are counted, run by run
+        (:func:`~dataorder.llm.packing.fit.best_fit_rooms`)."""
         if self._all is not None:
             return self._all
         rows = np.zeros(self.num_windows, dtype=np.int64)
         fill = np.zeros(FILL_BINS, dtype=np.int64)
         shorter = 0
         for w in range(self.num_windows):
-            packed = self._pack(w, None)
-            rows[w] = packed.num_rows
-            shorter += packed.split_short
-            bins = np.minimum(packed.row_tokens * FILL_BINS // self.seq_len, FILL_BINS - 1)
+            if self.split == "never":
+                tokens = self._never_row_tokens(w)
+            else:
+                packed = self._pack(w, None)
+                shorter += packed.split_short
+                tokens = packed.row_tokens
+            rows[w] = tokens.shape[0]
+            bins = np.minimum(tokens * FILL_BINS // self.seq_len, FILL_BINS - 1)
             fill += np.bincount(bins, minlength=FILL_BINS)
         if self._rows is not None and not np.array_equal(rows, self._rows):
             raise RuntimeError("packing every window disagrees with the row-count formula")
         self._all = _EveryWindow(_frozen(rows), shorter, _frozen(fill))
         return self._all
+
+    def _never_row_tokens(self, window: int) -> IntArray:
+        """Tokens of every row of a ``"never"`` window (in no particular order), without
+        packing it: truncated documents fill a row each, the rest by best-fit rooms."""
+        s = self.seq_len
+        lens = self.lengths.take(self.grid.documents(window))
+        longer = int((lens > s).sum()) if self.long_documents == "truncate" else 0
+        values, counts = np.unique(lens[(lens > 0) & (lens <= s)], return_counts=True)
+        rooms = best_fit_rooms(values[::-1].tolist(), counts[::-1].tolist(), s)
+        tokens = np.repeat(s - np.array(list(rooms), dtype=np.int64), list(rooms.values()))
+        return np.concatenate([np.full(longer, s, dtype=np.int64), tokens])
 
     def _pack(self, window: int, tie_key: int | None) -> PackedWindow:
         docs = self.grid.documents(window)

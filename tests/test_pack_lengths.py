@@ -370,3 +370,21 @@ def test_pickling_reopens_the_source_instead_of_copying_it(tmp_path: Path) -> No
         assert again.take(np.arange(len(expect))).tolist() == expect, name
         assert again.fingerprint() == lens.fingerprint(), name
     assert isinstance(pickle.loads(pickle.dumps(cases["slice"][0]))._values, np.memmap)
+
+
+def test_one_pass_serves_the_block_totals_the_total_and_the_fingerprint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    passes = []
+    original = DocumentLengths._slabs
+
+    def counted(self: DocumentLengths, slab: int) -> Any:
+        passes.append(slab)
+        return original(self, slab)
+
+    monkeypatch.setattr(DocumentLengths, "_slabs", counted)
+    lens = DocumentLengths(np.arange(100_000) % 97)
+    lens.block_totals(128)
+    assert lens.total_tokens == int((np.arange(100_000) % 97).sum())
+    lens.fingerprint()
+    assert len(passes) == 1

@@ -261,7 +261,8 @@ class DocumentLengths:
 
     @property
     def total_tokens(self) -> int:
-        """Tokens in all documents (from the cumulative counts, or one pass; cached)."""
+        """Tokens in all documents (from the cumulative counts, cached block totals, or one
+        pass; cached)."""
         if self._total is None:
             if self._cumulative is not None:
                 end = self._cumulative(np.array([0, self._n], dtype=np.int64))
@@ -271,6 +272,8 @@ class DocumentLengths:
                         f"lengths ({self._source}) has cumulative counts that decrease: "
                         f"{self._total} tokens in all"
                     )
+            elif self._blocks:  # any cached block totals add up to it
+                self._total = int(next(iter(self._blocks.values())).sum())
             else:
                 self._total = int(self.block_totals(min(self._n, SLAB)).sum())
         return self._total

@@ -284,8 +284,8 @@ class PackingPlan:
     @property
     def tokens_padded_per_epoch(self) -> int:
         """Padding tokens per epoch: ``rows * seq_len`` minus the tokens read."""
-        read = self.lengths.total_tokens - self.tokens_cut_per_epoch
-        return self.rows_per_epoch * self.seq_len - read
+        rows = self.rows_per_epoch  # first: its block totals also give the total tokens
+        return rows * self.seq_len - (self.lengths.total_tokens - self.tokens_cut_per_epoch)
 
     def documents_split(self) -> tuple[int, int]:
         """``(shorter, longer)``: documents of at most ``seq_len`` tokens, and longer ones, whose

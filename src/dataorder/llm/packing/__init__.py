@@ -17,6 +17,7 @@ tensors.
 
 from __future__ import annotations
 
+from dataorder.llm.packing.dataset import PackedDataset
 from dataorder.llm.packing.dealing import deal, deal_bounds
 from dataorder.llm.packing.fit import PackedWindow, pack_window
 from dataorder.llm.packing.lengths import DocumentLengths
@@ -26,6 +27,7 @@ from dataorder.llm.packing.plan import EpochRows, PackingPlan, PackingStats
 __all__ = [
     "DocumentLengths",
     "EpochRows",
+    "PackedDataset",
     "PackedWindow",
     "PackingPlan",
     "PackingStats",

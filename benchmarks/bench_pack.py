@@ -33,7 +33,11 @@ rules, written in our own code from their descriptions (shared/reference/packing
 
 "Split %" counts the documents of at most ``seq_len`` tokens whose tokens land in more than one
 row. "First row" is the time until the first row exists, in this process, best of 3; "memory" is
-tracemalloc's peak over the same span (numpy's buffers included), from a separate run.
+tracemalloc's peak over the same span (numpy's buffers included), from a separate run. Ours
+builds the plan and packs the first window; under ``split="never"`` that includes every window's
+row count (counted run by run of equal lengths, not packed), which the epoch's row positions
+need. The online peers (next-fit, first-fit) emit their first row after a few documents, but
+per rank and with buffer state; concat-and-split and the global fit build their whole index.
 
 Section 5 (Megatron-Core ``GPTDataset``, optional) writes a real ``.idx`` of lognormal lengths
 (vectorised: the header and arrays of megatron_files' format) beside a sparse ``.bin`` (no token

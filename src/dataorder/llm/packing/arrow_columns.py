@@ -1,0 +1,125 @@
+"""List columns of Arrow data (HF ``datasets``, pyarrow tables): lengths and rows, no decoding.
+
+A tokenized column is an Arrow list column: one flat buffer of every token and an offsets buffer
+(``offsets[i]`` tokens precede row ``i``), per chunk. Lengths come from the offsets, and a row is
+a zero-copy slice of the values; no row is converted to Python objects.
+
+An HF :class:`datasets.Dataset` is an Arrow table plus, after ``select``/``shuffle``/``filter``,
+an *indices mapping* (row ``i`` of the dataset is row ``indices[i]`` of the table). With a
+mapping, the offsets are not in the dataset's order: lengths are gathered through the mapping and
+there are no cumulative counts. ``datasets`` keeps the mapping in ``Dataset._indices``, a private
+attribute it has kept since its first releases; the table is the public ``Dataset.data``.
+
+pyarrow is imported lazily (``pip install 'dataorder[arrow]'``); nothing here imports
+``datasets``: a dataset is recognised by its attributes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["ListColumn", "list_column", "require_pyarrow"]
+
+
+def require_pyarrow() -> Any:
+    """Import and return ``pyarrow``, or raise ImportError saying how to install it."""
+    try:
+        import pyarrow
+    except ImportError as err:
+        raise ImportError(
+            "Arrow data needs pyarrow, which is not installed; "
+            "install it with: pip install 'dataorder[arrow]'"
+        ) from err
+    return pyarrow
+
+
+@dataclass(frozen=True)
+class ListColumn:
+    """A list column, ready for lengths and row slices.
+
+    Attributes:
+        chunks: The column's chunks (pyarrow ``ListArray``/``LargeListArray``), in order.
+        starts: int64, ``chunks`` + 1 entries: table row where each chunk starts.
+        mapping: The dataset's indices mapping (int64 rows of the table), or None.
+    """
+
+    chunks: tuple[Any, ...]
+    starts: npt.NDArray[np.int64]
+    mapping: npt.NDArray[np.int64] | None
+
+    def __len__(self) -> int:
+        return int(self.starts[-1]) if self.mapping is None else int(self.mapping.shape[0])
+
+    def offsets(self) -> npt.NDArray[Any] | None:
+        """The one chunk's offsets (``len + 1`` entries, zero-copy), when the column is one
+        chunk with no mapping: cumulative token counts for free. None otherwise."""
+        if self.mapping is not None or len(self.chunks) != 1:
+            return None
+        return _offsets(self.chunks[0])
+
+    def lengths(self) -> npt.NDArray[np.int64]:
+        """Every row's length, int64 (one vectorised pass over the offsets)."""
+        per_chunk = [np.diff(_offsets(c)).astype(np.int64) for c in self.chunks]
+        base = np.concatenate(per_chunk) if per_chunk else np.zeros(0, dtype=np.int64)
+        return base if self.mapping is None else base[self.mapping]
+
+    def row(self, i: int, start: int, stop: int) -> npt.NDArray[Any]:
+        """Tokens ``[start, stop)`` of row ``i`` as a numpy array (a zero-copy view where the
+        values allow it). The caller has checked the bounds."""
+        table_row = i if self.mapping is None else int(self.mapping[i])
+        k = int(np.searchsorted(self.starts, table_row, side="right")) - 1
+        chunk = self.chunks[k]
+        offsets = _offsets(chunk)
+        first = int(offsets[table_row - int(self.starts[k])])
+        values = chunk.values.slice(first + start, stop - start)
+        return np.asarray(values.to_numpy(zero_copy_only=False))
+
+
+def _offsets(chunk: Any) -> npt.NDArray[Any]:
+    return np.asarray(chunk.offsets.to_numpy(zero_copy_only=False))
+
+
+def list_column(data: Any, column: str) -> ListColumn:
+    """The list column ``column`` of an HF dataset, a pyarrow Table, or a pyarrow (chunked)
+    list array (``column`` is then ignored).
+
+    Raises:
+        ImportError: If pyarrow is missing.
+        TypeError: If ``data`` is none of those, or the column is not a list column.
+        KeyError: If the table has no such column (the message lists the columns).
+    """
+    pa = require_pyarrow()
+    mapping = None
+    if hasattr(data, "_indices") and hasattr(data, "data") and hasattr(data, "column_names"):
+        indices = data._indices  # None, or a one-column table of uint64 rows
+        if indices is not None:
+            mapping = np.asarray(indices.column(0).to_numpy(), dtype=np.int64)
+        data = data.data
+        data = getattr(data, "table", data)  # datasets' Table wrapper holds a pyarrow Table
+    if isinstance(data, pa.Table):
+        if column not in data.column_names:
+            raise KeyError(
+                f"column must name a column of the table; got column={column!r} "
+                f"(columns: {', '.join(data.column_names)})"
+            )
+        data = data.column(column)
+    if isinstance(data, pa.Array):
+        data = pa.chunked_array([data], type=data.type)
+    if not isinstance(data, pa.ChunkedArray):
+        raise TypeError(
+            "data must be an HF datasets.Dataset, a pyarrow Table, or a pyarrow list array; "
+            f"got data={type(data).__name__}"
+        )
+    if not (pa.types.is_list(data.type) or pa.types.is_large_list(data.type)):
+        raise TypeError(
+            f"column must be a list column (token ids per row); got column={column!r} "
+            f"of type {data.type}"
+        )
+    chunks = tuple(c for c in data.chunks if len(c))
+    sizes = np.array([len(c) for c in chunks], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return ListColumn(chunks, starts, mapping)

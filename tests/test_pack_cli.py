@@ -1,0 +1,131 @@
+"""`dataorder pack`: the figures it prints equal the engine's, the PNG, JSON, and one clean line
+for each user error. The module is registered in a parser built here (the lead registers it in
+tools/cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dataorder.llm.packing.lengths import DocumentLengths
+from dataorder.llm.packing.megatron_files import write_megatron
+from dataorder.llm.packing.plan import PackingPlan
+from dataorder.tools import pack
+from dataorder.tools.output import EXIT_USAGE
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser(prog="dataorder")
+    sub = parser.add_subparsers(dest="command")
+    pack.add_parser(sub)
+    args = parser.parse_args(list(argv))
+    code = args.func(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def lengths_npy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    rng = np.random.default_rng(0)
+    lengths = np.maximum(1, rng.lognormal(6.0, 1.1, 20_000)).astype(np.int32)
+    path = tmp_path_factory.mktemp("pack") / "lengths.npy"
+    np.save(path, lengths)
+    return path
+
+
+def test_the_figures_are_the_engines(capsys: pytest.CaptureFixture[str], lengths_npy: Path) -> None:
+    code, out, err = run(
+        capsys, "pack", str(lengths_npy), "--seq-len", "4096", "--window", "4096",
+        "--num-replicas", "8", "--batch-size", "2", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    got = json.loads(out)
+    plan = PackingPlan(DocumentLengths.from_file(lengths_npy), 4096, window=4096)
+    stats = plan.stats()
+    assert got["rows"] == stats.rows == plan.rows_per_epoch
+    assert got["tokens_padded"] == stats.tokens_padded
+    assert (got["split_shorter"], got["split_longer"]) == plan.documents_split()
+    assert got["steps"] == stats.rows // 16
+    assert got["rows_left_over"] == stats.rows % 16
+    assert got["windows"] == plan.num_windows == 5
+
+
+def test_the_table_and_the_png(
+    capsys: pytest.CaptureFixture[str], lengths_npy: Path, tmp_path: Path
+) -> None:
+    png = tmp_path / "fill.png"
+    code, out, _ = run(
+        capsys, "pack", str(lengths_npy), "--seq-len", "2048", "--split", "never",
+        "--long-documents", "drop", "--png", str(png), "--plain",
+    )  # fmt: skip
+    assert code == 0
+    assert "rows per epoch" in out
+    assert "split=never" in out
+    assert f"wrote {png}" in out
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    stats = PackingPlan(
+        DocumentLengths.from_file(lengths_npy), 2048, split="never", long_documents="drop"
+    ).stats()
+    assert f"documents dropped {stats.documents_dropped:,}" in out
+
+
+def test_a_megatron_prefix(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    write_megatron(tmp_path / "corpus", [np.arange(n) for n in (5, 17, 3, 40)])
+    code, out, _ = run(capsys, "pack", str(tmp_path / "corpus"), "--seq-len", "16", "--json")
+    assert code == 0
+    got = json.loads(out)
+    assert (got["documents"], got["tokens"], got["rows"]) == (4, 65, 5)
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--num-replicas", "2"], "--num-replicas and --batch-size go together"),
+        (["--long-documents", "drop"], "--long-documents applies with --split never"),
+        (["--window", "100", "--chunk", "64"], "window must be a multiple of chunk=64"),
+    ],
+)
+def test_user_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str], lengths_npy: Path, argv: list[str], fragment: str
+) -> None:
+    code, _, err = run(capsys, "pack", str(lengths_npy), "--seq-len", "64", *argv)
+    assert code == EXIT_USAGE
+    lines = err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("dataorder: error: ")
+    assert fragment in lines[0]
+
+
+def test_missing_and_unknown_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "pack", str(tmp_path / "none.npy"), "--seq-len", "8")
+    assert code == EXIT_USAGE
+    assert "No such file or directory" in err
+    (tmp_path / "x.csv").write_text("1\n")
+    code, _, err = run(capsys, "pack", str(tmp_path / "x.csv"), "--seq-len", "8")
+    assert code == EXIT_USAGE
+    assert "path must be a Megatron" in err
+
+
+def test_traceback_on_request(lengths_npy: Path) -> None:
+    parser = argparse.ArgumentParser(prog="dataorder")
+    pack.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["pack", str(lengths_npy), "--seq-len", "8", "--chunk", "3",
+                              "--window", "4", "--traceback"])  # fmt: skip
+    with pytest.raises(ValueError, match="window must be a multiple of chunk=3"):
+        pack.run(args)
+
+
+def test_registration_with_shared_options() -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--plain", action="store_true")
+    parser = argparse.ArgumentParser(prog="dataorder")
+    pack.add_parser(parser.add_subparsers(), parents=[common])
+    args = parser.parse_args(["pack", "x.npy", "--seq-len", "8", "--plain"])
+    assert args.plain
+    assert args.func is pack.run

@@ -111,13 +111,11 @@ def _loader_class() -> type:
             seq_len: int | None = None,
             local_batch_size: int,
             snapshot_every_n_steps: int | None = 1,
-            dataset: Any = None,
             **_: Any,
         ) -> None:
-            if dataset is None:
-                dataset = resolve(config.dataset_fn, "dataset_fn")(
-                    path=config.dataset_path, seq_len=seq_len, tokenizer=tokenizer
-                )
+            dataset = resolve(config.dataset_fn, "dataset_fn")(
+                path=config.dataset_path, seq_len=seq_len, tokenizer=tokenizer
+            )
             make_sampler = (
                 resolve(config.sampler_fn, "sampler_fn") if config.sampler_fn else _default_sampler
             )

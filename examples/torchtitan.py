@@ -34,7 +34,6 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torchdata.stateful_dataloader import StatefulDataLoader
 from torchtitan.components.dataloader import ParallelAwareDataloader
 
 from dataorder.integrations.common import check_same_on_all_ranks

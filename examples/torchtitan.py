@@ -1,4 +1,4 @@
-"""torchtitan 0.3.0: a dataorder loader saved as its CheckpointManager saves, resumed on a new DP size.
+"""torchtitan 0.3.0: a dataorder loader saved as CheckpointManager saves, resumed on a new DP size.
 
 Run it on CPU (gloo): save on 2 ranks after 3 steps, then resume on 3 (or 1):
 
@@ -27,17 +27,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# this file is named like the package it uses: keep its folder off the import path
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torchtitan.components.dataloader import ParallelAwareDataloader
 
 from dataorder.integrations.common import check_same_on_all_ranks
-from dataorder.integrations.torchtitan import DataorderLoader
 
 N = 48  # samples; micro-batches of 2 on 1, 2 and 3 ranks divide it: no padding
 SEQ = 8
@@ -70,6 +65,8 @@ class TrainState:
 
 
 def build(workers: int, rank: int, world: int) -> Any:
+    from dataorder.integrations.torchtitan import DataorderLoader
+
     config = DataorderLoader.Config(
         dataset_fn="__main__:token_dataset",
         collate_fn="__main__:collate",
@@ -87,6 +84,9 @@ def build(workers: int, rank: int, world: int) -> Any:
 
 
 def main() -> None:
+    # this file is named like the package it uses: keep its folder off the import path
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ckpt", type=Path, required=True)
     parser.add_argument("--save", action="store_true", help="train 5 steps and save")
@@ -139,11 +139,15 @@ def main() -> None:
 
 
 def save_stock_loader(path: Path, rank: int, world: int) -> None:
+    from torchtitan.components.dataloader import ParallelAwareDataloader
+
     loader = ParallelAwareDataloader(list(range(N)), dp_rank=rank, dp_world_size=world)
     dcp.save({"dataloader": loader}, checkpoint_id=str(path))
 
 
 def stock_loader_refused(path: Path, rank: int, world: int) -> str:
+    from torchtitan.components.dataloader import ParallelAwareDataloader
+
     loader = ParallelAwareDataloader(list(range(N)), dp_rank=rank, dp_world_size=world)
     try:
         dcp.load({"dataloader": loader}, checkpoint_id=str(path))
@@ -165,9 +169,8 @@ def check_once(workers: int, world: int) -> None:
                 seen.setdefault(epoch, []).extend(ids)
     for epoch in sorted(seen):
         ok = sorted(seen[epoch]) == list(range(N))
-        print(
-            f"workers={workers}: epoch {epoch}: {N} samples, each {'exactly once' if ok else 'NOT once'}"
-        )
+        once = "exactly once" if ok else "NOT once"
+        print(f"workers={workers}: epoch {epoch}: {N} samples, each {once}")
         if not ok:
             raise SystemExit(f"epoch {epoch} was not read exactly once")
 

@@ -54,7 +54,7 @@ def test_the_loader_config_is_torchtitans() -> None:
 
     config = DataorderLoader.Config(dataset_fn="builtins:range", seed=3)
     assert isinstance(config, ParallelAwareDataloader.Config)
-    with pytest.raises(ValueError, match="dataset_fn must be a 'package.module:function' path"):
+    with pytest.raises(ValueError, match=r"dataset_fn must be a 'package\.module:function' path"):
         DataorderLoader.Config(dataset_fn="range").build(
             dp_world_size=2, dp_rank=0, local_batch_size=2
         )
@@ -64,6 +64,6 @@ def test_the_loader_config_is_torchtitans() -> None:
     assert isinstance(loader, ParallelAwareDataloader)
     state = loader.state_dict()
     assert list(state) == [STATE_KEY]
-    with pytest.raises(ValueError, match="a per-rank ParallelAwareDataloader state cannot"):
+    with pytest.raises(ValueError, match=r"a per-rank ParallelAwareDataloader state cannot"):
         loader.load_state_dict({"dp_rank_1": b"", "world_size": 2})
     loader.load_state_dict({})  # torchtitan's "nothing to load": left as it is

@@ -169,7 +169,7 @@ def external_provider(
                 dp_size,
                 seed=seed,
                 compat="megatron",
-                data_sharding=bool(getattr(args, "data_sharding", False)),
+                data_sharding=bool(getattr(args, "data_sharding", True)),  # Megatron default
                 consumed_samples=consumed,
                 dataset=ds,
             )

@@ -54,7 +54,7 @@ def run_job(args: Any, dp: int, iterations: int, order: str) -> list[list[int]]:
             data_parallel=lambda rank=rank: (rank, dp),
         )
         assert provider.is_distributed  # type: ignore[attr-defined]
-        train, valid, _ = provider([iterations * GLOBAL_BATCH, 24, 0])
+        train = provider([iterations * GLOBAL_BATCH, 24, 0])[0]
         iterators.append(train)
     reads = []
     num_micro = GLOBAL_BATCH // (args.micro_batch_size * dp)

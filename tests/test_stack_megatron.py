@@ -66,7 +66,7 @@ def test_the_valid_iterator_starts_at_consumed_valid_samples() -> None:
         get_args=lambda: args,
         data_parallel=lambda: (1, 2),
     )
-    train, valid, test = provider(None)
+    _, valid, test = provider(None)
     assert isinstance(valid, EpochStream)
     assert test is None
     assert [next(valid) for _ in range(3)] == [[10, 11], [14, 15], [2, 3]]  # into epoch 1

@@ -1,6 +1,6 @@
-"""NeMo Automodel 0.7.0's diffusion recipe with dataorder's loader: its config, tracking and restore.
+"""NeMo Automodel 0.7.0's diffusion recipe with dataorder's loader: config, tracking, restore.
 
-Run it on CPU (gloo): save on 2 ranks after 1 step (12 images), then resume on 1 (shrink) or 3 (grow):
+Run it on CPU (gloo): save on 2 ranks after 1 step (12 images), resume on 1 (shrink) or 3 (grow):
 
     torchrun --standalone --nproc-per-node=2 examples/nemo_automodel.py --dir run --save
     torchrun --standalone --nproc-per-node=3 examples/nemo_automodel.py --dir run

@@ -73,6 +73,33 @@ def test_a_resume_in_epoch_1_equals_the_uninterrupted_run(full: Path) -> None:
         assert resumed[rank] == _read(full, "full", rank)[18:]  # 9 steps x 2 samples done
 
 
+def test_another_global_batch_is_refused_by_the_checkpoints_record(full: Path) -> None:
+    """The check ``train(resume_from_checkpoint=...)`` runs first, on the file the Trainer's
+    checkpoint holds (the subprocess test below runs it through ``train``)."""
+    from types import SimpleNamespace
+
+    from dataorder.integrations.hf_trainer import STATE_FILE, check_resume
+    from dataorder.parallel.distributed import DistributedSampler
+
+    ckpt = full / "run" / "checkpoint-3"
+    assert (ckpt / STATE_FILE).is_file()
+    fresh = DistributedSampler(range(N), num_replicas=1, rank=0, seed=1234)
+    same = SimpleNamespace(
+        per_device_train_batch_size=4, world_size=1, gradient_accumulation_steps=1
+    )
+    assert check_resume(ckpt, fresh, same)
+    other = SimpleNamespace(
+        per_device_train_batch_size=2, world_size=1, gradient_accumulation_steps=1
+    )
+    with pytest.raises(ValueError, match="got positions_per_step=2"):
+        check_resume(ckpt, fresh, other)
+    with pytest.raises(ValueError, match="seed is 1234 in the state but 5 in this sampler"):
+        check_resume(ckpt, DistributedSampler(range(N), num_replicas=1, rank=0, seed=5), same)
+    assert not check_resume(full / "run", fresh, same)  # no record: nothing to check
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_another_global_batch_is_refused(full: Path) -> None:
     out = _one_process(full, "--record", "one2", "--resume", "run/checkpoint-3")
     assert "resume refused: the global batch must stay the same" in out

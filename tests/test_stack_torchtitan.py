@@ -25,22 +25,38 @@ pytest.importorskip("torchtitan.components.dataloader")
 N = 48
 
 
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("titan")
+    out = torchrun("torchtitan.py", 2, "--ckpt", "c", "--save", cwd=root).stdout
+    assert "workers=2: saved step 3 on 2 ranks" in out
+    return root
+
+
+def _check_resumed(root: Path, world: int) -> None:
+    out = torchrun("torchtitan.py", world, "--ckpt", "c", cwd=root).stdout
+    for workers in (0, 2):
+        assert f"workers={workers}: resumed at step 3 on {world} ranks" in out
+        assert f"workers={workers}: torchtitan's own loader on {world} ranks: refused" in out
+        seen: dict[int, Counter[int]] = {}
+        for prefix in ("a", f"b{world}"):
+            for path in root.glob(f"{prefix}.w{workers}.rank*.json"):
+                for epoch, ids in json.loads(path.read_text()):
+                    seen.setdefault(epoch, Counter()).update(ids)
+        assert seen == {0: Counter(range(N)), 1: Counter(range(N))}, (world, workers)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
-def test_saved_on_2_ranks_resumes_on_3_and_1_with_0_and_2_workers(tmp_path: Path) -> None:
-    saved = torchrun("torchtitan.py", 2, "--ckpt", "c", "--save", cwd=tmp_path)
-    assert "workers=2: saved step 3 on 2 ranks" in saved.stdout
-    for world in (3, 1):
-        out = torchrun("torchtitan.py", world, "--ckpt", "c", cwd=tmp_path).stdout
-        for workers in (0, 2):
-            assert f"workers={workers}: resumed at step 3 on {world} ranks" in out
-            assert f"workers={workers}: torchtitan's own loader on {world} ranks: refused" in out
-            seen: dict[int, Counter[int]] = {}
-            for prefix in ("a", f"b{world}"):
-                for path in tmp_path.glob(f"{prefix}.w{workers}.rank*.json"):
-                    for epoch, ids in json.loads(path.read_text()):
-                        seen.setdefault(epoch, Counter()).update(ids)
-            assert seen == {0: Counter(range(N)), 1: Counter(range(N))}, (world, workers)
+def test_saved_on_2_ranks_resumes_on_3_with_0_and_2_workers(saved: Path) -> None:
+    _check_resumed(saved, 3)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_saved_on_2_ranks_resumes_on_1_with_0_and_2_workers(saved: Path) -> None:
+    _check_resumed(saved, 1)
 
 
 def samples(*, path: str | None, seq_len: int | None, tokenizer: object) -> list[int]:

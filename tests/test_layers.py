@@ -26,6 +26,8 @@ ALLOWED: dict[str, set[str]] = {
     "parallel": {"core"},
     "testing": {"core"},
     "tools": {"core", "llm", "diffusion", "parallel", "testing"},
+    # the stacks' adapters sit above the samplers; no layer imports them
+    "integrations": {"core", "llm", "diffusion", "parallel"},
 }
 
 

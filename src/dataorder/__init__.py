@@ -11,6 +11,8 @@ The package is layered; each layer imports only those above it in this list:
 * :mod:`dataorder.llm`: Megatron-style micro-batch samplers and batch-size schedules.
 * :mod:`dataorder.diffusion`: resolution buckets, scans, datasets and the bucket sampler.
 * :mod:`dataorder.parallel`: torch's DistributedSampler over a mesh, and the partition check.
+* :mod:`dataorder.integrations`: the samplers in DCP, NeMo Automodel, Megatron-LM, HF Trainer
+  and torchtitan (each stack imported lazily; nothing imports this layer).
 * :mod:`dataorder.testing`: the contract suite, usable on any sampler.
 * :mod:`dataorder.tools`: the command line, the demo and plots.
 

@@ -1,0 +1,100 @@
+"""NeMo Automodel 0.7.0 in its own code paths (examples/nemo_automodel.py under torchrun).
+
+The diffusion loader config is resolved from its YAML ``_target_`` by NeMo's config loader, reads
+a preprocessed cache through NeMo's dataset and collate function, is tracked by NeMo's
+``BaseRecipe``, trained by the recipe's loop (``StepScheduler``, ``set_epoch``) with 2 workers,
+saved by the recipe's dispatch through NeMo's ``Checkpointer`` and restored by
+``BaseRecipe._load_checkpoint_tracked_state`` in NeMo's order (loader, then rank 0's
+``sampler.pt``). Saved on 2 ranks: growing to 3 is refused by NeMo with per-DP loader files and
+exact through the DCP path; shrinking to 1 is exact with both. The LLM recipe's loader is built by
+NeMo's ``DataloaderConfig`` with our batch sampler config. Skipped without NeMo Automodel
+(``pip install --no-deps nemo-automodel==0.7.0``; its imports used here need transformers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from test_examples import torchrun
+
+pytest.importorskip("nemo_automodel.recipes.base_recipe")
+
+N = 36
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("nemo")
+    out = torchrun("nemo_automodel.py", 2, "--dir", "run", "--save", cwd=root).stdout
+    assert "files: _target_ resolved to DiffusionBucketLoader; saved step 1" in out
+    assert "'dataloader: per DP rank', 'sampler: rank 0'" in out
+    assert "'dataloader: DCP', 'sampler: rank 0'" in out
+    return root
+
+
+def _check(root: Path, mode: str, world: int) -> None:
+    seen: dict[int, Counter[int]] = {}
+    for prefix in (f"{mode}.a", f"{mode}.b{world}"):
+        for path in (root / "run").glob(f"{prefix}.rank*.json"):
+            for epoch, ids in json.loads(path.read_text()):
+                seen.setdefault(epoch, Counter()).update(ids)
+    assert seen == {0: Counter(range(N)), 1: Counter(range(N))}, (mode, world)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_growing_dp_is_refused_with_files_and_exact_through_dcp(saved: Path) -> None:
+    out = torchrun("nemo_automodel.py", 3, "--dir", "run", cwd=saved).stdout
+    assert "files: resume on 3 ranks refused by NeMo" in out
+    assert "FileNotFoundError: dataloader_dp_rank_2.pt" in out
+    assert "dcp: resumed on 3 ranks; epoch 1: 36 samples, each exactly once" in out
+    _check(saved, "dcp", 3)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_shrinking_dp_is_exact_with_both(saved: Path) -> None:
+    torchrun("nemo_automodel.py", 1, "--dir", "run", cwd=saved)
+    _check(saved, "files", 1)
+    _check(saved, "dcp", 1)
+
+
+def test_the_llm_recipes_loader_takes_our_batch_sampler() -> None:
+    from nemo_automodel.components.datasets.llm.megatron.sampler import MegatronSamplerConfig
+    from nemo_automodel.components.datasets.loader import DataloaderConfig
+
+    from dataorder.integrations.nemo_automodel import MegatronBatchSampler, install_batch_sampler
+    from dataorder.llm.megatron import MegatronPretrainingRandomSampler
+
+    class Rows:
+        def build(self) -> list[int]:
+            return list(range(40))
+
+    nemo = DataloaderConfig(
+        dataset_config=Rows(),  # type: ignore[arg-type]
+        batch_sampler_config=MegatronSamplerConfig(4, 8, dataloader_type="cyclic"),
+        batch_size=None,
+        seed=7,
+        collate_fn=list,
+    )
+    recipe = SimpleNamespace(cfg=SimpleNamespace(dataloader=nemo))
+    ours = install_batch_sampler(recipe)
+    assert recipe.cfg.__dict__["dataloader"] is ours
+    assert ours.batch_sampler_config == MegatronBatchSampler(4, 8, "cyclic", seed=7)
+    assert dataclasses.replace(ours, batch_sampler_config=None) == dataclasses.replace(
+        nemo, batch_sampler_config=None
+    )
+    loaders = [ours.build(dp_rank=r, dp_world_size=2) for r in range(2)]
+    assert all(isinstance(dl.batch_sampler, MegatronPretrainingRandomSampler) for dl in loaders)
+    # the recipe never reaches a batch sampler with set_epoch: the next pass is the next epoch
+    epochs = [[b for dl in loaders for b in dl] for _ in range(2)]
+    for reads in epochs:
+        assert sorted(i for b in reads for i in b) == list(range(40))
+    assert epochs[0] != epochs[1]

@@ -193,16 +193,22 @@ class Extra:
 
     Attributes:
         name: The state key.
-        save: Its value for the sampler's cursor.
+        save: Its value for the sampler's cursor; None leaves it out of the state (a sampler
+            configured without what it records).
         check: Called on load with the saved value, after the rest of the state was checked;
             raises ValueError naming ``state[name]``.
-        required: Whether a state without it is refused (else it is checked when present).
+        required: Whether a state without it is refused (else it is checked when present); or
+            a function of the sampler that says it.
     """
 
     name: str
-    save: Callable[[Any], Scalar]
+    save: Callable[[Any], Scalar | None]
     check: ExtraCheck
-    required: bool = True
+    required: bool | Callable[[Any], bool] = True
+
+    def needed(self, sampler: Any) -> bool:
+        """Whether ``sampler`` refuses a state without this key."""
+        return self.required(sampler) if callable(self.required) else self.required
 
 
 @dataclass(frozen=True)
@@ -469,15 +475,19 @@ class AssembledSampler(CursorSampler[T_co]):
             progress=self._position,
             layout=self.layout_info(),
         )
-        if own:
+        saved = [(e.name, e.save(self)) for e in own]
+        if any(value is not None for _, value in saved):
             last = self.progress_keys[-1]
             out: dict[str, Scalar] = {}
             for key, value in state.items():
                 out[key] = value
                 if key == last:
-                    out.update((e.name, e.save(self)) for e in own)
+                    out.update((k, v) for k, v in saved if v is not None)
             state = out
-        state.update((e.name, e.save(self)) for e in strategy)
+        for e in strategy:
+            extra = e.save(self)
+            if extra is not None:
+                state[e.name] = extra
         return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -500,7 +510,7 @@ class AssembledSampler(CursorSampler[T_co]):
         for extra in (*own, *strategy):
             if extra.name in state:
                 saved[extra.name] = state.pop(extra.name)
-            elif extra.required:
+            elif extra.needed(self):
                 raise ValueError(f"state is missing keys [{extra.name!r}]")
         epoch, progress = self._checked_state(state)
         if saved:

@@ -78,7 +78,7 @@ from dataorder.llm.mixture import Mixture, MixtureSchedule, WeightVector
 from dataorder.llm.placement import MicroBatchPlacement
 from dataorder.llm.schedule import BatchSizeSchedule
 
-__all__ = ["BlendedSampler"]
+__all__ = ["MIXTURE_STATE", "BlendedSampler"]
 
 # Every construction the order depends on, in one field (the state stays within MAX_STATE_BYTES
 # with a long schedule tag, a 19-digit seed and a batch-size schedule digest).
@@ -130,7 +130,7 @@ def _global_batch_size() -> Field:
 
 
 def _check_trained(
-    sampler: BlendedSampler,
+    sampler: Any,
     tag: object,
     epoch: int,
     progress: Mapping[str, int],
@@ -141,11 +141,23 @@ def _check_trained(
     sampler.schedule.check_trained(tag, sampler.order.quotas_fixed_through(saved), saved_at=saved)
 
 
-def _trained_tag(sampler: BlendedSampler) -> str:
+def _trained_tag(sampler: Any) -> str | None:
     """``mixture``: the digest of the schedule through the end of the global batch under way
-    (NOTE [ Trained part of a schedule ])."""
+    (NOTE [ Trained part of a schedule ]); None for a sampler without a schedule."""
+    if sampler.schedule is None:
+        return None
     fixed = sampler.order.quotas_fixed_through(sampler.consumed_samples)
-    return sampler.schedule.trained_tag(fixed)
+    tag: str = sampler.schedule.trained_tag(fixed)
+    return tag
+
+
+#: The ``mixture`` key of the state of a sampler over a :class:`~dataorder.llm.mixture.
+#: MixtureSchedule` (NOTE [ Trained part of a schedule ]): declared by every sampler whose
+#: ``schedule``, ``order`` (a :class:`~dataorder.llm.blend_order.BlendOrder`) and
+#: ``consumed_samples`` say what was trained; absent when ``schedule`` is None.
+MIXTURE_STATE = Extra(
+    "mixture", _trained_tag, _check_trained, required=lambda s: s.schedule is not None
+)
 
 
 def _per_source(sampler: BlendedSampler) -> str:
@@ -279,7 +291,7 @@ class BlendedSampler(
                 required=lambda config: isinstance(config.get("global_batch_size"), str),
             ),
         ),
-        extras=(Extra("mixture", _trained_tag, _check_trained),),
+        extras=(MIXTURE_STATE,),
         details=(
             Detail(
                 "consumed_samples", lambda s: f"{s.consumed_samples} (Megatron's run-wide count)"
@@ -309,19 +321,7 @@ class BlendedSampler(
     ) -> None:
         super().__init__()
         self._sizes = _check_sizes(sizes)
-        k = len(self._sizes)
-        if isinstance(weights, MixtureSchedule):
-            if weights.num_sources != k:
-                fail(
-                    "weights",
-                    f"a MixtureSchedule over len(sizes) = {k} sources",
-                    f"MixtureSchedule over {weights.num_sources} sources",
-                )
-            self._schedule = weights
-        else:
-            self._schedule = MixtureSchedule.constant(weights, name="weights")
-            if self._schedule.num_sources != k:
-                fail("len(weights)", f"len(sizes) = {k}", self._schedule.num_sources)
+        self._schedule = MixtureSchedule.for_sources(weights, len(self._sizes), name="weights")
         self._set_placement(
             micro_batch_size,
             data_parallel_rank,

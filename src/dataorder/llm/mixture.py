@@ -353,6 +353,35 @@ class MixtureSchedule:
         schedule._init([(0, weights)], "schedule")
         return schedule
 
+    @classmethod
+    def for_sources(
+        cls,
+        weights: WeightVector | MixtureSchedule,
+        num_sources: int,
+        *,
+        name: str = "weights",
+        counted_as: str = "len(sizes)",
+    ) -> MixtureSchedule:
+        """``weights`` as a schedule over ``num_sources`` sources: a schedule as it is, a weight
+        vector as a constant one; messages name it ``name`` and the number of sources
+        ``counted_as``.
+
+        Raises:
+            TypeError, ValueError: As :meth:`constant`, or if the number of sources differs.
+        """
+        if isinstance(weights, MixtureSchedule):
+            if weights.num_sources != num_sources:
+                fail(
+                    name,
+                    f"a MixtureSchedule over {counted_as} = {num_sources} sources",
+                    f"MixtureSchedule over {weights.num_sources} sources",
+                )
+            return weights
+        schedule = cls.constant(weights, name=name)
+        if schedule.num_sources != num_sources:
+            fail(f"len({name})", f"{counted_as} = {num_sources}", schedule.num_sources)
+        return schedule
+
     # -- description ----------------------------------------------------------------------------
     @property
     def entries(self) -> tuple[tuple[int, tuple[Any, ...] | Ramp], ...]:

@@ -9,7 +9,9 @@
 * :mod:`~dataorder.llm.packing.fit`: best-fit decreasing of one window;
 * :mod:`~dataorder.llm.packing.plan`: :class:`PackingPlan` and :class:`EpochRows`, the row stream;
 * :mod:`~dataorder.llm.packing.dealing`: :func:`deal`, a global batch's rows to ranks by cost;
-* :mod:`~dataorder.llm.packing.dataset`: :class:`PackedDataset`, a row into tensors.
+* :mod:`~dataorder.llm.packing.dataset`: :class:`PackedDataset`, a row into tensors;
+* :mod:`~dataorder.llm.packing.rule`: :class:`PackedRows`, the batching rule of rows;
+* :mod:`~dataorder.llm.packing.sampler`: :class:`PackedSampler`, micro-batches of rows.
 
 Nothing here imports torch except :mod:`~dataorder.llm.packing.dataset`, lazily, when it makes
 tensors.
@@ -17,17 +19,22 @@ tensors.
 
 from __future__ import annotations
 
-from dataorder.llm.packing.dataset import PackedDataset
+from dataorder.llm.packing.dataset import ConcatTokens, PackedDataset
 from dataorder.llm.packing.dealing import deal, deal_bounds
 from dataorder.llm.packing.fit import PackedWindow, pack_window
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.megatron_files import read_index, write_megatron
 from dataorder.llm.packing.plan import EpochRows, PackingPlan, PackingStats
+from dataorder.llm.packing.rule import PackedRows
+from dataorder.llm.packing.sampler import PackedSampler
 
 __all__ = [
+    "ConcatTokens",
     "DocumentLengths",
     "EpochRows",
     "PackedDataset",
+    "PackedRows",
+    "PackedSampler",
     "PackedWindow",
     "PackingPlan",
     "PackingStats",

@@ -48,6 +48,7 @@ from dataorder.llm.packing.plan import MAX_SEQ_LEN
 __all__ = [
     "IGNORE_INDEX",
     "ArrowTokens",
+    "ConcatTokens",
     "MegatronTokens",
     "PackedDataset",
     "SequenceTokens",
@@ -136,6 +137,42 @@ class ArrowTokens:
 
     def tokens(self, document: int, start: int, stop: int) -> npt.NDArray[Any]:
         return self.column.row(document, start, stop)
+
+
+class ConcatTokens:
+    """Token sources end to end: document ``i`` of source ``d`` is the flat document
+    ``sum(len(sources[:d])) + i``, the numbering of a
+    :class:`~dataorder.llm.packing.sampler.PackedSampler` mixture's rows.
+
+    >>> both = ConcatTokens([SequenceTokens([[1, 2]]), SequenceTokens([[3], [4, 5, 6]])])
+    >>> len(both), both.length(2), both.tokens(2, 1, 3).tolist()
+    (3, 3, [5, 6])
+    """
+
+    def __init__(self, sources: Sequence[TokenSource]) -> None:
+        given: object = sources
+        if isinstance(given, str | bytes) or not isinstance(given, Sequence) or not given:
+            fail("sources", "a non-empty sequence of token sources", sources, TypeError)
+        for d, source in enumerate(given):
+            if not isinstance(source, TokenSource):
+                fail(f"sources[{d}]", "a TokenSource", type(source).__name__, TypeError)
+        self.sources: list[TokenSource] = list(given)
+        self.starts = np.cumsum([0] + [len(x) for x in self.sources]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def _find(self, document: int) -> tuple[TokenSource, int]:
+        d = int(np.searchsorted(self.starts, document, side="right")) - 1
+        return self.sources[d], document - int(self.starts[d])
+
+    def length(self, document: int) -> int:
+        source, local = self._find(document)
+        return source.length(local)
+
+    def tokens(self, document: int, start: int, stop: int) -> npt.NDArray[Any]:
+        source, local = self._find(document)
+        return source.tokens(local, start, stop)
 
 
 class PackedDataset:

@@ -1,0 +1,708 @@
+"""The packed sampler: each item is one rank's micro-batch of packed rows, a pure function.
+
+:class:`PackedSampler` is a batch sampler (``DataLoader(PackedDataset(...),
+batch_sampler=sampler, collate_fn=PackedDataset.collate)``) over the rows of a
+:class:`~dataorder.llm.packing.plan.PackingPlan`. It is the Megatron samplers' partition over
+rows instead of samples, plus one step of its own:
+
+1. The rows of an epoch are a stream (:class:`~dataorder.llm.packing.plan.EpochRows`: windows in
+   a keyed order, each packed by best fit, its rows in a keyed order). With a mixture, each
+   source is packed on its own and the run's row positions are apportioned among them by weight,
+   exactly as :class:`~dataorder.llm.blend.BlendedSampler` apportions samples
+   (:class:`~dataorder.llm.blend_order.BlendOrder`): the ``j``-th row a source gives is row
+   ``j mod P`` of its pass ``j // P`` (``P`` rows per pass).
+2. The stream is cut into global blocks of ``micro_batch_size x data_parallel_size`` rows, the
+   end of an epoch dropped or padded for the whole job (``drop_last``, ``global_batch_size``,
+   ``pad_samples_to_global_batch_size`` as for the Megatron samplers; a padding row is ``()``).
+3. NOTE [ Dealing rows ]: every rank knows its block's rows (they are a pure function of the
+   position), so each deals the block to the ranks by attention cost (the sum of span lengths
+   squared, :func:`~dataorder.llm.packing.dealing.deal`) and keeps its own ``micro_batch_size``
+   rows: ranks finish a step together, with no collective. A block's rows do not depend on the
+   layout, only their dealing does, so a state taken at a block boundary continues on any
+   ``micro_batch_size x data_parallel_size`` that divides the rows consumed (elastic).
+
+State: the epoch and ``consumed`` (rows of the epoch all ranks have taken), the configuration
+with a fingerprint of the lengths (a state from other lengths is refused, named), and with a
+mixture the digest of the schedule's trained part. A resume costs the packing of one window.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dataorder._validate import check_bool, check_int, fail
+from dataorder.core.assembly import (
+    AssembledSampler,
+    Detail,
+    Field,
+    Given,
+    Layout,
+    Schema,
+    flag,
+    recorded,
+)
+from dataorder.core.batching import coverage
+from dataorder.core.cursor import CursorBatchSampler
+from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
+from dataorder.core.partition import EpochLayout, plan_epoch
+from dataorder.core.permutation import PERMUTATION_VERSION
+from dataorder.core.state import Scalar
+from dataorder.core.topology import Topology
+from dataorder.llm.blend import MIXTURE_STATE
+from dataorder.llm.blend_order import BLEND_VERSION, BlendOrder
+from dataorder.llm.mixture import Mixture, MixtureSchedule
+from dataorder.llm.orders import plan_megatron_epoch
+from dataorder.llm.packing.dealing import deal
+from dataorder.llm.packing.fit import LongDocuments, Split
+from dataorder.llm.packing.lengths import DocumentLengths
+from dataorder.llm.packing.plan import (
+    DEFAULT_CHUNK,
+    DEFAULT_WINDOW,
+    PACKING_VERSION,
+    PackingPlan,
+    Row,
+)
+from dataorder.llm.packing.rule import PackedRows
+from dataorder.llm.placement import MicroBatchPlacement
+from dataorder.llm.schedule import BatchSizeSchedule
+
+__all__ = ["PackedSampler"]
+
+IntArray = npt.NDArray[np.int64]
+
+_VERSIONS = f"packing{PACKING_VERSION}-permutation{PERMUTATION_VERSION}-key{KEY_DERIVATION_VERSION}"
+_STREAM = "packed"
+# Rows evaluated together while iterating (rows of all ranks): a chunk of blocks shares the
+# packing of its windows and one search over the epoch's row counts.
+_CHUNK_ROWS = 4096
+
+
+def _digest(payload: object) -> str:
+    text = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+    return hashlib.blake2b(text, digest_size=8).hexdigest()
+
+
+# -- the epoch plan -------------------------------------------------------------------------------
+#: ``rows(positions)``: the rows and costs at an epoch's positions (all real, any order).
+RowsAt = Callable[[IntArray], tuple[list[Row], IntArray]]
+
+
+@dataclass(frozen=True, eq=False)
+class DealtBlocks:
+    """One epoch of global blocks of rows, each dealt to the ranks by cost (NOTE [ Dealing
+    rows ]): the :class:`~dataorder.core.cursor.EpochPlan` of :class:`PackedSampler`.
+
+    Attributes:
+        layout: The epoch's blocks (positions ``>= layout.n`` are padding rows).
+        rows: See :data:`RowsAt`.
+    """
+
+    layout: EpochLayout
+    rows: RowsAt
+
+    @property
+    def num_steps(self) -> int:
+        """Micro-batches every rank yields in the epoch."""
+        return self.layout.num_batches
+
+    @property
+    def dp_size(self) -> int:
+        """Data-parallel ranks the blocks are cut for."""
+        return self.layout.dp_size
+
+    def step_of(self, progress: Mapping[str, int], *, strict: bool = False) -> int:
+        """The step at ``progress["consumed"]`` rows."""
+        return self.layout.step_of(progress["consumed"], strict=strict)
+
+    def progress_at(self, step: int) -> dict[str, int]:
+        """``{"consumed": rows taken after step steps}``."""
+        return {"consumed": self.layout.consumed_at(step)}
+
+    def describe(self, progress: Mapping[str, int], epoch: int) -> str:
+        """Where ``progress`` stands in ``epoch``, in words."""
+        return f"{progress['consumed']} of {self.layout.total_positions} rows of epoch {epoch}"
+
+    def blocks(self, start: int, stop: int) -> tuple[list[Row], IntArray]:
+        """Rows and costs of the blocks of steps ``start .. stop - 1``, all ranks, in order."""
+        b = self.layout.block_size
+        positions = np.arange(start * b, stop * b, dtype=np.int64)
+        real = positions < self.layout.n
+        rows: list[Row] = [()] * positions.size
+        costs = np.zeros(positions.size, dtype=np.int64)
+        if real.any():
+            got, cost = self.rows(positions[real])
+            for i, row in zip(np.flatnonzero(real).tolist(), got, strict=True):
+                rows[i] = row
+            costs[real] = cost
+        return rows, costs
+
+    def batches(self, rank: int, start: int, stop: int) -> list[list[Row]]:
+        """``rank``'s micro-batches of steps ``start .. stop - 1``."""
+        lay = self.layout
+        b = lay.block_size
+        rows, costs = self.blocks(start, stop)
+        out = []
+        for k in range(stop - start):
+            dealt = deal(costs[k * b : (k + 1) * b], lay.per_rank, lay.dp_size)[rank]
+            out.append([rows[k * b + i] for i in dealt.tolist()])
+        return out
+
+
+# -- the row sources ------------------------------------------------------------------------------
+class _OneCorpus:
+    """One corpus: an epoch is one pass over its rows."""
+
+    def __init__(self, plan: PackingPlan) -> None:
+        self.plan = plan
+
+    def rows_at(self, epoch: int) -> RowsAt:
+        rows = self.plan.epoch(epoch)
+
+        def at(positions: IntArray) -> tuple[list[Row], IntArray]:
+            return rows.rows(positions), rows.costs(positions)
+
+        return at
+
+
+class _Mixture:
+    """Several corpora, each packed on its own; the run's rows apportioned among them by weight
+    (:class:`~dataorder.llm.blend_order.BlendOrder` over rows). Document ids are flat: document
+    ``i`` of source ``d`` is ``sum(documents of sources before d) + i``."""
+
+    def __init__(self, plans: Sequence[PackingPlan], order: BlendOrder) -> None:
+        self.plans = list(plans)
+        self.order = order
+        self.first_document = np.concatenate(
+            [[0], np.cumsum([len(p.lengths) for p in plans])[:-1]]
+        ).astype(np.int64)
+
+    def rows_at(self, epoch: int) -> RowsAt:
+        first, _ = self.order.epoch_bounds(epoch)
+
+        def at(positions: IntArray) -> tuple[list[Row], IntArray]:
+            d, j = self.order.draws(positions + first)
+            rows: list[Row] = [()] * positions.size
+            costs = np.zeros(positions.size, dtype=np.int64)
+            per_pass = self.order.sizes[d]
+            passes = j // per_pass
+            for source, pass_ in sorted(set(zip(d.tolist(), passes.tolist(), strict=True))):
+                sel = np.flatnonzero((d == source) & (passes == pass_))
+                stream = self.plans[source].epoch(pass_)
+                at_rows = j[sel] - pass_ * per_pass[sel]
+                shift = int(self.first_document[source])
+                for i, row in zip(sel.tolist(), stream.rows(at_rows), strict=True):
+                    rows[i] = tuple((doc + shift, a, b) for doc, a, b in row)
+                costs[sel] = stream.costs(at_rows)
+            return rows, costs
+
+        return at
+
+
+# -- state fields -------------------------------------------------------------------------------
+def _lengths_field() -> Field:
+    """``config.lengths``: the lengths' fingerprint, or with a mixture the digest of every
+    source's (a state from other lengths is refused, named)."""
+
+    def read(sampler: PackedSampler) -> Scalar:
+        prints = [p.config()["lengths"] for p in sampler.plans]
+        return str(prints[0]) if len(prints) == 1 else "sources:" + _digest(prints)
+
+    return Field("lengths", read)
+
+
+def _position_of(sampler: PackedSampler) -> str:
+    text = sampler.blocks().describe(sampler.progress, sampler.epoch)
+    if sampler.mixture is None:
+        return text
+    first, end = sampler.order.epoch_bounds(sampler.epoch)
+    return f"{text} (the run's rows {first} to {end - 1})"
+
+
+def _per_source(sampler: PackedSampler) -> str:
+    if sampler.mixture is None:
+        return "one corpus"
+    counts = sampler.consumed_per_source().tolist()
+    rows = [p.rows_per_epoch for p in sampler.plans]
+    return "; ".join(
+        f"{c} rows of source {d} ({c / n:.3g} passes over {n})"
+        for d, (c, n) in enumerate(zip(counts, rows, strict=True))
+    )
+
+
+class PackedSampler(
+    MicroBatchPlacement, AssembledSampler[list[Row]], CursorBatchSampler[list[Row]]
+):
+    """Micro-batches of packed rows of ``seq_len`` tokens (see the module docstring).
+
+    Args:
+        lengths: The documents' token counts: a :class:`~dataorder.llm.packing.lengths.
+            DocumentLengths` (from an array, ``from_megatron``, ``from_arrow``) or an integer
+            array; None with ``mixture``.
+        seq_len: Tokens per row, an int in ``[1, 2**31]``.
+        micro_batch_size: Rows per micro-batch on each rank.
+        data_parallel_rank: This rank; None: from ``topology``, ``mesh``, the process group or
+            the environment.
+        data_parallel_size: The number of data-parallel ranks; None: as the rank.
+        global_batch_size: Rows per global batch, a multiple of ``micro_batch_size x
+            data_parallel_size``, or None (a block). With a mixture, required (an int or a
+            :class:`~dataorder.llm.schedule.BatchSizeSchedule`): each global batch takes each
+            source's exact share.
+        seed: An int in ``[0, 2**63)``: the windows, the orders, the slot orders.
+        split: ``"overflow"`` (pretraining: every token of every document once per epoch, only
+            what cannot fit split across rows) or ``"never"`` (fine-tuning: no document split).
+        window: Documents packed together (a multiple of ``chunk``): larger windows pad less;
+            a resume packs one.
+        chunk: Consecutive documents read together (the grain of the windows).
+        long_documents: Under ``"never"``, ``"truncate"`` a document longer than ``seq_len``
+            to ``seq_len`` tokens, or ``"drop"`` it (counted).
+        drop_last: Drop the rows that do not fill a whole block (or global batch); if False, pad
+            with empty rows ``()``. With a mixture, epochs are whole global batches of one run.
+        pad_samples_to_global_batch_size: With ``drop_last=False``, pad the last global batch.
+        mixture: ``([lengths_0, lengths_1, ...], weights_or_schedule)``: pack each source on its
+            own and take rows by weight (a weight vector or a
+            :class:`~dataorder.llm.mixture.MixtureSchedule` over the rows trained). Document ids
+            in rows are then flat over the sources, in order
+            (:class:`~dataorder.llm.packing.dataset.ConcatTokens`).
+        total_rows: With a mixture, rows per epoch (default: every source's rows per pass).
+        consumed_samples: A run-wide count of rows consumed (Megatron's convention): the sampler
+            starts there.
+        mesh, dp_dims, topology: The data-parallel place, as for the Megatron samplers.
+
+    Raises:
+        TypeError: If an argument has the wrong type.
+        ValueError: If an argument is out of range; the message names it and its value.
+
+    Example: five documents of 5, 3, 9, 2 and 7 tokens in rows of 8, two ranks of one row each:
+    every token once, the 9-token document split, nothing padded but the last row's room.
+
+    >>> s = [PackedSampler([5, 3, 9, 2, 7], 8, 1, r, 2, seed=0, chunk=1, window=5,
+    ...                    drop_last=False) for r in range(2)]
+    >>> [len(x) for x in s], s[0].tokens_padded, s[0].tokens_dropped
+    ([2, 2], 6, 0)
+    >>> sorted(span for x in s for batch in x for row in batch for span in row)
+    [(0, 0, 5), (1, 0, 3), (2, 0, 8), (2, 8, 9), (3, 0, 2), (4, 0, 7)]
+
+    Checkpoint schema (after the first step): ``consumed`` rows of the epoch, the packing's
+    configuration with ``config.lengths`` the lengths' fingerprint; ``layout.*`` informational
+    (a state loads on any layout whose block divides ``consumed``):
+
+    >>> t = PackedSampler([5, 3, 9, 2, 7], 8, 1, 0, 2, seed=0, chunk=1, window=5)
+    >>> _ = next(iter(t))
+    >>> sorted(t.state_dict())  # doctest: +NORMALIZE_WHITESPACE
+    ['config.chunk', 'config.drop_last', 'config.global_batch_size', 'config.lengths',
+     'config.long_documents', 'config.pad', 'config.seed', 'config.seq_len', 'config.split',
+     'config.total_rows', 'config.versions', 'config.window', 'consumed', 'epoch',
+     'fingerprint', 'format', 'kind', 'layout.data_parallel_size', 'layout.micro_batch_size',
+     'version']
+    """
+
+    schema = Schema(
+        kind="packed",
+        fields=(
+            _lengths_field(),
+            recorded("seq_len"),
+            recorded("split"),
+            recorded("window"),
+            recorded("chunk"),
+            recorded("long_documents"),
+            recorded("total_rows"),
+            flag("drop_last"),
+            Field("global_batch_size", lambda s: s.global_batch_size_field),
+            flag("pad_samples_to_global_batch_size", name="pad"),
+            recorded("seed"),
+            Field("versions", lambda s: s.versions),
+        ),
+        layout=Layout(
+            rank="data_parallel_rank", size="data_parallel_size", others=("micro_batch_size",)
+        ),
+        given=(
+            Given(
+                "lengths",
+                "the document lengths the state was written over (a state holds only their "
+                "fingerprint)",
+                required=lambda config: not str(config.get("lengths", "")).startswith("sources:"),
+            ),
+            Given(
+                "mixture",
+                "the ([lengths, ...], weights) of the run (a state holds only digests)",
+                required=lambda config: str(config.get("lengths", "")).startswith("sources:"),
+            ),
+            Given(
+                "global_batch_size",
+                lambda config: (
+                    "the BatchSizeSchedule of a state with global_batch_size="
+                    f"{config.get('global_batch_size')!r} (a state holds only its digest)"
+                ),
+                required=lambda config: isinstance(config.get("global_batch_size"), str),
+            ),
+        ),
+        extras=(MIXTURE_STATE,),
+        details=(
+            Detail("consumed_samples", lambda s: f"{s.consumed_samples} rows (run-wide)"),
+            Detail("per source", _per_source),
+        ),
+        position=_position_of,
+        steps="micro-steps",
+    )
+
+    def __init__(
+        self,
+        lengths: DocumentLengths | npt.ArrayLike | None,
+        seq_len: int,
+        micro_batch_size: int,
+        data_parallel_rank: int | None = None,
+        data_parallel_size: int | None = None,
+        global_batch_size: int | BatchSizeSchedule | None = None,
+        *,
+        seed: int,
+        split: Split = "overflow",
+        window: int = DEFAULT_WINDOW,
+        chunk: int = DEFAULT_CHUNK,
+        long_documents: LongDocuments = "truncate",
+        drop_last: bool = True,
+        pad_samples_to_global_batch_size: bool = False,
+        mixture: tuple[Sequence[DocumentLengths | npt.ArrayLike], Any] | None = None,
+        total_rows: int | None = None,
+        consumed_samples: int = 0,
+        mesh: Any = None,
+        dp_dims: Sequence[str] | None = None,
+        topology: Topology | None = None,
+    ) -> None:
+        super().__init__()
+        self._seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
+        self._set_placement(
+            micro_batch_size,
+            data_parallel_rank,
+            data_parallel_size,
+            mesh=mesh,
+            dp_dims=dp_dims,
+            topology=topology,
+        )
+        self._drop_last = check_bool("drop_last", drop_last)
+        self._pad = check_bool("pad_samples_to_global_batch_size", pad_samples_to_global_batch_size)
+
+        def plan(lengths: DocumentLengths | npt.ArrayLike, seed: int) -> PackingPlan:
+            return PackingPlan(
+                lengths,
+                seq_len,
+                split=split,
+                window=window,
+                chunk=chunk,
+                long_documents=long_documents,
+                seed=seed,
+            )
+
+        self.mixture: MixtureSchedule | None = None
+        self.order: BlendOrder
+        self._source: _OneCorpus | _Mixture
+        if mixture is None:
+            if lengths is None:
+                fail("lengths", "document lengths, or given in mixture=", None, TypeError)
+            self.plans = [plan(lengths, self._seed)]
+            self._init_one(global_batch_size, total_rows)
+        else:
+            if lengths is not None:
+                fail("lengths", "None with mixture= (the sources' lengths are in it)", "<given>")
+            self._init_mixture(mixture, plan, global_batch_size, total_rows)
+        self._stats: dict[int, tuple[int, int]] = {}
+        consumed_samples = check_int("consumed_samples", consumed_samples, min_value=0)
+        if consumed_samples:
+            self._place(*self._from_consumed(consumed_samples), loaded=True)
+
+    # -- construction -----------------------------------------------------------------------------
+    def _init_one(self, global_batch_size: object, total_rows: object) -> None:
+        rows = self.plans[0].rows_per_epoch
+        if total_rows is not None and total_rows != rows:
+            fail(
+                "total_rows", f"None or {rows} without mixture= (an epoch is one pass)", total_rows
+            )
+        block = self._mbs * self._dp
+        gbs = None
+        if global_batch_size is not None:
+            gbs = check_int("global_batch_size", global_batch_size, min_value=1)
+            if gbs % block:
+                fail("global_batch_size", f"a multiple of micro_batch_size x data_parallel_size "
+                     f"= {self._mbs} x {self._dp} = {block}", gbs)  # fmt: skip
+        if self._pad and gbs is None:
+            fail("global_batch_size", "an int when pad_samples_to_global_batch_size=True", None)
+        if self._pad and self._drop_last:
+            fail("drop_last", "False when pad_samples_to_global_batch_size=True", True)
+        self._gbs = gbs
+        self._source = _OneCorpus(self.plans[0])
+        if self._one_layout(self._mbs, self._dp).num_batches == 0:
+            fail(
+                "lengths",
+                f"enough tokens for one block of {block} rows of seq_len="
+                f"{self.plans[0].seq_len} when drop_last=True "
+                f"({self.plans[0].rows_per_epoch} rows)",
+                f"<{len(self.plans[0].lengths)} documents>",
+            )
+
+    def _init_mixture(
+        self,
+        mixture: object,
+        plan: Callable[[Any, int], PackingPlan],
+        global_batch_size: object,
+        total_rows: object,
+    ) -> None:
+        if not isinstance(mixture, tuple | list) or len(mixture) != 2:
+            fail(
+                "mixture", "a pair ([lengths, ...], weights or MixtureSchedule)", mixture, TypeError
+            )
+        sources, weights = mixture
+        if isinstance(sources, str | bytes) or not isinstance(sources, Sequence) or not sources:
+            fail("mixture[0]", "a non-empty sequence of document lengths", sources, TypeError)
+        if self._pad:
+            fail(
+                "pad_samples_to_global_batch_size", "False with mixture= (nothing is padded)", True
+            )
+        self.plans = [plan(lengths, self._source_seed(d)) for d, lengths in enumerate(sources)]
+        self.mixture = MixtureSchedule.for_sources(
+            weights, len(self.plans), name="mixture[1]", counted_as="len(mixture[0])"
+        )
+        if isinstance(global_batch_size, BatchSizeSchedule):
+            batches = global_batch_size
+        elif global_batch_size is None:
+            fail(
+                "global_batch_size", "an int or a BatchSizeSchedule with mixture=", None, TypeError
+            )
+        else:
+            batches = BatchSizeSchedule.constant(
+                check_int("global_batch_size", global_batch_size, min_value=1)
+            )
+        batches.check_layout(micro_batch_size=self._mbs, data_parallel_size=self._dp)
+        self._batches = batches
+        largest = max(seg.global_batch_size for seg in batches.segments)
+        per_pass = [p.rows_per_epoch for p in self.plans]
+        total = sum(per_pass) if total_rows is None else total_rows
+        self._total = check_int("total_rows", total, min_value=largest)
+        if min(per_pass) < 1:
+            d = per_pass.index(min(per_pass))
+            fail(f"mixture[0][{d}]", "document lengths with at least one token", "<no rows>")
+        key = derive_key(self._seed, epoch=0, stream=_STREAM, purpose="apportionment")
+        self.order = BlendOrder(
+            per_pass, Mixture(self.mixture, key), batches, self._total, self._seed
+        )
+        self._source = _Mixture(self.plans, self.order)
+
+    def _source_seed(self, source: int) -> int:
+        """Source ``source``'s packing seed: its own windows and orders."""
+        key = derive_key(self._seed, epoch=0, stream=_STREAM, purpose="source", extra=(source,))
+        return key >> 1  # a seed is below 2**63
+
+    def _one_layout(self, mbs: int, dp: int) -> EpochLayout:
+        return plan_megatron_epoch(
+            self.plans[0].rows_per_epoch,
+            mbs,
+            dp,
+            drop_last=self._drop_last,
+            global_batch_size=self._gbs,
+            pad_samples_to_global_batch_size=self._pad,
+        )
+
+    def _from_consumed(self, consumed_samples: int) -> tuple[int, dict[str, int]]:
+        """``(epoch, progress)`` of a run-wide count of rows."""
+        if self.mixture is not None:
+            epoch, consumed = self.order.epoch_of(consumed_samples)
+        else:
+            epoch, consumed = divmod(
+                consumed_samples, self._one_layout(self._mbs, self._dp).total_positions
+            )
+        if epoch > self.max_epoch:
+            fail("consumed_samples", f"within {self.max_epoch + 1} epochs", consumed_samples)
+        try:
+            self.epoch_plan(epoch).step_of({"consumed": consumed}, strict=True)
+        except ValueError:
+            fail(
+                "consumed_samples",
+                "a run-wide count of rows on a block boundary of micro_batch_size x "
+                f"data_parallel_size = {self._mbs * self._dp}",
+                consumed_samples,
+            )
+        return epoch, {"consumed": consumed}
+
+    # -- configuration, read-only ---------------------------------------------------------------
+    @property
+    def batching(self) -> PackedRows:
+        """Micro-batches of rows of ``seq_len`` tokens (:class:`~dataorder.llm.packing.rule.
+        PackedRows`)."""
+        return PackedRows(self.seq_len)
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens per row."""
+        return self.plans[0].seq_len
+
+    @property
+    def split(self) -> str:
+        """``"overflow"`` or ``"never"``."""
+        return self.plans[0].split
+
+    @property
+    def window(self) -> int:
+        """Documents packed together."""
+        return self.plans[0].window
+
+    @property
+    def chunk(self) -> int:
+        """Consecutive documents read together."""
+        return self.plans[0].chunk
+
+    @property
+    def long_documents(self) -> str:
+        """What ``"never"`` does to a document longer than ``seq_len``."""
+        return self.plans[0].long_documents
+
+    @property
+    def seed(self) -> int:
+        """The seed."""
+        return self._seed
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether the end of an epoch is dropped (else padded with empty rows)."""
+        return self._drop_last
+
+    @property
+    def pad_samples_to_global_batch_size(self) -> bool:
+        """Whether the last global batch is padded to ``global_batch_size`` rows."""
+        return self._pad
+
+    @property
+    def total_rows(self) -> int:
+        """Rows per epoch before the end is dropped or padded (with a mixture: nominal)."""
+        return self.plans[0].rows_per_epoch if self.mixture is None else self._total
+
+    @property
+    def global_batch_size_field(self) -> Scalar:
+        """``config.global_batch_size``: 0 for none, an int, or a schedule's digest."""
+        if self.mixture is None:
+            return self._gbs or 0
+        thresholds = self._batches.thresholds
+        return thresholds[0][1] if len(thresholds) == 1 else f"schedule:{_digest(thresholds)}"
+
+    @property
+    def versions(self) -> str:
+        """The versions of the constructions the rows depend on."""
+        if self.mixture is None:
+            return _VERSIONS
+        return f"{_VERSIONS}-blend{BLEND_VERSION}"
+
+    @property
+    def consumed_samples(self) -> int:
+        """Rows consumed in the run (Megatron's ``consumed_samples``, in rows)."""
+        if self.mixture is not None:
+            return self.order.epoch_bounds(self._epoch)[0] + self._position["consumed"]
+        per_epoch = self._one_layout(self._mbs, self._dp).total_positions
+        return self._epoch * per_epoch + self._position["consumed"]
+
+    def consumed_per_source(self, rows: int | None = None) -> IntArray:
+        """With a mixture, the rows each source has given after ``rows`` run-wide rows."""
+        if self.mixture is None:
+            fail("mixture", "given for consumed_per_source()", None)
+        t = self.consumed_samples if rows is None else check_int("rows", rows, min_value=0)
+        return self.order.mixture.counts(t)
+
+    @property
+    def schedule(self) -> MixtureSchedule | None:
+        """The mixture's schedule (what its state digests), or None."""
+        return self.mixture
+
+    # -- what an epoch reads --------------------------------------------------------------------
+    def _epoch_counts(self) -> tuple[int, int]:
+        """``(tokens_dropped, tokens_padded)`` of the cursor's epoch, computed once per epoch."""
+        cached = self._stats.get(self._epoch)
+        if cached is None:
+            cached = self._count_one() if self.mixture is None else self._count_mixture()
+            self._stats = {self._epoch: cached}
+        return cached
+
+    def _count_one(self) -> tuple[int, int]:
+        plan, s = self.plans[0], self.seq_len
+        lay = self._one_layout(self._mbs, self._dp)
+        read = min(lay.n, lay.total_positions)
+        tail = np.arange(read, lay.n, dtype=np.int64)
+        tail_tokens = sum(b - a for row in plan.epoch(self._epoch).rows(tail) for _, a, b in row)
+        dropped = plan.tokens_cut_per_epoch + tail_tokens
+        padded = plan.tokens_padded_per_epoch - (tail.size * s - tail_tokens) + lay.padded * s
+        return dropped, padded
+
+    def _count_mixture(self) -> tuple[int, int]:
+        plan = self.blocks()
+        rows, _ = plan.blocks(0, plan.num_steps)
+        spans = PackedRows(self.seq_len).spans(rows)
+        covered = coverage(spans)
+        universe = sum(int(p.lengths.total_tokens) for p in self.plans)
+        padding = self.seq_len * len(rows) - covered.units
+        return universe - covered.distinct, covered.repeated + padding
+
+    @property
+    def tokens_dropped(self) -> int:
+        """Tokens of the corpus the cursor's epoch does not read, summed over ranks: the tail
+        rows ``drop_last`` drops, the tokens ``split="never"`` cuts; with a mixture, every token
+        its epoch does not reach (O(rows of the epoch) on first use)."""
+        return self._epoch_counts()[0]
+
+    @property
+    def tokens_padded(self) -> int:
+        """Padding tokens of the cursor's epoch, summed over ranks: the room rows leave, whole
+        padding rows, and (a mixture) tokens read a second time."""
+        return self._epoch_counts()[1]
+
+    @property
+    def documents_split(self) -> int:
+        """Documents whose tokens are in more than one row, per epoch (the same every epoch;
+        packs every window once, on first use)."""
+        return sum(sum(p.documents_split()) for p in self.plans)
+
+    def __repr__(self) -> str:
+        what = "mixture" if self.mixture is not None else f"{len(self.plans[0].lengths)} documents"
+        return (
+            f"PackedSampler({what}, seq_len={self.seq_len}, split={self.split!r}, "
+            f"micro_batch_size={self._mbs}, data_parallel_rank={self._rank}, "
+            f"data_parallel_size={self._dp}; epoch={self._epoch}, "
+            f"consumed={self._position['consumed']})"
+        )
+
+    def blocks(self, epoch: int | None = None) -> DealtBlocks:
+        """The :class:`DealtBlocks` of ``epoch`` (default: the cursor's) on this layout."""
+        plan = self.epoch_plan(epoch)
+        if not isinstance(plan, DealtBlocks):  # pragma: no cover - what _make_plan builds
+            raise TypeError(f"unexpected epoch plan {plan!r}")
+        return plan
+
+    # -- CursorSampler --------------------------------------------------------------------------
+    @property
+    def max_epoch(self) -> int:
+        if self.mixture is None:
+            return super().max_epoch
+        return max(0, min(super().max_epoch, 2**62 // self._total - 2))
+
+    def _chunk_steps(self) -> int:
+        return max(1, _CHUNK_ROWS // (self._mbs * self._dp))
+
+    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> DealtBlocks:
+        mbs = check_int("micro_batch_size", layout["micro_batch_size"], min_value=1)
+        dp = check_int("data_parallel_size", layout["data_parallel_size"], min_value=1)
+        if self.mixture is None:
+            if self._gbs is not None and self._gbs % (mbs * dp):
+                fail(
+                    "micro_batch_size x data_parallel_size",
+                    f"a divisor of global_batch_size={self._gbs}",
+                    f"{mbs} x {dp}",
+                )
+            lay = self._one_layout(mbs, dp)
+        else:
+            first, end = self.order.epoch_bounds(epoch)
+            self._batches.check_layout(
+                micro_batch_size=mbs, data_parallel_size=dp, from_step=self._batches.step_at(first)
+            )
+            lay = plan_epoch(end - first, per_rank=mbs, dp_size=dp, tail="drop")
+        return DealtBlocks(lay, self._source.rows_at(epoch))

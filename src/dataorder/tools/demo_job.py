@@ -2,9 +2,10 @@
 
 See :mod:`dataorder.tools.demo`. The parent (:func:`run_phase`) starts one process per rank
 (forkserver, gloo on loopback) and collects what each one recorded. Each process builds every
-sampler of the registry the configuration names (:func:`build_job`), trains, averaging the
-gradients over the mesh's data-parallel group, and at the end of phase 0 checkpoints
-(:func:`save_checkpoint`), which phase 1 loads (:func:`load_checkpoint`).
+sampler of the registry the configuration names (:func:`build_job`), trains through
+``torch.nn.parallel.DistributedDataParallel`` over the mesh's data-parallel group, and at the
+end of phase 0 checkpoints (:func:`save_checkpoint`), which phase 1 loads
+(:func:`load_checkpoint`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import time
 import warnings
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -39,11 +41,13 @@ __all__ = [
 _LEARNING_RATE = 0.5
 #: Imported once by the forkserver, so that no process imports them again (a missing one is
 #: skipped by multiprocessing and imported by the process that needs it), beside each sampler's
-#: own (:func:`preload`).
+#: own (:func:`preload`). ``torch._dynamo``: DistributedDataParallel's constructor imports it,
+#: which costs seconds in every process of a small machine.
 PRELOAD: tuple[str, ...] = (
     "torch",
     "torch.distributed",
     "torch.distributed.device_mesh",
+    "torch._dynamo",
     "torchdata.stateful_dataloader",
     "dataorder.tools.demo_job",
     "dataorder.parallel.verify",
@@ -191,23 +195,9 @@ def _batch_bucket(batch: dict[str, Any]) -> int | None:
     return ids.pop() if len(ids) == 1 else -1
 
 
-def _grad_all_reduce(model: Any, group: Any, size: int) -> None:
-    import torch
-    import torch.distributed as dist
-
-    grads = [p.grad for p in model.parameters()]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat, group=group)  # one collective per step: DDP's job, done by hand
-    flat /= size
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset : offset + g.numel()].view_as(g))
-        offset += g.numel()
-
-
 def _sgd_step(model: Any, lr: float) -> None:
-    # Plain SGD by hand: constructing a torch.optim optimizer imports torch._dynamo, which costs
-    # seconds in every process of a small machine, and plain SGD has no state to checkpoint.
+    # Plain SGD by hand: plain SGD has no state to checkpoint, and a torch.optim optimizer would
+    # add nothing to what the demo shows.
     import torch
 
     with torch.no_grad():
@@ -216,31 +206,36 @@ def _sgd_step(model: Any, lr: float) -> None:
 
 
 def _step(
-    job: Job, dp_group: Any, micro: list[dict[str, Any]], out: _Trained, at: tuple[int, int]
+    job: Job, ddp: Any, micro: list[dict[str, Any]], out: _Trained, at: tuple[int, int]
 ) -> None:
-    """One optimizer step over ``micro``: gradients accumulated locally, then averaged over the
-    data-parallel group."""
+    """One optimizer step over ``micro``: gradients accumulated locally, averaged over the
+    data-parallel group by DDP on the last micro-batch's backward."""
     epoch, first_index = at
     job.model.zero_grad()
     shown: list[float] = []  # the loss of micro-batches that hold a real sample
-    for batch in micro:
-        loss = job.loss_fn(job.model, batch)
-        (loss / len(micro)).backward()
+    for k, batch in enumerate(micro):
+        with nullcontext() if k == len(micro) - 1 else ddp.no_sync():
+            loss = job.loss_fn(ddp, batch)
+            (loss / len(micro)).backward()
         if int((batch["index"] >= 0).sum()):
             shown.append(loss.item())
         out.padding.append(job.batch_padding(epoch, first_index + len(out.batches), batch))
         out.batches.append(batch["index"].tolist())  # what the model really trained on
         out.buckets.append(_batch_bucket(batch))
-    _grad_all_reduce(job.model, dp_group, dp_group.size())
     _sgd_step(job.model, _LEARNING_RATE)
     out.losses.append(sum(shown) / max(1, len(shown)))
 
 
 def _train_phase(job: Job, spec: PhaseSpec, dp_group: Any) -> _Trained:
     """Train this phase's part of the epoch: phase 0 up to its middle, phase 1 to its end."""
+    from torch.nn.parallel import DistributedDataParallel
+
     accumulation = spec.config.accumulation(spec.mesh)
     # phase 0 stops at the middle of the epoch, on an optimizer-step boundary
     stop = max(1, len(job.loader) // accumulation // 2) if spec.phase == 0 else None
+    # Every replica starts from the same parameters (seeded, or loaded): DDP's broadcast from
+    # the group's first rank changes nothing.
+    ddp = DistributedDataParallel(job.model, process_group=dp_group)
     out = _Trained()
     it: Iterator[dict[str, Any]] = iter(job.loader)
     # The epoch this phase reads (it never crosses into the next one), taken before the first
@@ -251,7 +246,7 @@ def _train_phase(job: Job, spec: PhaseSpec, dp_group: Any) -> _Trained:
         micro = [b for b in (next(it, None) for _ in range(accumulation)) if b is not None]
         if not micro:
             break
-        _step(job, dp_group, micro, out, at)
+        _step(job, ddp, micro, out, at)
     return out
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "float_arg",
     "int_arg",
     "one_line",
+    "resolution_arg",
 ]
 
 #: Exit status of a user error (bad argument, unreadable file): argparse's convention.
@@ -167,6 +168,24 @@ def float_arg(
     return parse
 
 
+def resolution_arg(text: str) -> tuple[int, int]:
+    """An argparse ``type`` for ``WIDTHxHEIGHT`` (``512x512``), each side in
+    ``[1, MAX_IMAGE_SIDE]``."""
+    from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
+
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be WIDTHxHEIGHT such as 512x512; got {cut_value(text)}"
+        ) from None
+    if not (1 <= w <= MAX_IMAGE_SIDE and 1 <= h <= MAX_IMAGE_SIDE):
+        raise argparse.ArgumentTypeError(
+            f"must be WIDTHxHEIGHT with sides in [1, {MAX_IMAGE_SIDE}]; got {cut_value(text)}"
+        )
+    return w, h
+
+
 def cut_value(text: str) -> str:
     """An option's value in a message: its repr, cut in the middle past 60 characters (a
     100,000-digit number must not flood the terminal)."""
@@ -246,14 +265,15 @@ def _upscale_arg(text: str) -> Any:
 
 def add_calculator_args(p: argparse.ArgumentParser, *, upscale: bool, video: bool = False) -> None:
     """The bucket-set options; with ``video``, also ``--video`` and its own options."""
-    presets = "256p, 512p, 768p, 1024p or 1536p (default: 1024p)"
-    if video:
-        from dataorder.diffusion.video import PRESETS
-
-        presets += f"; with --video: {', '.join(PRESETS)} (default: {DEFAULT_VIDEO_PRESET})"
-    p.add_argument("--preset", default=None, help=f"pixel budget: {presets}")
-    from dataorder.diffusion.buckets import MAX_PIXELS, MAX_QUANTIZATION
+    from dataorder.diffusion.buckets import COMPATS, MAX_PIXELS, MAX_QUANTIZATION, PRESETS
     from dataorder.diffusion.video_frames import MAX_VIDEO_SIZE
+
+    presets = f"{', '.join(PRESETS)} (default: {DEFAULT_IMAGE_PRESET})"
+    if video:
+        from dataorder.diffusion.video import PRESETS as VIDEO_PRESETS
+
+        presets += f"; with --video: {', '.join(VIDEO_PRESETS)} (default: {DEFAULT_VIDEO_PRESET})"
+    p.add_argument("--preset", default=None, help=f"pixel budget: {presets}")
 
     p.add_argument(
         "--max-pixels",
@@ -270,8 +290,8 @@ def add_calculator_args(p: argparse.ArgumentParser, *, upscale: bool, video: boo
     p.add_argument(
         "--compat",
         default="default",
-        choices=("default", "nemo"),
-        help="'nemo': NeMo Automodel's exact buckets and choices",
+        choices=COMPATS,
+        help="the bucket rule (default: default); 'nemo': NeMo Automodel's exact buckets",
     )
     if upscale:
         p.add_argument(

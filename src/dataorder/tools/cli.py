@@ -17,8 +17,10 @@ Subcommands:
 * ``dataorder inspect STATE.json``: what a saved sampler state means, and the next batch.
 
 Each subcommand is a module with ``add_parser(subparsers, parents)`` and ``run(args, out)``,
-registered by one line in :data:`COMMANDS`. Tables use rich when it is installed
-(``pip install 'dataorder[cli]'``) and plain text otherwise (or with ``--plain``).
+registered by one line in :data:`COMMANDS`. Tables use rich in a terminal when it is installed
+(``pip install 'dataorder[cli]'``) and aligned plain text otherwise (in a pipe, a file, a CI log,
+or with ``--plain``); no layout cuts a cell (NOTE [ Tables are never cut ] in
+:mod:`dataorder.tools.output`).
 
 A user error prints one line, ``dataorder: error: ...``, and exits with status 2, without a
 traceback (``--traceback`` shows it); a demo whose checks fail exits with 1.

@@ -1,7 +1,10 @@
 """What the command line's commands share: tables, exit codes, and the bucket calculator options.
 
-Tables use rich when it is installed (``pip install 'dataorder[cli]'``) and plain text otherwise
-(or with ``--plain``).
+NOTE [ Tables are never cut ]
+    A table's cells are the command's answer, so no layout may cut one: in a terminal, tables
+    use rich when it is installed (``pip install 'dataorder[cli]'``), whose columns wrap and fold
+    a cell that does not fit; anywhere else (a pipe, a file, a CI log, ``| tee``) and with
+    ``--plain``, they are aligned plain text, as wide as their widest cell.
 """
 
 from __future__ import annotations
@@ -32,21 +35,25 @@ EXIT_USAGE = 2
 EXIT_CHECKS_FAILED = 1
 
 
+def _is_terminal(stream: IO[str]) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty is not None and isatty())
+
+
 class Output:
-    """Tables through rich when available (and not ``--plain``), aligned plain text otherwise."""
+    """Tables through rich in a terminal when it is installed (and not ``--plain``), aligned
+    plain text otherwise; no cell is ever cut (NOTE [ Tables are never cut ])."""
 
     def __init__(self, stream: IO[str], plain: bool) -> None:
         self.stream = stream
         self.console: Any = None
-        if not plain:
+        if not plain and _is_terminal(stream):
             try:
                 from rich.console import Console
             except ImportError:
                 pass
             else:
-                # a wide virtual terminal when piped, so tables are not wrapped at 80 columns
-                width = None if stream.isatty() else 120
-                self.console = Console(file=stream, width=width, highlight=False)
+                self.console = Console(file=stream, highlight=False)
 
     def line(self, text: str = "") -> None:
         if self.console is not None:
@@ -57,25 +64,7 @@ class Output:
     def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
         cells = [[str(c) for c in row] for row in rows]
         if self.console is not None:
-            from rich import box
-            from rich.table import Table
-
-            # no vertical rules: as compact as the plain layout, so wide tables fit a terminal
-            table = Table(
-                title=title,
-                title_justify="left",
-                box=box.SIMPLE_HEAD,
-                show_edge=False,
-                collapse_padding=True,
-            )
-            for i, name in enumerate(columns):
-                if _numeric(cells, i):
-                    table.add_column(name, justify="right", no_wrap=True)
-                else:
-                    table.add_column(name, justify="left", no_wrap=True)
-            for row in cells:
-                table.add_row(*row)
-            self.console.print(table)
+            self._rich_table(title, columns, cells)
             return
         widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
 
@@ -91,6 +80,28 @@ class Output:
         print("  ".join("-" * w for w in widths), file=self.stream)
         for row in cells:
             print(fmt(row), file=self.stream)
+
+    def _rich_table(self, title: str, columns: Sequence[str], cells: list[list[str]]) -> None:
+        from rich import box
+        from rich.table import Table
+
+        # no vertical rules: as compact as the plain layout, so wide tables fit a terminal
+        table = Table(
+            title=title,
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            collapse_padding=True,
+        )
+        for i, name in enumerate(columns):
+            # a cell too wide for its column wraps, and a word too long folds: never "…"
+            if _numeric(cells, i):
+                table.add_column(name, justify="right", overflow="fold")
+            else:
+                table.add_column(name, justify="left", overflow="fold")
+        for row in cells:
+            table.add_row(*row)
+        self.console.print(table)
 
     def fields(self, title: str, items: Sequence[tuple[str, object]]) -> None:
         """``key  value`` lines under a title (values are long: they wrap, never truncate)."""

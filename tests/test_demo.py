@@ -156,6 +156,10 @@ def _good_phases() -> list[list[dict[str, Any]]]:
     return [p0, p1]
 
 
+#: What the bucket samplers' entries declare (DEMO_SAMPLERS["buckets"]).
+BUCKETED: dict[str, Any] = {"extra": ("lock_step",), "declared_padding": True}
+
+
 def test_checks_pass_on_a_correct_job() -> None:
     result, schedule = check_sampler("s", _good_phases())
     assert result.ok, result.details
@@ -211,15 +215,31 @@ def test_lock_step_check_and_declared_padding() -> None:
         r["samplers"]["s"]["batches"] = [[4, 5], [6, 6]]
         r["samplers"]["s"]["padding"] = [0, 1]
     phases[1][0]["samplers"]["s"]["dropped"] = 0
-    result, schedule = check_sampler("s", phases)
+    result, schedule = check_sampler("s", phases, **BUCKETED)
     # sample 7 is never read: one lost; the repeat of 6 was declared
     assert (result.lost, result.repeated) == (1, 0)
     assert result.checks["lock_step"] is True
     assert {b.bucket for b in schedule} == {0, 1}
     phases[0][3]["samplers"]["s"]["buckets"] = [0, 5]
-    result, _ = check_sampler("s", phases)
+    result, _ = check_sampler("s", phases, **BUCKETED)
     assert result.checks["lock_step"] is False
     assert "phase 0 step 1: buckets [0, 5]" in result.details["lock_step"]
+    # a check the entry does not ask for is not run, and the declared repeats are not trusted
+    result, _ = check_sampler("s", phases)
+    assert "lock_step" not in result.checks
+    assert result.repeated == 1
+
+
+def test_lock_step_fails_a_batch_that_names_no_bucket() -> None:
+    phases = _good_phases()  # the records hold no bucket: a declared bucket sampler must fail
+    result, _ = check_sampler("s", phases, **BUCKETED)
+    assert result.checks["lock_step"] is False
+    assert "phase 0 step 0: buckets [None]" in result.details["lock_step"]
+
+
+def test_extra_checks_are_named_among_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="extra must name checks among lock_step, per_source"):
+        check_sampler("s", _good_phases(), extra=("lock-step",))
 
 
 # -- the plot -------------------------------------------------------------------------------------

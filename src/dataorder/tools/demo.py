@@ -5,13 +5,14 @@ phases, one process group each:
 
 1. **before**: ``first_mesh`` (default ``(dp, tp, cp) = (4, 2, 1)``, 8 processes). Every process
    trains a tiny model with each sampler of the library, through torchdata's
-   ``StatefulDataLoader``, up to the middle of the epoch, then saves the loader state (one JSON
+   ``StatefulDataLoader`` and ``torch.nn.parallel.DistributedDataParallel`` over the mesh's
+   data-parallel group, up to the middle of the epoch, then saves the loader state (one JSON
    file for the whole job) and the model, and the job stops;
 2. **after**: ``mesh`` (default ``(2, 2, 2)``, 8 processes): a different data-parallel size. Every
    process loads the same checkpoint and trains to the end of the epoch.
 
-The samplers (:mod:`dataorder.tools.demo_samplers`), over data shipped in ``dataorder/data/``
-(synthetic and deterministic, see ``dataorder/data/README.md``):
+The samplers, one entry each in :data:`~dataorder.tools.demo_samplers.DEMO_SAMPLERS`, over data
+shipped in ``dataorder/data/`` (synthetic and deterministic, see ``dataorder/data/README.md``):
 
 * Megatron "single" and "cyclic" over the token rows of ``tokens.npy``;
 * a mixture: the token rows as three weighted sources (``BlendedSampler``), with a schedule that
@@ -63,10 +64,9 @@ from pathlib import Path
 from typing import Any
 
 from dataorder._validate import fail
-from dataorder.tools.demo_checks import check_sampler, mine
+from dataorder.tools.demo_checks import CHECKS, check_sampler, mine
 from dataorder.tools.demo_config import (
     BUGS,
-    CHECKS,
     SAMPLERS,
     DemoConfig,
     DemoError,
@@ -74,11 +74,10 @@ from dataorder.tools.demo_config import (
     MeshShape,
     SamplerResult,
     check_demo_world,
-    load_image_sizes,
-    load_tokens,
 )
+from dataorder.tools.demo_data import load_image_sizes, load_tokens
 from dataorder.tools.demo_job import load_phase, run_phase
-from dataorder.tools.demo_samplers import mixture_sources
+from dataorder.tools.demo_samplers import DEMO_SAMPLERS
 
 __all__ = [
     "BUGS",
@@ -101,45 +100,39 @@ __all__ = [
 def write_inspect_files(config: DemoConfig, ckpt: str | os.PathLike[str]) -> list[Path]:
     """Write what ``dataorder inspect`` needs beside the checkpoints, written by the parent.
 
-    The mixture's state holds only digests of its sources and schedule: its schedule goes to
+    Each sampler's entry says what (:attr:`~dataorder.tools.demo_samplers.Inspect.write`): the
+    mixture's state holds only digests of its sources and schedule, so its schedule goes to
     ``mixture.schedule.json`` (:meth:`~dataorder.llm.mixture.MixtureSchedule.to_json`), for
     ``--schedule`` (:func:`inspect_commands`). The bucket sampler's manifest is written by its
-    rank 0 (``buckets.manifest.tsv``).
+    rank 0 (``buckets.manifest.tsv``, ``DemoSampler.files``).
 
     Returns:
         The paths written.
     """
     written = []
-    if "mixture" in config.samplers:
-        _sizes, schedule = mixture_sources(config)
-        path = Path(ckpt) / "mixture.schedule.json"
-        path.write_text(json.dumps(schedule.to_json()) + "\n")
-        written.append(path)
+    for name in config.samplers:
+        how = DEMO_SAMPLERS[name].inspect
+        if how is not None and how.write is not None:
+            written += how.write(config, Path(ckpt) / name)
     return written
 
 
 def inspect_commands(config: DemoConfig, ckpt: str | os.PathLike[str]) -> dict[str, str]:
     """Per sampler, the ``dataorder inspect`` command line that explains its checkpoint in
-    ``ckpt`` and shows the next batch on each rank (with the files it needs beside it)."""
+    ``ckpt`` and shows the next batch on each rank (with the files it needs beside it); a
+    sampler whose dataset is no file has none."""
     root = Path(ckpt)
-
-    def path(name: str) -> str:
-        return shlex.quote(str(root / name))
-
     commands = {}
     for name in config.samplers:
-        command = f"dataorder inspect {path(f'{name}.json')}"
-        if name == "buckets":
-            command += f" --manifest {path('buckets.manifest.tsv')}"
-        elif name == "mixture":
-            sizes, _schedule = mixture_sources(config)
-            command += (
-                f" --source-sizes {','.join(map(str, sizes))}"
-                f" --schedule {path('mixture.schedule.json')}"
-            )
-        elif name == "video":
-            continue  # its dataset is the shipped clip table, cut and resampled: no file to pass
-        commands[name] = command
+        how = DEMO_SAMPLERS[name].inspect
+        if how is None:
+            continue
+
+        def file(suffix: str, name: str = name) -> str:
+            return shlex.quote(str(root / f"{name}{suffix}"))
+
+        args = "" if how.args is None else how.args(config, file)
+        commands[name] = f"dataorder inspect {file('.json')}{args}"
     return commands
 
 
@@ -208,7 +201,10 @@ def run_demo(
     results = []
     schedule = []
     for name in config.samplers:
-        result, rows = check_sampler(name, phases)
+        entry = DEMO_SAMPLERS[name]
+        result, rows = check_sampler(
+            name, phases, extra=entry.checks, declared_padding=entry.padding is not None
+        )
         results.append(result)
         schedule += rows
     outputs = {"report": str(root / "report.json")}

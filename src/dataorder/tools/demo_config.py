@@ -1,4 +1,4 @@
-"""The demo's configuration, shipped data and report: what the parent and every process share.
+"""The demo's configuration and report: what the parent and every process share.
 
 See :mod:`dataorder.tools.demo` for what the demo does.
 """
@@ -8,21 +8,17 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass, field
-from fractions import Fraction
-from importlib import resources
 from typing import Any
-
-import numpy as np
-import numpy.typing as npt
 
 from dataorder._validate import check_int, fail
 from dataorder.core.keys import MAX_SEED
+from dataorder.tools.demo_samplers import DEMO_SAMPLERS
 
 __all__ = [
     "BUGS",
-    "CHECKS",
     "MAX_DEMO_PROCESSES",
     "MAX_DEMO_TIMEOUT",
+    "MESH_DIMS",
     "MIN_DEMO_STEPS",
     "SAMPLERS",
     "DemoConfig",
@@ -32,56 +28,16 @@ __all__ = [
     "PhaseSpec",
     "SamplerResult",
     "check_demo_world",
-    "load_clip_sizes",
-    "load_image_sizes",
-    "load_tokens",
     "max_demo_processes",
 ]
 
-#: The samplers the demo trains with, in report order.
-SAMPLERS: tuple[str, ...] = (
-    "megatron-single",
-    "megatron-cyclic",
-    "mixture",
-    "buckets",
-    "video",
-    "distributed",
-)
+#: The samplers the demo trains with, in report order: the names of the registry,
+#: :data:`~dataorder.tools.demo_samplers.DEMO_SAMPLERS`.
+SAMPLERS: tuple[str, ...] = tuple(DEMO_SAMPLERS)
 #: Mistakes :class:`DemoConfig` can make on purpose (``inject_bug``), to show the checks fail.
 BUGS: tuple[str, ...] = ("global-world", "no-resume")
-
-_MESH_DIMS = ("dp", "tp", "cp")
-_VOCAB = 64  # tokens.npy holds ids below this (see data/generate.py)
-_LATENT_CHANNELS = 4
-_LATENT_DOWNSCALE = 64  # a bucket of w x h pixels gives a latent of (w / 64) x (h / 64)
-_LEARNING_RATE = 0.5
-# Imported once by the forkserver, so that no worker process imports them again (a missing one is
-# skipped by multiprocessing and imported by the worker that needs it).
-_PRELOAD = (
-    "torch",
-    "torch.distributed",
-    "torch.distributed.device_mesh",
-    "torchdata.stateful_dataloader",
-    "dataorder.tools.demo_job",
-    "dataorder.tools.demo_samplers",
-    "dataorder.llm.megatron",
-    "dataorder.parallel.distributed",
-    "dataorder.diffusion.bucket_sampler",
-    "dataorder.diffusion.buckets",
-    "dataorder.diffusion.multires",
-    "dataorder.diffusion.fit",
-    "dataorder.diffusion.video",
-    "dataorder.llm.blend",
-    "dataorder.parallel.verify",
-)
-#: The mixture phase: the token rows cut into three sources (shares of the rows), their weights
-#: before and after a schedule change, and where the change comes (in global batches).
-MIXTURE_SHARES = (0.5, 0.3, 0.2)
-MIXTURE_WEIGHTS = ((0.6, 0.3, 0.1), (0.2, 0.3, 0.5))
-MIXTURE_CHANGE_STEP = 6
-#: The video phase: the first clips of the shipped clip sizes, resampled to the model's rate.
-VIDEO_CLIPS = 800
-VIDEO_FPS = 16
+#: The job's mesh dims, in :class:`MeshShape` order; ``"dp"`` is data-parallel.
+MESH_DIMS: tuple[str, ...] = ("dp", "tp", "cp")
 
 
 #: The most processes one phase of the demo starts, however many cores the machine has: each
@@ -132,7 +88,7 @@ class MeshShape:
     cp: int
 
     def __post_init__(self) -> None:
-        for name in _MESH_DIMS:
+        for name in MESH_DIMS:
             check_int(name, getattr(self, name), min_value=1)
 
     @classmethod
@@ -239,6 +195,11 @@ class DemoConfig:
         """
         return self.micro_batch_size * math.lcm(self.first_mesh.dp, self.mesh.dp)
 
+    @property
+    def dp_sizes(self) -> tuple[int, int]:
+        """The data-parallel sizes before and after the restart."""
+        return (self.first_mesh.dp, self.mesh.dp)
+
     def accumulation(self, mesh: MeshShape) -> int:
         """Micro-batches per optimizer step on ``mesh``."""
         return self.global_batch_size // (self.micro_batch_size * mesh.dp)
@@ -254,39 +215,6 @@ class PhaseSpec:
     mesh: MeshShape
     port: int
     workdir: str
-
-
-# -- the shipped data -----------------------------------------------------------------------------
-def _data_file(name: str) -> Any:
-    return resources.files("dataorder").joinpath("data").joinpath(name)
-
-
-def load_tokens() -> npt.NDArray[np.uint8]:
-    """The shipped token dataset: ``uint8`` array ``(samples, sequence length)``."""
-    with _data_file("tokens.npy").open("rb") as f:
-        tokens: npt.NDArray[np.uint8] = np.load(f, allow_pickle=False)
-    return tokens
-
-
-def load_image_sizes() -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The shipped image sizes: ``(widths, heights)``, each int64 of shape ``(N,)``."""
-    text = _data_file("image_sizes.csv").read_text(encoding="ascii")
-    rows = np.array(
-        [[int(v) for v in line.split(",")] for line in text.splitlines()[1:] if line],
-        dtype=np.int64,
-    )
-    return rows[:, 0].copy(), rows[:, 1].copy()
-
-
-def load_clip_sizes() -> tuple[
-    npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], list[Fraction]
-]:
-    """The shipped clip sizes: ``(widths, heights, frames, fps)`` (see ``data/README.md``)."""
-    text = _data_file("clip_sizes.csv").read_text(encoding="ascii")
-    rows = [line.split(",") for line in text.splitlines()[1:] if line]
-    ints = np.array([[int(r[0]), int(r[1]), int(r[2])] for r in rows], dtype=np.int64)
-    fps = [Fraction(r[3]) for r in rows]
-    return ints[:, 0].copy(), ints[:, 1].copy(), ints[:, 2].copy(), fps
 
 
 # -- results --------------------------------------------------------------------------------------
@@ -356,15 +284,3 @@ class DemoReport:
         out["ok"] = self.ok
         out["config"]["global_batch_size"] = self.config.global_batch_size
         return out
-
-
-#: Check names, in report order, with the column title the CLI shows.
-CHECKS: dict[str, str] = {
-    "dp_disjoint": "DP disjoint",
-    "replicas_identical": "TP/CP same",
-    "equal_batches": "equal batches",
-    "lock_step": "lock-step",
-    "one_checkpoint": "one ckpt",
-    "exactly_once": "each once",
-    "per_source": "per source",
-}

@@ -1,7 +1,11 @@
 """What runs inside each process of the demo: build the samplers, train, checkpoint, record.
 
 See :mod:`dataorder.tools.demo`. The parent (:func:`run_phase`) starts one process per rank
-(forkserver, gloo on loopback) and collects what each one recorded.
+(forkserver, gloo on loopback) and collects what each one recorded. Each process builds every
+sampler of the registry the configuration names (:func:`build_job`), trains through
+``torch.nn.parallel.DistributedDataParallel`` over the mesh's data-parallel group, and at the
+end of phase 0 checkpoints (:func:`save_checkpoint`), which phase 1 loads
+(:func:`load_checkpoint`).
 """
 
 from __future__ import annotations
@@ -10,46 +14,176 @@ import json
 import time
 import warnings
 from collections.abc import Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from dataorder.tools.demo_config import (
-    _LEARNING_RATE,
-    _MESH_DIMS,
-    _PRELOAD,
-    DemoError,
-    MeshShape,
-    PhaseSpec,
+from dataorder.core.batching import rule_of
+from dataorder.tools.demo_checks import DEMO_CHECKS
+from dataorder.tools.demo_config import MESH_DIMS, DemoConfig, DemoError, MeshShape, PhaseSpec
+from dataorder.tools.demo_data import LossFn
+from dataorder.tools.demo_samplers import DEMO_SAMPLERS, DemoSampler, Placement
+
+__all__ = [
+    "PRELOAD",
+    "Job",
+    "PhaseSpec",  # from demo_config
+    "build_job",
+    "load_checkpoint",
+    "load_phase",
+    "preload",
+    "run_phase",
+    "save_checkpoint",
+]
+
+_LEARNING_RATE = 0.5
+#: Imported once by the forkserver, so that no process imports them again (a missing one is
+#: skipped by multiprocessing and imported by the process that needs it), beside each sampler's
+#: own (:func:`preload`). ``torch._dynamo``: DistributedDataParallel's constructor imports it,
+#: which costs seconds in every process of a small machine.
+PRELOAD: tuple[str, ...] = (
+    "torch",
+    "torch.distributed",
+    "torch.distributed.device_mesh",
+    "torch._dynamo",
+    "torchdata.stateful_dataloader",
+    "dataorder.tools.demo_job",
+    "dataorder.parallel.verify",
 )
-from dataorder.tools.demo_samplers import build_job
-
-__all__ = ["PhaseSpec", "load_phase", "run_phase"]  # PhaseSpec: from demo_config
 
 
-# -- what runs inside each process ----------------------------------------------------------------
-def _grad_all_reduce(model: Any, group: Any, size: int) -> None:
+def preload(samplers: tuple[str, ...]) -> list[str]:
+    """:data:`PRELOAD` and the modules the named samplers' builders import."""
+    own = (module for name in samplers for module in DEMO_SAMPLERS[name].imports)
+    return list(dict.fromkeys((*PRELOAD, *own)))
+
+
+# -- one sampler, built -------------------------------------------------------------------------
+@dataclass
+class Job:
+    """What one process trains with, for one sampler: its registry entry, built."""
+
+    entry: DemoSampler[Any]
+    config: DemoConfig
+    data: Any
+    sampler: Any
+    loader: Any
+    model: Any
+    loss_fn: LossFn
+
+    def dropped(self) -> int:
+        """The sampler's own count of samples the epoch does not reach."""
+        return int(getattr(self.sampler, rule_of(self.sampler).dropped_counter))
+
+    def padded(self) -> int:
+        """The sampler's own count of padding slots in the epoch."""
+        return int(getattr(self.sampler, rule_of(self.sampler).padded_counter))
+
+    def batch_padding(self, epoch: int, index: int, batch: dict[str, Any]) -> int:
+        """Slots of the batch at ``index`` of ``epoch`` that hold no new sample: padding slots
+        (``index`` -1) and the repeats the sampler declares (``DemoSampler.padding``)."""
+        slots = int((batch["index"] < 0).sum())
+        declare = self.entry.padding
+        return slots + (0 if declare is None else declare(self.sampler, epoch, index))
+
+    def records(self) -> dict[str, Any]:
+        """What the entry's extra checks need recorded at the end of the phase."""
+        out: dict[str, Any] = {}
+        for check in self.entry.checks:
+            record = DEMO_CHECKS[check].record
+            if record is not None:
+                out.update(record(self.sampler))
+        return out
+
+    def notes(self) -> list[str]:
+        """What the phase shows beyond the checks, one line each."""
+        notes = self.entry.notes
+        return [] if notes is None else notes(self.data, self.sampler, self.config)
+
+
+def _model_seed(seed: int, name: str) -> int:
+    from dataorder.core.keys import derive_key
+
+    # torch.Generator.manual_seed takes 64-bit seeds; the top bit is dropped to stay signed-safe
+    return derive_key(seed, epoch=0, stream=f"demo/{name}", purpose="model-init") >> 1
+
+
+def _placement(mesh: Any, inject_bug: str | None) -> Placement:
+    """Where the samplers think they are: the DP rank and size, unless the bug is injected."""
+    from dataorder.core.topology import data_parallel_topology
+
+    if inject_bug == "global-world":
+        import torch.distributed as dist
+
+        return Placement(dist.get_rank(), dist.get_world_size())
+    topo = data_parallel_topology(mesh, ("dp",))
+    return Placement(topo.dp_rank, topo.dp_size, mesh)
+
+
+def build_job(name: str, spec: PhaseSpec, mesh: Any) -> Job:
+    """Build sampler ``name`` of the registry for this process: its data, sampler, loader and
+    model."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    entry = DEMO_SAMPLERS[name]
+    cfg = spec.config
+    data = entry.data(cfg)
+    sampler = entry.build(data, _placement(mesh, cfg.inject_bug), cfg)
+    if rule_of(sampler).batched:
+        loader = StatefulDataLoader(data.dataset, batch_sampler=sampler)
+    else:  # a per-index sampler: the loader makes the micro-batches
+        loader = StatefulDataLoader(data.dataset, batch_size=cfg.micro_batch_size, sampler=sampler)
+    model, loss_fn = entry.model(_model_seed(cfg.seed, name))
+    return Job(entry, cfg, data, sampler, loader, model, loss_fn)
+
+
+# -- the checkpoint -------------------------------------------------------------------------------
+# The two functions below are the only place that saves or loads it (another checkpoint format,
+# such as torch.distributed.checkpoint, replaces them). Today: the loader state, which every
+# process saves identically (progress is global) and the parent writes once as
+# ``<sampler>.json``; the model, which every replica holds identically, saved by rank 0 as
+# ``<sampler>.model.pt``; and the files ``dataorder inspect`` needs (``DemoSampler.files``).
+def save_checkpoint(job: Job, ckpt: Path, rank: int) -> dict[str, Any]:
+    """Checkpoint ``job`` at the end of phase 0; return the loader state (the parent writes
+    it)."""
     import torch
-    import torch.distributed as dist
 
-    grads = [p.grad for p in model.parameters()]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat, group=group)  # one collective per step: DDP's job, done by hand
-    flat /= size
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset : offset + g.numel()].view_as(g))
-        offset += g.numel()
+    name = job.entry.name
+    if rank == 0:  # every replica holds the same model: one copy is the checkpoint
+        torch.save(job.model.state_dict(), ckpt / f"{name}.model.pt")
+        if job.entry.files is not None:
+            job.entry.files(job.data, ckpt / name)
+    state: dict[str, Any] = job.loader.state_dict()
+    return state
 
 
-def _sgd_step(model: Any, lr: float) -> None:
-    # Plain SGD by hand: constructing a torch.optim optimizer imports torch._dynamo, which costs
-    # seconds in every process of a small machine, and plain SGD has no state to checkpoint.
+def load_checkpoint(job: Job, ckpt: Path) -> None:
+    """Load phase 0's checkpoint into ``job``, before phase 1 reads anything."""
     import torch
 
-    with torch.no_grad():
-        for p in model.parameters():
-            p -= lr * p.grad
+    from dataorder.core.state import find_sampler_states
+
+    name = job.entry.name
+    loader_state = json.loads((ckpt / f"{name}.json").read_text())
+    job.loader.load_state_dict(loader_state)  # applied by the next iter(loader)
+    # The sampler's own state, inside the loader's, is set now too, so that the check before
+    # training covers what this phase will read: the rest of the epoch, on the new layout.
+    ((_where, sampler_state),) = find_sampler_states(loader_state)
+    job.sampler.load_state_dict(sampler_state)
+    job.model.load_state_dict(torch.load(ckpt / f"{name}.model.pt", weights_only=True))
+
+
+# -- training -------------------------------------------------------------------------------------
+@dataclass
+class _Trained:
+    """What this process trained on, batch by batch, and the loss of each optimizer step."""
+
+    batches: list[list[int]] = field(default_factory=list)
+    buckets: list[int | None] = field(default_factory=list)
+    padding: list[int] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
 
 
 def _batch_bucket(batch: dict[str, Any]) -> int | None:
@@ -61,88 +195,96 @@ def _batch_bucket(batch: dict[str, Any]) -> int | None:
     return ids.pop() if len(ids) == 1 else -1
 
 
-def _train(name: str, spec: PhaseSpec, mesh: Any, rank: int) -> dict[str, Any]:
-    """Train with one sampler for this phase; return what this process read, and its checks."""
+def _sgd_step(model: Any, lr: float) -> None:
+    # Plain SGD by hand: plain SGD has no state to checkpoint, and a torch.optim optimizer would
+    # add nothing to what the demo shows.
     import torch
 
-    from dataorder.core.state import find_sampler_states
-    from dataorder.core.topology import data_parallel_topology
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= lr * p.grad
+
+
+def _step(
+    job: Job, ddp: Any, micro: list[dict[str, Any]], out: _Trained, at: tuple[int, int]
+) -> None:
+    """One optimizer step over ``micro``: gradients accumulated locally, averaged over the
+    data-parallel group by DDP on the last micro-batch's backward."""
+    epoch, first_index = at
+    job.model.zero_grad()
+    shown: list[float] = []  # the loss of micro-batches that hold a real sample
+    for k, batch in enumerate(micro):
+        with nullcontext() if k == len(micro) - 1 else ddp.no_sync():
+            loss = job.loss_fn(ddp, batch)
+            (loss / len(micro)).backward()
+        if int((batch["index"] >= 0).sum()):
+            shown.append(loss.item())
+        out.padding.append(job.batch_padding(epoch, first_index + len(out.batches), batch))
+        out.batches.append(batch["index"].tolist())  # what the model really trained on
+        out.buckets.append(_batch_bucket(batch))
+    _sgd_step(job.model, _LEARNING_RATE)
+    out.losses.append(sum(shown) / max(1, len(shown)))
+
+
+def _train_phase(job: Job, spec: PhaseSpec, dp_group: Any) -> _Trained:
+    """Train this phase's part of the epoch: phase 0 up to its middle, phase 1 to its end."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    accumulation = spec.config.accumulation(spec.mesh)
+    # phase 0 stops at the middle of the epoch, on an optimizer-step boundary
+    stop = max(1, len(job.loader) // accumulation // 2) if spec.phase == 0 else None
+    # Every replica starts from the same parameters (seeded, or loaded): DDP's broadcast from
+    # the group's first rank changes nothing.
+    ddp = DistributedDataParallel(job.model, process_group=dp_group)
+    out = _Trained()
+    it: Iterator[dict[str, Any]] = iter(job.loader)
+    # The epoch this phase reads (it never crosses into the next one), taken before the first
+    # batch: the cursor's epoch may change under the loop (a loader with workers starts its next
+    # pass early), possibly before the last micro-batches of a step are accounted for.
+    at = (int(job.sampler.epoch), job.sampler.next_start()[1])
+    while stop is None or len(out.losses) < stop:
+        micro = [b for b in (next(it, None) for _ in range(accumulation)) if b is not None]
+        if not micro:
+            break
+        _step(job, ddp, micro, out, at)
+    return out
+
+
+def _train(name: str, spec: PhaseSpec, mesh: Any, rank: int) -> dict[str, Any]:
+    """Train with one sampler for this phase; return what this process read, and its checks."""
     from dataorder.parallel.verify import verify_data_parallel
 
-    cfg = spec.config
     t_start = time.perf_counter()
-    topo = data_parallel_topology(mesh, ("dp",))
-    dp_group = mesh["dp"].get_group()
     job = build_job(name, spec, mesh)
     ckpt = Path(spec.workdir) / "checkpoint"
-    if spec.phase > 0 and cfg.inject_bug != "no-resume":
-        loader_state = json.loads((ckpt / f"{name}.json").read_text())
-        job.loader.load_state_dict(loader_state)  # applied by the next iter(loader)
-        # The sampler's own state, inside the loader's, is set now too, so that the check below
-        # covers what this phase will read: the rest of the epoch, on the new layout.
-        ((_where, sampler_state),) = find_sampler_states(loader_state)
-        job.sampler.load_state_dict(sampler_state)
-        job.model.load_state_dict(torch.load(ckpt / f"{name}.model.pt", weights_only=True))
+    if spec.phase > 0 and spec.config.inject_bug != "no-resume":
+        load_checkpoint(job, ckpt)
     # The collective check, over the mesh's groups, of every batch this phase is about to read.
     # It runs before iter(loader): it reads the sampler and then restores its cursor, which must
     # not happen under a live iterator.
     report = verify_data_parallel(job.sampler, mesh=mesh, dp_dims=("dp",), raise_on_error=False)
     t_verified = time.perf_counter()
-
-    accumulation = cfg.accumulation(spec.mesh)
-    epoch_micro_batches = len(job.loader)
-    # phase 0 stops at the middle of the epoch, on an optimizer-step boundary
-    stop = max(1, epoch_micro_batches // accumulation // 2) if spec.phase == 0 else None
-    batches: list[list[int]] = []
-    buckets: list[int | None] = []
-    padding: list[int] = []
-    losses: list[float] = []
-    it: Iterator[dict[str, Any]] = iter(job.loader)
-    # The epoch this phase reads (it never crosses into the next one), taken before the first
-    # batch: the cursor's epoch may change under the loop (a loader with workers starts its next
-    # pass early), possibly before the last micro-batches of a step are accounted for.
-    epoch = int(job.sampler.epoch)
-    first_index = job.next_batch_index()
-    while stop is None or len(losses) < stop:
-        micro = [b for b in (next(it, None) for _ in range(accumulation)) if b is not None]
-        if not micro:
-            break
-        job.model.zero_grad()
-        shown: list[float] = []  # the loss of micro-batches that hold a real sample
-        for batch in micro:
-            loss = job.loss_fn(job.model, batch)
-            (loss / len(micro)).backward()
-            if int((batch["index"] >= 0).sum()):
-                shown.append(loss.item())
-            padding.append(job.batch_padding(epoch, first_index + len(batches), batch))
-            batches.append(batch["index"].tolist())  # what the model really trained on
-            buckets.append(_batch_bucket(batch))
-        _grad_all_reduce(job.model, dp_group, topo.dp_size)
-        _sgd_step(job.model, _LEARNING_RATE)
-        losses.append(sum(shown) / max(1, len(shown)))
+    trained = _train_phase(job, spec, mesh["dp"].get_group())
     out: dict[str, Any] = {
-        "batches": batches,
-        "buckets": buckets,
-        "padding": padding,
-        "losses": losses,
+        "batches": trained.batches,
+        "buckets": trained.buckets,
+        "padding": trained.padding,
+        "losses": trained.losses,
         "verify": {"ok": report.ok, "summary": str(report)},
         "dropped": job.dropped(),
         "padded": job.padded(),
         "dataset_size": len(job.loader.dataset),
         "seconds": {"setup": t_verified - t_start, "train": time.perf_counter() - t_verified},
-        **job.extra(),
+        **job.records(),
     }
     if rank == 0:
         out["notes"] = job.notes()
     if spec.phase == 0:
-        out["loader_state"] = job.loader.state_dict()
-        if rank == 0:  # every replica holds the same model: one copy is the checkpoint
-            torch.save(job.model.state_dict(), ckpt / f"{name}.model.pt")
-            if job.save_files is not None:
-                job.save_files(ckpt)
+        out["loader_state"] = save_checkpoint(job, ckpt, rank)
     return out
 
 
+# -- one process ----------------------------------------------------------------------------------
 def _phase_main(rank: int, spec: PhaseSpec) -> None:
     """One process of one phase: join the group, build the mesh, train with every sampler."""
     import torch
@@ -163,7 +305,7 @@ def _phase_main(rank: int, spec: PhaseSpec) -> None:
         "gloo", store=store, rank=rank, world_size=spec.mesh.world, timeout=timeout
     )
     try:
-        mesh = init_device_mesh("cpu", spec.mesh.shape, mesh_dim_names=_MESH_DIMS)
+        mesh = init_device_mesh("cpu", spec.mesh.shape, mesh_dim_names=MESH_DIMS)
         topo = data_parallel_topology(mesh, ("dp",))
         t_mesh = time.perf_counter() - t0
         result: dict[str, Any] = {
@@ -183,8 +325,13 @@ def _phase_main(rank: int, spec: PhaseSpec) -> None:
         dist.destroy_process_group()
 
 
-# -- the parent: launch, wait, check --------------------------------------------------------------
+# -- the parent: launch, wait, collect ------------------------------------------------------------
 def run_phase(spec_args: dict[str, Any], phase: int, mesh: MeshShape, timeout: float) -> None:
+    """Run one phase: ``mesh.world`` processes, killed past ``timeout`` seconds.
+
+    Raises:
+        DemoError: If a process failed, or the phase did not finish in time.
+    """
     import multiprocessing
 
     import torch.distributed as dist
@@ -199,7 +346,7 @@ def run_phase(spec_args: dict[str, Any], phase: int, mesh: MeshShape, timeout: f
     # forkserver: each process is forked from a server that has imported torch once, which
     # starts 8 processes in about a second where "spawn" re-imports torch 8 times; and unlike
     # "fork" it never copies the caller's threads or state.
-    multiprocessing.set_forkserver_preload(list(_PRELOAD))
+    multiprocessing.set_forkserver_preload(preload(spec_args["config"].samplers))
     # The parent hosts the rendezvous store on a port the OS picks: no free-port race.
     store = dist.TCPStore(  # type: ignore[attr-defined]
         "127.0.0.1", 0, None, True, timedelta(seconds=timeout), False
@@ -230,6 +377,11 @@ def run_phase(spec_args: dict[str, Any], phase: int, mesh: MeshShape, timeout: f
 
 
 def load_phase(workdir: Path, phase: int, world: int) -> list[dict[str, Any]]:
+    """Every process's record of one phase, by rank.
+
+    Raises:
+        DemoError: If a process wrote none.
+    """
     records = []
     for rank in range(world):
         path = workdir / f"phase{phase}" / f"rank{rank}.json"

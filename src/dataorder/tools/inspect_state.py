@@ -9,15 +9,140 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 import dataorder
 from dataorder.core.state import find_sampler_states
-from dataorder.tools.output import EXIT_USAGE, Output, calculator_from_args, one_line
+from dataorder.tools.output import (
+    EXIT_USAGE,
+    Output,
+    add_calculator_args,
+    calculator_from_args,
+    cut_value,
+    int_arg,
+    one_line,
+    resolution_arg,
+)
 
-__all__ = ["cmd_inspect", "read_json"]
+__all__ = ["add_parser", "read_json", "run"]
+
+
+def _int_list(text: str) -> list[int]:
+    """Comma-separated positive ints of at most ``MAX_DOMAIN`` (``--source-sizes``)."""
+    from dataorder.core.permutation import MAX_DOMAIN
+
+    what = f"positive ints of at most {MAX_DOMAIN} separated by commas"
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}; got {cut_value(text)}") from None
+    if not values or min(values) < 1 or max(values) > MAX_DOMAIN:
+        raise argparse.ArgumentTypeError(f"must be {what}; got {cut_value(text)}")
+    return values
+
+
+def _float_list(text: str) -> list[float]:
+    """Comma-separated finite non-negative numbers (``--weights``)."""
+    what = "finite non-negative numbers separated by commas"
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}; got {cut_value(text)}") from None
+    if not all(math.isfinite(v) and v >= 0 for v in values):  # 1e400 reads as inf
+        raise argparse.ArgumentTypeError(f"must be {what}; got {cut_value(text)}")
+    return values
+
+
+def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """Add ``dataorder inspect`` to ``subparsers``."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "inspect",
+        parents=parents,
+        help="what a saved sampler state means, and the next batch",
+        description=(
+            "Explain a sampler state (a sampler's state_dict() or a StatefulDataLoader state "
+            "saved as JSON): kind, epoch, position, layout, config; and, when the sampler can "
+            "be rebuilt, the next batch on each rank."
+        ),
+    )
+    p.add_argument("state", metavar="STATE.json")
+    _add_layout_args(p)
+    p.add_argument(
+        "--count",
+        type=int_arg(1),
+        default=8,
+        help="indices to show for a per-index sampler (default: 8)",
+    )
+    _add_given_args(p)
+    p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    return p
+
+
+def _add_layout_args(p: argparse.ArgumentParser) -> None:
+    """Which ranks to show the next batch of, on which layout."""
+    from dataorder.core.partition import MAX_BATCH_SIZE
+    from dataorder.core.topology import MAX_DP_SIZE
+
+    p.add_argument(
+        "--rank",
+        type=int_arg(0, MAX_DP_SIZE - 1),
+        default=None,
+        help="show only this rank's next batch",
+    )
+    p.add_argument(
+        "--num-replicas",
+        type=int_arg(1, MAX_DP_SIZE),
+        default=None,
+        help="show the next batches on this data-parallel size (an elastic resume)",
+    )
+    p.add_argument(
+        "--micro-batch-size",
+        type=int_arg(1, MAX_BATCH_SIZE),
+        default=None,
+        help="Megatron: another micro-batch size",
+    )
+
+
+def _add_given_args(p: argparse.ArgumentParser) -> None:
+    """What a state does not hold and its sampler needs to be rebuilt (:func:`_given`)."""
+    p.add_argument("--manifest", default=None, help="bucket sampler: the dataset's manifest")
+    p.add_argument(
+        "--source-sizes",
+        type=_int_list,
+        default=None,
+        help="blended sampler: samples in each source, e.g. 1000,500,250",
+    )
+    p.add_argument(
+        "--weights",
+        type=_float_list,
+        default=None,
+        help="blended sampler: the weights it was built with, e.g. 0.5,0.3,0.2",
+    )
+    p.add_argument(
+        "--schedule",
+        metavar="FILE",
+        default=None,
+        help=(
+            "blended sampler built with a MixtureSchedule: a JSON file of its entries, "
+            '[[start, [w, ...]], [start, {"ramp": [[u, ...], [v, ...]]}], ...] '
+            "(MixtureSchedule.to_json(); the demo writes one beside mixture.json)"
+        ),
+    )
+    p.add_argument(
+        "--sizes",
+        default=None,
+        help="bucket sampler: a CSV of width,height rows (with --preset etc.)",
+    )
+    add_calculator_args(p, upscale=False)
+    p.add_argument(
+        "--base-resolution",
+        type=resolution_arg,
+        default=(512, 512),
+        help="bucket sampler with dynamic batch sizes: its base resolution (default: 512x512)",
+    )
 
 
 def _given(args: argparse.Namespace, schedule: Any) -> dict[str, tuple[Any, str]]:
@@ -112,7 +237,8 @@ def _schedule(args: argparse.Namespace) -> Any:
         raise ValueError(f"--schedule {path}: {err}") from None
 
 
-def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
+def run(args: argparse.Namespace, out: Output) -> int:
+    """Explain every sampler state in the file, and show the next batches."""
     path = Path(args.state)
     raw = read_json(path)
     schedule = _schedule(args)  # a bad --schedule is a usage error before anything is shown
@@ -143,16 +269,15 @@ def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def _inspect_one(
-    where: str, state: dict[str, Any], args: argparse.Namespace, schedule: Any
-) -> dict[str, Any]:
+def _state_fields(where: str, state: dict[str, Any]) -> dict[str, object]:
+    """What the state says by itself: where it was found, its kind, cursor, layout and config,
+    and whether its fingerprint still matches the config."""
     from dataorder.core.state import config_fingerprint, split_state
 
-    kind = str(state.get("kind"))
     config, layout, progress = split_state(state)
     fields: dict[str, object] = {
         "found at": where,
-        "kind": kind,
+        "kind": str(state.get("kind")),
         "version": state.get("version"),
         "epoch": state.get("epoch"),
         "progress": ", ".join(f"{k}={v}" for k, v in progress.items()),
@@ -165,6 +290,61 @@ def _inspect_one(
         if intact
         else f"{state.get('fingerprint')} DOES NOT match the config: edited or corrupted"
     )
+    return fields
+
+
+def _context(
+    cls: Any, config: dict[str, Any], args: argparse.Namespace, schedule: Any
+) -> tuple[dict[str, Any], list[str]]:
+    """What ``from_state`` is given beyond the state (the layout to show, the values the state
+    does not hold), and what is missing to rebuild it."""
+    context: dict[str, Any] = {"dp_size": args.num_replicas}
+    if "micro_batch_size" in cls.schema.layout.others:
+        context["micro_batch_size"] = args.micro_batch_size
+    offered = _given(args, schedule) if cls.schema.given else {}
+    missing = []
+    for given in cls.schema.given:
+        value, flags = offered.get(given.name, (None, "(not on the command line)"))
+        if value is not None:
+            context[given.name] = value
+        elif given.needed(config):
+            missing.append(f"{given.describe(config)}: pass {flags}")
+    return context, missing
+
+
+def _next_rows(
+    cls: Any,
+    state: dict[str, Any],
+    context: dict[str, Any],
+    args: argparse.Namespace,
+    fields: dict[str, object],
+) -> list[dict[str, Any]]:
+    """The next batch of each rank shown, from the sampler rebuilt from ``state``; where its
+    cursor is goes into ``fields``."""
+    probe = cls.from_state(state, **context)  # ValueError naming what does not match
+    samplers = {
+        r: cls.from_state(state, rank=r, **context)
+        for r in _inspect_ranks(args, probe.topology.dp_size)
+    }
+    fields.update(probe.describe_progress())
+    if args.num_replicas or args.micro_batch_size:
+        size = probe.topology.dp_size
+        fields["shown on"] = f"{size} ranks (an elastic resume of the saved layout)"
+    rows = []
+    for r, s in samplers.items():
+        items, epoch = _next_items(s, args.count)
+        rows.append({"rank": r, "epoch": epoch, "items": items})
+    return rows
+
+
+def _inspect_one(
+    where: str, state: dict[str, Any], args: argparse.Namespace, schedule: Any
+) -> dict[str, Any]:
+    from dataorder.core.state import split_state
+
+    kind = str(state.get("kind"))
+    config, layout, _progress = split_state(state)
+    fields = _state_fields(where, state)
     next_rows: list[dict[str, Any]] = []
     note = error = ""
     cls = dataorder.samplers().get(kind)
@@ -175,33 +355,11 @@ def _inspect_one(
         for key, value in layout.items():  # sizes; named as the state names them
             if type(value) is not int or value < 1:
                 raise ValueError(f"layout.{key} must be a positive int; got layout.{key}={value!r}")
-        context: dict[str, Any] = {"dp_size": args.num_replicas}
-        if "micro_batch_size" in cls.schema.layout.others:
-            context["micro_batch_size"] = args.micro_batch_size
-        offered = _given(args, schedule) if cls.schema.given else {}
-        missing = []
-        for given in cls.schema.given:
-            value, flags = offered.get(given.name, (None, "(not on the command line)"))
-            if value is not None:
-                context[given.name] = value
-            elif given.needed(config):
-                missing.append(f"{given.describe(config)}: pass {flags}")
+        context, missing = _context(cls, config, args, schedule)
         if missing:
             note = f"next batch: not shown; a {kind} sampler needs " + "; ".join(missing)
         else:
-            probe = cls.from_state(state, **context)  # ValueError naming what does not match
-            samplers = {
-                r: cls.from_state(state, rank=r, **context)
-                for r in _inspect_ranks(args, probe.topology.dp_size)
-            }
-            fields.update(probe.describe_progress())
-            if args.num_replicas or args.micro_batch_size:
-                fields["shown on"] = (
-                    f"{probe.topology.dp_size} ranks (an elastic resume of the saved layout)"
-                )
-            for r, s in samplers.items():
-                items, epoch = _next_items(s, args.count)
-                next_rows.append({"rank": r, "epoch": epoch, "items": items})
+            next_rows = _next_rows(cls, state, context, args, fields)
     except (ValueError, TypeError, KeyError) as err:
         # KeyError: a config field this dataorder does not know, from an edited state
         error = f"cannot rebuild the {kind} sampler from this state: {err}"
@@ -213,6 +371,3 @@ def _inspect_one(
         "error": error,
         "state": state,
     }
-
-
-# -- plan -----------------------------------------------------------------------------------------

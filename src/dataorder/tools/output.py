@@ -1,7 +1,10 @@
 """What the command line's commands share: tables, exit codes, and the bucket calculator options.
 
-Tables use rich when it is installed (``pip install 'dataorder[cli]'``) and plain text otherwise
-(or with ``--plain``).
+NOTE [ Tables are never cut ]
+    A table's cells are the command's answer, so no layout may cut one: in a terminal, tables
+    use rich when it is installed (``pip install 'dataorder[cli]'``), whose columns wrap and fold
+    a cell that does not fit; anywhere else (a pipe, a file, a CI log, ``| tee``) and with
+    ``--plain``, they are aligned plain text, as wide as their widest cell.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ __all__ = [
     "float_arg",
     "int_arg",
     "one_line",
+    "resolution_arg",
 ]
 
 #: Exit status of a user error (bad argument, unreadable file): argparse's convention.
@@ -31,21 +35,25 @@ EXIT_USAGE = 2
 EXIT_CHECKS_FAILED = 1
 
 
+def _is_terminal(stream: IO[str]) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty is not None and isatty())
+
+
 class Output:
-    """Tables through rich when available (and not ``--plain``), aligned plain text otherwise."""
+    """Tables through rich in a terminal when it is installed (and not ``--plain``), aligned
+    plain text otherwise; no cell is ever cut (NOTE [ Tables are never cut ])."""
 
     def __init__(self, stream: IO[str], plain: bool) -> None:
         self.stream = stream
         self.console: Any = None
-        if not plain:
+        if not plain and _is_terminal(stream):
             try:
                 from rich.console import Console
             except ImportError:
                 pass
             else:
-                # a wide virtual terminal when piped, so tables are not wrapped at 80 columns
-                width = None if stream.isatty() else 120
-                self.console = Console(file=stream, width=width, highlight=False)
+                self.console = Console(file=stream, highlight=False)
 
     def line(self, text: str = "") -> None:
         if self.console is not None:
@@ -56,25 +64,7 @@ class Output:
     def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
         cells = [[str(c) for c in row] for row in rows]
         if self.console is not None:
-            from rich import box
-            from rich.table import Table
-
-            # no vertical rules: as compact as the plain layout, so wide tables fit a terminal
-            table = Table(
-                title=title,
-                title_justify="left",
-                box=box.SIMPLE_HEAD,
-                show_edge=False,
-                collapse_padding=True,
-            )
-            for i, name in enumerate(columns):
-                if _numeric(cells, i):
-                    table.add_column(name, justify="right", no_wrap=True)
-                else:
-                    table.add_column(name, justify="left", no_wrap=True)
-            for row in cells:
-                table.add_row(*row)
-            self.console.print(table)
+            self._rich_table(title, columns, cells)
             return
         widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
 
@@ -90,6 +80,28 @@ class Output:
         print("  ".join("-" * w for w in widths), file=self.stream)
         for row in cells:
             print(fmt(row), file=self.stream)
+
+    def _rich_table(self, title: str, columns: Sequence[str], cells: list[list[str]]) -> None:
+        from rich import box
+        from rich.table import Table
+
+        # no vertical rules: as compact as the plain layout, so wide tables fit a terminal
+        table = Table(
+            title=title,
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            collapse_padding=True,
+        )
+        for i, name in enumerate(columns):
+            # a cell too wide for its column wraps, and a word too long folds: never "…"
+            if _numeric(cells, i):
+                table.add_column(name, justify="right", overflow="fold")
+            else:
+                table.add_column(name, justify="left", overflow="fold")
+        for row in cells:
+            table.add_row(*row)
+        self.console.print(table)
 
     def fields(self, title: str, items: Sequence[tuple[str, object]]) -> None:
         """``key  value`` lines under a title (values are long: they wrap, never truncate)."""
@@ -165,6 +177,24 @@ def float_arg(
 
     parse.__name__ = what
     return parse
+
+
+def resolution_arg(text: str) -> tuple[int, int]:
+    """An argparse ``type`` for ``WIDTHxHEIGHT`` (``512x512``), each side in
+    ``[1, MAX_IMAGE_SIDE]``."""
+    from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
+
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be WIDTHxHEIGHT such as 512x512; got {cut_value(text)}"
+        ) from None
+    if not (1 <= w <= MAX_IMAGE_SIDE and 1 <= h <= MAX_IMAGE_SIDE):
+        raise argparse.ArgumentTypeError(
+            f"must be WIDTHxHEIGHT with sides in [1, {MAX_IMAGE_SIDE}]; got {cut_value(text)}"
+        )
+    return w, h
 
 
 def cut_value(text: str) -> str:
@@ -246,14 +276,15 @@ def _upscale_arg(text: str) -> Any:
 
 def add_calculator_args(p: argparse.ArgumentParser, *, upscale: bool, video: bool = False) -> None:
     """The bucket-set options; with ``video``, also ``--video`` and its own options."""
-    presets = "256p, 512p, 768p, 1024p or 1536p (default: 1024p)"
-    if video:
-        from dataorder.diffusion.video import PRESETS
-
-        presets += f"; with --video: {', '.join(PRESETS)} (default: {DEFAULT_VIDEO_PRESET})"
-    p.add_argument("--preset", default=None, help=f"pixel budget: {presets}")
-    from dataorder.diffusion.buckets import MAX_PIXELS, MAX_QUANTIZATION
+    from dataorder.diffusion.buckets import COMPATS, MAX_PIXELS, MAX_QUANTIZATION, PRESETS
     from dataorder.diffusion.video_frames import MAX_VIDEO_SIZE
+
+    presets = f"{', '.join(PRESETS)} (default: {DEFAULT_IMAGE_PRESET})"
+    if video:
+        from dataorder.diffusion.video import PRESETS as VIDEO_PRESETS
+
+        presets += f"; with --video: {', '.join(VIDEO_PRESETS)} (default: {DEFAULT_VIDEO_PRESET})"
+    p.add_argument("--preset", default=None, help=f"pixel budget: {presets}")
 
     p.add_argument(
         "--max-pixels",
@@ -270,8 +301,8 @@ def add_calculator_args(p: argparse.ArgumentParser, *, upscale: bool, video: boo
     p.add_argument(
         "--compat",
         default="default",
-        choices=("default", "nemo"),
-        help="'nemo': NeMo Automodel's exact buckets and choices",
+        choices=COMPATS,
+        help="the bucket rule (default: default); 'nemo': NeMo Automodel's exact buckets",
     )
     if upscale:
         p.add_argument(

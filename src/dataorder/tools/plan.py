@@ -18,9 +18,9 @@ import argparse
 import warnings
 from typing import Any
 
-from dataorder.tools.output import Output
+from dataorder.tools.output import Output, float_arg, int_arg, resolution_arg
 
-__all__ = ["cmd_plan"]
+__all__ = ["add_parser", "run"]
 
 
 def _sampler(manifest: Any, args: argparse.Namespace, dataset: Any = None) -> Any:
@@ -57,24 +57,82 @@ def _batch_sizes(manifest: Any, calc: Any, args: argparse.Namespace) -> list[int
     ]
 
 
-def cmd_plan(args: argparse.Namespace, out: Output) -> int:
-    import numpy as np
+def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """Add ``dataorder plan`` to ``subparsers``."""
+    from dataorder.core.partition import MAX_BATCH_SIZE
+    from dataorder.core.topology import MAX_DP_SIZE
 
-    from dataorder.diffusion.manifest import read_manifest
-    from dataorder.diffusion.stats import bucket_stats, plot_bucket_stats
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "plan",
+        parents=parents,
+        help="what an epoch of the bucket sampler looks like on a layout",
+        description=(
+            "For a manifest and a data-parallel layout: images per bucket, crop loss, samples "
+            "dropped or padded, steps per epoch, and a PNG."
+        ),
+    )
+    p.add_argument("manifest", metavar="MANIFEST")
+    p.add_argument(
+        "--num-replicas", type=int_arg(1, MAX_DP_SIZE), required=True, help="data-parallel size"
+    )
+    p.add_argument(
+        "--batch-size", type=int_arg(1, MAX_BATCH_SIZE), required=True, help="per-rank batch size"
+    )
+    p.add_argument("--drop-last", action="store_true", help="drop each bucket's partial batch")
+    p.add_argument(
+        "--dynamic-batch-size",
+        action="store_true",
+        help="scale the batch size with each bucket's pixels",
+    )
+    p.add_argument(
+        "--base-resolution",
+        type=resolution_arg,
+        default=(512, 512),
+        help="where --batch-size applies with --dynamic-batch-size (default: 512x512)",
+    )
+    p.add_argument("--png", default=None, help="write a plot of the plan to this PNG")
+    p.add_argument(
+        "--fit",
+        action="store_true",
+        help="also fit a bucket set to the manifest for this layout, shown beside (images)",
+    )
+    p.add_argument(
+        "--max-waste",
+        type=float_arg("a number in [0, 1]", 0, 1),
+        default=0.01,
+        help="with --fit: largest share of samples dropped or padded (default: 0.01)",
+    )
+    p.add_argument(
+        "--write-manifest",
+        metavar="PATH",
+        default=None,
+        help="with --fit: write the manifest re-bucketed by the fitted set",
+    )
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    return p
 
-    manifest = read_manifest(args.manifest)
-    video = manifest.is_video
-    what = "clips" if video else "images"
+
+def _check_args(args: argparse.Namespace, manifest: Any) -> None:
+    """Refuse options this manifest does not take."""
     if len(manifest) == 0:
-        raise ValueError(f"{args.manifest} lists no {what[:-1]}; nothing to plan")
-    if video and (args.fit or args.write_manifest):
+        what = "clip" if manifest.is_video else "image"
+        raise ValueError(f"{args.manifest} lists no {what}; nothing to plan")
+    if manifest.is_video and (args.fit or args.write_manifest):
         raise ValueError(
             "--fit fits image bucket sets; "
             f"{args.manifest} is a video manifest (its buckets come from a video model's preset)"
         )
     if args.write_manifest and not args.fit:
         raise ValueError("--write-manifest writes the fitted set's manifest: add --fit")
+
+
+def run(args: argparse.Namespace, out: Output) -> int:
+    """Print (or write as JSON) what an epoch of the bucket sampler is on this layout."""
+    from dataorder.diffusion.manifest import read_manifest
+    from dataorder.diffusion.stats import bucket_stats, plot_bucket_stats
+
+    manifest = read_manifest(args.manifest)
+    _check_args(args, manifest)
     # The sampler itself says what an epoch is: steps, drops and padding on this layout.
     sampler, caught = _sampler(manifest, args)
     calc = manifest.calculator_object()
@@ -84,28 +142,51 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
         batch_size=_batch_sizes(manifest, calc, args),
         drop_last=args.drop_last,
     )
-    o = stats.overall
-    steps, dropped, padded = len(sampler), sampler.samples_dropped, sampler.samples_padded
+    plan = (len(sampler), sampler.samples_dropped, sampler.samples_padded)
     fitted = _Fitted.build(manifest, calc, args) if args.fit else None
-    used = np.flatnonzero(stats.counts)
     if args.json:
-        out.json(
-            {
-                "manifest": args.manifest,
-                "num_replicas": args.num_replicas,
-                "batch_size": args.batch_size,
-                "drop_last": args.drop_last,
-                "dynamic_batch_size": args.dynamic_batch_size,
-                "steps_per_epoch": steps,
-                "samples_dropped": dropped,
-                "samples_padded": padded,
-                "overall": o,
-                "buckets": [_json_bucket(stats, int(j)) for j in used],
-                **({"fitted": fitted.as_json()} if fitted is not None else {}),
-            }
-        )
+        out.json(_as_json(args, stats, plan, fitted))
         return 0
-    rows = [_row(stats, int(j)) for j in used]
+    _print_plan(out, args, stats, plan)
+    for warning in caught:
+        out.line(f"note: {warning.message}")
+    if fitted is not None:
+        fitted.print(out, stats, plan)
+    if args.png:
+        plot_bucket_stats(stats, args.png)
+        out.line(f"wrote {args.png}")
+    return 0
+
+
+def _as_json(
+    args: argparse.Namespace, stats: Any, plan: tuple[int, int, int], fitted: _Fitted | None
+) -> dict[str, Any]:
+    import numpy as np
+
+    steps, dropped, padded = plan
+    return {
+        "manifest": args.manifest,
+        "num_replicas": args.num_replicas,
+        "batch_size": args.batch_size,
+        "drop_last": args.drop_last,
+        "dynamic_batch_size": args.dynamic_batch_size,
+        "steps_per_epoch": steps,
+        "samples_dropped": dropped,
+        "samples_padded": padded,
+        "overall": stats.overall,
+        "buckets": [_json_bucket(stats, int(j)) for j in np.flatnonzero(stats.counts)],
+        **({"fitted": fitted.as_json()} if fitted is not None else {}),
+    }
+
+
+def _print_plan(
+    out: Output, args: argparse.Namespace, stats: Any, plan: tuple[int, int, int]
+) -> None:
+    import numpy as np
+
+    o, video = stats.overall, stats.is_video
+    what = "clips" if video else "images"
+    rows = [_row(stats, int(j)) for j in np.flatnonzero(stats.counts)]
     head = ["id", "bucket", *(["frames"] if video else []), what, "crop % mean", "crop % p95"]
     head += ["trim % mean", "trim % p95"] if video else []
     head += ["upscaled", "batch", "steps", "dropped", "padded"]
@@ -125,6 +206,7 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
             f"trim loss: mean {100 * o['mean_trim_loss']:.1f} %, p95 "
             f"{100 * o['p95_trim_loss']:.1f} % of a clip's frames cut to its bucket's frame count"
         )
+    steps, dropped, padded = plan
     per_rank = "dynamic batch" if args.dynamic_batch_size else f"batch {args.batch_size}"
     out.line(
         f"on {args.num_replicas} replicas x {per_rank} per rank: {steps} steps per epoch; "
@@ -135,14 +217,6 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
     if small:
         fate = "dropped whole (drop_last)" if args.drop_last else "read in one padded step each"
         out.line(f"{small} buckets hold fewer {what} than one global batch: {fate}")
-    for warning in caught:
-        out.line(f"note: {warning.message}")
-    if fitted is not None:
-        fitted.print(out, stats, (steps, dropped, padded))
-    if args.png:
-        plot_bucket_stats(stats, args.png)
-        out.line(f"wrote {args.png}")
-    return 0
 
 
 def _row(stats: Any, j: int) -> list[object]:

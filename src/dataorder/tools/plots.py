@@ -93,87 +93,96 @@ def plot_schedule(
     if not batches:
         raise ValueError("batches must hold at least one batch; got batches=[]")
     require_matplotlib()
-    from matplotlib import colormaps
     from matplotlib.figure import Figure
-    from matplotlib.patches import Patch, Rectangle
 
     names = list(dict.fromkeys(b.sampler for b in batches))
     fig = Figure(figsize=(14, 3.2 * len(names)), layout="constrained")
     axes = fig.subplots(len(names), 2, squeeze=False, width_ratios=(1.15, 1))
-    bucket_colors = colormaps["tab20"]
-    rank_colors = colormaps["tab10"]
-    phase_fill = ("#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc")
     for row, name in enumerate(names):
         mine = [b for b in batches if b.sampler == name]
-        rows = _row_labels(mine)
-        where = {key: i for i, key in enumerate(rows)}
         gantt, scatter = axes[row][0], axes[row][1]
-        has_buckets = any(b.bucket is not None for b in mine)
-        for b in mine:
-            y = where[(b.phase, b.dp_rank, b.dp_size)]
-            color: Any
-            if has_buckets and b.bucket is not None:
-                color = bucket_colors(b.bucket % 20)
-            else:
-                color = phase_fill[b.phase % len(phase_fill)]
-            gantt.add_patch(
-                Rectangle(
-                    (b.position, y - 0.4),
-                    b.block,
-                    0.8,
-                    facecolor=color,
-                    edgecolor="#333333",
-                    linewidth=0.3,
-                    hatch="////" if b.padding else None,
-                )
-            )
-        end = max(b.position + b.block for b in mine)
-        gantt.set_xlim(0, end)
-        gantt.set_ylim(len(rows) - 0.5, -0.5)
-        gantt.set_yticks(range(len(rows)))
-        gantt.set_yticklabels([f"phase {p}: dp {r}/{s}" for p, r, s in rows], fontsize=8)
-        gantt.set_xlabel("global position in the epoch (samples)")
-        gantt.set_title(f"{name}: schedule", fontsize=10, loc="left")
+        _draw_schedule(gantt, name, mine)
+        _draw_samples(scatter, name, mine)
         # a dashed line where each later phase (a restart) starts
         for phase in sorted({b.phase for b in mine} - {0}):
             start = min(b.position for b in mine if b.phase == phase)
             gantt.axvline(start, color="black", linestyle="--", linewidth=1)
             scatter.axvline(start, color="black", linestyle="--", linewidth=1)
-        legend: list[Any] = []
-        if has_buckets:
-            buckets = sorted({b.bucket for b in mine if b.bucket is not None})
-            legend = [Patch(color=bucket_colors(k % 20), label=f"bucket {k}") for k in buckets[:12]]
-        if any(b.padding for b in mine):
-            legend.append(
-                Patch(facecolor="white", edgecolor="#333333", hatch="////", label="padding")
-            )
-        if legend:
-            gantt.legend(handles=legend, fontsize=7, loc="upper right", ncols=2)
-        for key in rows:
-            phase, dp_rank, dp_size = key
-            xs: list[int] = []
-            ys: list[int] = []
-            for b in mine:
-                if (b.phase, b.dp_rank, b.dp_size) == key:
-                    real = [s for s in b.samples if s is not None]
-                    xs += [b.position] * len(real)
-                    ys += real
-            scatter.scatter(
-                xs,
-                ys,
-                s=6,
-                marker="o" if phase == 0 else "^",
-                color=rank_colors((dp_rank + 4 * phase) % 10),
-                label=f"phase {phase}: dp {dp_rank}/{dp_size}",
-                linewidths=0,
-            )
-        scatter.set_xlim(0, end)
-        scatter.set_xlabel("global position of the block")
-        scatter.set_ylabel("sample index")
-        scatter.set_title(f"{name}: which samples went where", fontsize=10, loc="left")
-        scatter.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), markerscale=2)
     if title:
         fig.suptitle(title, fontsize=12)
     out = Path(path)
     fig.savefig(out, dpi=90)
     return out
+
+
+_PHASE_FILL = ("#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc")
+
+
+def _draw_schedule(ax: Any, name: str, mine: Sequence[ScheduleBatch]) -> None:
+    """The schedule panel: a box per batch on its rank's row, coloured by bucket or phase."""
+    from matplotlib import colormaps
+    from matplotlib.patches import Patch, Rectangle
+
+    bucket_colors = colormaps["tab20"]
+    rows = _row_labels(mine)
+    where = {key: i for i, key in enumerate(rows)}
+    has_buckets = any(b.bucket is not None for b in mine)
+    for b in mine:
+        color: Any = _PHASE_FILL[b.phase % len(_PHASE_FILL)]
+        if has_buckets and b.bucket is not None:
+            color = bucket_colors(b.bucket % 20)
+        ax.add_patch(
+            Rectangle(
+                (b.position, where[(b.phase, b.dp_rank, b.dp_size)] - 0.4),
+                b.block,
+                0.8,
+                facecolor=color,
+                edgecolor="#333333",
+                linewidth=0.3,
+                hatch="////" if b.padding else None,
+            )
+        )
+    ax.set_xlim(0, max(b.position + b.block for b in mine))
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"phase {p}: dp {r}/{s}" for p, r, s in rows], fontsize=8)
+    ax.set_xlabel("global position in the epoch (samples)")
+    ax.set_title(f"{name}: schedule", fontsize=10, loc="left")
+    legend: list[Any] = []
+    if has_buckets:
+        buckets = sorted({b.bucket for b in mine if b.bucket is not None})
+        legend = [Patch(color=bucket_colors(k % 20), label=f"bucket {k}") for k in buckets[:12]]
+    if any(b.padding for b in mine):
+        legend.append(Patch(facecolor="white", edgecolor="#333333", hatch="////", label="padding"))
+    if legend:
+        ax.legend(handles=legend, fontsize=7, loc="upper right", ncols=2)
+
+
+def _draw_samples(ax: Any, name: str, mine: Sequence[ScheduleBatch]) -> None:
+    """The samples panel: each sample read, at its block's position, coloured by rank."""
+    from matplotlib import colormaps
+
+    rank_colors = colormaps["tab10"]
+    for key in _row_labels(mine):
+        phase, dp_rank, dp_size = key
+        xs: list[int] = []
+        ys: list[int] = []
+        for b in mine:
+            if (b.phase, b.dp_rank, b.dp_size) == key:
+                real = [s for s in b.samples if s is not None]
+                xs += [b.position] * len(real)
+                ys += real
+        ax.scatter(
+            xs,
+            ys,
+            s=6,
+            marker="o" if phase == 0 else "^",
+            color=rank_colors((dp_rank + 4 * phase) % 10),
+            label=f"phase {phase}: dp {dp_rank}/{dp_size}",
+            linewidths=0,
+        )
+    ax.set_xlim(0, max(b.position + b.block for b in mine))
+    ax.set_xlabel("global position of the block")
+    ax.set_ylabel("sample index")
+    ax.set_title(f"{name}: which samples went where", fontsize=10, loc="left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), markerscale=2)

@@ -554,6 +554,7 @@ def _options() -> list[Option]:
     scan = ("scan", "{dir}", "-o", "{dir}/m.tsv", "--no-progress")
     plan = ("plan", "{manifest}", "--num-replicas", "2", "--batch-size", "2")
     inspect = ("inspect", "{state}", "--plain")
+    pack = ("pack", "{lengths}", "--plain")
     rows = [
         Option((*demo, "--seed", "{v}"), "--seed"),
         Option((*demo, "--micro-batch-size", "{v}"), "--micro-batch-size"),
@@ -595,6 +596,17 @@ def _options() -> list[Option]:
         Option((*inspect, "--base-resolution", "{v}x512"), "--base-resolution"),
         Option((*inspect, "--max-pixels", "{v}"), "--max-pixels"),
         Option((*inspect, "--quantization", "{v}"), "--quantization"),
+        Option((*pack, "--seq-len", "{v}"), "--seq-len"),
+        Option((*pack, "--seq-len", "64", "--window", "{v}"), "--window"),
+        Option((*pack, "--seq-len", "64", "--chunk", "{v}"), "--chunk"),
+        Option((*pack, "--seq-len", "64", "--seed", "{v}"), "--seed"),
+        Option(
+            (*pack, "--seq-len", "64", "--batch-size", "1", "--num-replicas", "{v}"),
+            "--num-replicas",
+        ),
+        Option(
+            (*pack, "--seq-len", "64", "--num-replicas", "1", "--batch-size", "{v}"), "--batch-size"
+        ),
     ]
     return rows
 
@@ -625,7 +637,14 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     paths = [f"{i}.jpg" for i in range(16)]
     write_manifest(build_manifest(paths, widths, heights, IMAGE_CALC), manifest)
     (root / "empty").mkdir()
-    return {"state": str(state), "manifest": str(manifest), "dir": str(root / "empty")}
+    lengths = root / "lengths.npy"
+    np.save(lengths, np.arange(1, 200, dtype=np.int32))
+    return {
+        "state": str(state),
+        "manifest": str(manifest),
+        "dir": str(root / "empty"),
+        "lengths": str(lengths),
+    }
 
 
 def _option_params() -> Iterator[Any]:

@@ -14,6 +14,8 @@ Subcommands:
   sampler looks like on that layout: samples per bucket, crop loss (and trim loss for clips),
   dropped or padded samples, steps (:mod:`dataorder.diffusion.stats`); ``--fit`` adds a bucket
   set fitted to the manifest, beside its own (:mod:`dataorder.diffusion.fit`);
+* ``dataorder pack LENGTHS --seq-len 8192``: what packing a corpus into rows does (padding,
+  split documents, rows and steps) and a PNG of row fill (:mod:`dataorder.tools.pack`);
 * ``dataorder inspect STATE.json``: what a saved sampler state means, and the next batch.
 
 Each subcommand is a module with ``add_parser(subparsers, parents)`` and ``run(args, out)``,
@@ -33,7 +35,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, Protocol
 
-from dataorder.tools import buckets, demo_cli, inspect_state, plan, scan
+from dataorder.tools import buckets, demo_cli, inspect_state, pack, plan, scan
 from dataorder.tools.output import EXIT_CHECKS_FAILED, EXIT_USAGE, Output, one_line
 
 __all__ = ["COMMANDS", "EXIT_CHECKS_FAILED", "EXIT_USAGE", "Command", "build_parser", "main"]
@@ -59,7 +61,7 @@ class Command(Protocol):
 
 #: The subcommands, in the order ``dataorder --help`` lists them. A new one is a module with
 #: ``add_parser`` and ``run``, and one entry here.
-COMMANDS: tuple[Command, ...] = (demo_cli, buckets, scan, plan, inspect_state)
+COMMANDS: tuple[Command, ...] = (demo_cli, buckets, scan, plan, pack, inspect_state)
 
 
 class _UsageError(Exception):

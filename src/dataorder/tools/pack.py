@@ -20,6 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dataorder.core.keys import MAX_SEED
+from dataorder.core.partition import MAX_BATCH_SIZE
+from dataorder.core.topology import MAX_DP_SIZE
+from dataorder.llm.packing.plan import MAX_CHUNK, MAX_SEQ_LEN, MAX_WINDOW
 from dataorder.tools.output import EXIT_USAGE, Output, int_arg, one_line
 
 __all__ = ["add_parser", "plot_fill", "run"]
@@ -48,7 +52,7 @@ def add_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ())
         ),
     )
     p.add_argument("lengths", metavar="LENGTHS")
-    p.add_argument("--seq-len", type=int_arg(1), required=True, help="tokens per row")
+    p.add_argument("--seq-len", type=int_arg(1, MAX_SEQ_LEN), required=True, help="tokens per row")
     p.add_argument(
         "--split",
         default="overflow",
@@ -62,14 +66,23 @@ def add_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ())
         choices=("truncate", "drop"),
         help="with --split never: what happens to a document longer than --seq-len",
     )
-    p.add_argument("--window", type=int_arg(1), default=None, help="documents per window")
-    p.add_argument("--chunk", type=int_arg(1), default=None, help="documents per chunk")
-    p.add_argument("--seed", type=int_arg(0), default=0, help="seed (default: 0)")
+    p.add_argument(
+        "--window", type=int_arg(1, MAX_WINDOW), default=None, help="documents per window"
+    )
+    p.add_argument("--chunk", type=int_arg(1, MAX_CHUNK), default=None, help="documents per chunk")
+    p.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0, help="seed (default: 0)")
     p.add_argument(
         "--column", default="input_ids", help="Arrow/parquet list column (default: input_ids)"
     )
-    p.add_argument("--num-replicas", type=int_arg(1), default=None, help="data-parallel size R")
-    p.add_argument("--batch-size", type=int_arg(1), default=None, help="rows per rank per step B")
+    p.add_argument(
+        "--num-replicas", type=int_arg(1, MAX_DP_SIZE), default=None, help="data-parallel size R"
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int_arg(1, MAX_BATCH_SIZE),
+        default=None,
+        help="rows per rank per step B",
+    )
     p.add_argument("--png", default=None, help="write a histogram of row fill to this PNG")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     if not parents:

@@ -2,8 +2,7 @@
 
 :mod:`dataorder.testing.contract` holds the direct checks (partition, ``len()``, resume, peek,
 elasticity, ``batch_at``); :mod:`dataorder.testing.recipes` the same promises in the training
-loops people run (DataLoader, StatefulDataLoader, Accelerate, Lightning). :func:`check_contract`
-runs both.
+loops people run (DataLoader, StatefulDataLoader, Accelerate, Lightning). :func:`check_contract` (:mod:`dataorder.testing.suite`) runs both.
 """
 
 from dataorder.testing.contract import (
@@ -11,7 +10,6 @@ from dataorder.testing.contract import (
     ContractViolation,
     SamplerCase,
     check_batch_at,
-    check_contract,
     check_determinism_across_processes,
     check_elastic_resume,
     check_epoch_partition,
@@ -30,6 +28,7 @@ from dataorder.testing.recipes import (
     available_recipes,
     check_loop_recipes,
 )
+from dataorder.testing.suite import check_contract
 
 __all__ = [
     "MAX_STATE_BYTES",

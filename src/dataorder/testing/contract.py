@@ -20,7 +20,7 @@ are ``tokens_dropped`` and ``tokens_padded``. dataorder's samplers also offer ``
 
 Example:
     >>> from dataorder import MegatronPretrainingRandomSampler
-    >>> from dataorder.testing import SamplerCase, check_contract
+    >>> from dataorder.testing import SamplerCase, check_epoch_partition
     >>> case = SamplerCase(
     ...     name="megatron-random",
     ...     dataset_size=50,
@@ -29,7 +29,7 @@ Example:
     ...         50, micro_batch_size=2, data_parallel_rank=rank, data_parallel_size=size, seed=3),
     ...     elastic_dp_sizes=(1,),
     ... )
-    >>> check_contract(case, resume_points=3, recipes=())
+    >>> check_epoch_partition(case)  # one check; check_contract runs them all
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ __all__ = [
     "ContractViolation",
     "SamplerCase",
     "check_batch_at",
-    "check_contract",
     "check_determinism_across_processes",
     "check_elastic_resume",
     "check_epoch_partition",
@@ -565,41 +564,3 @@ def check_determinism_across_processes(case: SamplerCase) -> None:
         pickle.loads(proc.stdout) == expected,
         f"{case.name}: order differs across processes",
     )
-
-
-def check_contract(
-    case: SamplerCase,
-    *,
-    resume_points: int = 40,
-    processes: bool = False,
-    recipes: Sequence[str] | None = None,
-) -> list[str]:
-    """Run every check on ``case``; raise :class:`ContractViolation` on the first violation.
-
-    Args:
-        case: The sampler configuration.
-        resume_points: How many resume positions per epoch to try (all of them if the epoch is
-            shorter).
-        processes: Also check the order in a fresh interpreter (slower).
-        recipes: Loop recipes of :mod:`dataorder.testing.recipes` to run; None means every
-            recipe whose framework is installed, ``()`` none.
-
-    Returns:
-        The names of the loop recipes that ran.
-    """
-    from dataorder.testing.recipes import check_loop_recipes
-
-    check_epoch_partition(case, epoch=0)
-    check_epoch_partition(case, epoch=3)
-    check_state_round_trip(case)
-    check_resume_at_every_step(case, budget=resume_points)
-    check_repeated_resume(case)
-    check_peek(case)
-    check_forgotten_set_epoch(case)
-    check_passes_and_placement(case)
-    check_batch_at(case)
-    for w in case.elastic_dp_sizes:
-        check_elastic_resume(case, w)
-    if processes:
-        check_determinism_across_processes(case)
-    return check_loop_recipes(case, recipes)

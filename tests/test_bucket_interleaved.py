@@ -32,7 +32,7 @@ def _steps(plan: Any) -> dict[int, list[tuple[int, int]]]:
     """Per bucket, its global batches as ``(first stream position, per-rank size)``, in order."""
     out: dict[int, list[tuple[int, int]]] = {}
     for k in range(plan.num_runs):
-        lay = plan.run_layout(k)
+        lay = plan.run_blocks(k)
         out.setdefault(int(plan.buckets[k]), []).extend(
             (int(plan.starts[k]) + lay.batch_start(i), lay.batch_size_at(i))
             for i in range(lay.num_batches)
@@ -183,7 +183,7 @@ def test_shuffle_buckets_redraws_the_arrangement_each_epoch() -> None:
     ds = _ds([40, 40, 40, 40])
     moving = _sampler(ds, 0, 1, base_batch_size=2)
     fixed = _sampler(ds, 0, 1, base_batch_size=2, shuffle_buckets=False)
-    arr = [[int(x) for x in s.plan(e).buckets] for s in (moving, fixed) for e in (0, 1)]
+    arr = [[int(x) for x in s.bucket_plan(e).buckets] for s in (moving, fixed) for e in (0, 1)]
     assert arr[0] != arr[1]
     assert arr[2] == arr[3]
-    assert longest_shape_run(fixed.plan(0)) == 1
+    assert longest_shape_run(fixed.bucket_plan(0)) == 1

@@ -244,9 +244,9 @@ def test_lock_step_coverage_and_len(
 )
 def test_bucket_runs_are_plan_epoch(n: int, b: int, world: int, drop_last: bool) -> None:
     tail = "drop" if drop_last else "shrink"
-    seg = plan_segments([n], per_rank=b, dp_size=world, tail=tail).layout(0)
+    seg = plan_segments([n], per_rank=b, dp_size=world, tail=tail).blocks(0)
     assert seg == plan_epoch(n, per_rank=b, dp_size=world, tail=tail)
-    nemo = plan_segments([n], per_rank=b, dp_size=world, tail=tail, round_to=world).layout(0)
+    nemo = plan_segments([n], per_rank=b, dp_size=world, tail=tail, round_to=world).blocks(0)
     per_rank = -(-n // world)  # NeMo: pad to a multiple of R, chunk each rank's list by b
     assert nemo.full_blocks * b + nemo.tail_per_rank == (
         per_rank // b * b if drop_last else per_rank
@@ -561,7 +561,7 @@ def test_elastic_resume_continues_the_same_bucket_streams(drop_last: bool) -> No
     after = [i for s in new for b in run_epoch(s) for i in b]
 
     expected: list[int] = []
-    plan_old, plan_new = old[0].plan(0), new[0].plan(0)
+    plan_old, plan_new = old[0].bucket_plan(0), new[0].bucket_plan(0)
     assert np.array_equal(plan_old.buckets, plan_new.buckets)
     for k, j in enumerate(plan_old.buckets.tolist()):
         n = int(t.sizes[j])

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler as TorchDistributedSampler
 
-from dataorder.parallel.distributed import DistributedSampler, distributed_layout, epoch_order
+from dataorder.parallel.distributed import DistributedSampler, distributed_blocks, epoch_order
 
 # torchdata 0.11 calls a deprecated torch API on every StatefulDataLoader
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
@@ -191,7 +191,7 @@ def test_epoch_order_function() -> None:
         0,
         1,
     ]
-    lay = distributed_layout(10, 4, drop_last=True)
+    lay = distributed_blocks(10, 4, drop_last=True)
     assert (lay.num_batches, lay.total_positions, lay.dropped) == (2, 8, 2)
 
 

@@ -1016,7 +1016,7 @@ NOT_SWEPT = {
     "CursorSampler": "abstract base; its methods are swept on every sampler",
     "CursorBatchSampler": "abstract base; its methods are swept on every sampler",
     "EpochPlan": "returned by epoch_plan(); built by the samplers",
-    "EpochLayout": "returned by plan_epoch (swept), never built by hand",
+    "EpochBlocks": "returned by plan_epoch (swept), never built by hand",
     "SegmentPlan": "returned by plan_segments (swept)",
     "BucketEpochPlan": "returned by plan_bucket_epoch (swept)",
     "BucketTable": "built by BaseMultiresolutionDataset (swept) from checked input",

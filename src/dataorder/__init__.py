@@ -44,7 +44,7 @@ _EXPORTS: dict[str, str] = {
     "DataParallelError": "dataorder.parallel.verify",
     "DataParallelReport": "dataorder.parallel.verify",
     "DistributedSampler": "dataorder.parallel.distributed",
-    "EpochLayout": "dataorder.core.partition",
+    "EpochBlocks": "dataorder.core.partition",
     "EpochPlan": "dataorder.core.cursor",
     "FitResult": "dataorder.diffusion.fit",
     "Manifest": "dataorder.diffusion.manifest",
@@ -100,7 +100,7 @@ __all__ = [
     "DataParallelError",
     "DataParallelReport",
     "DistributedSampler",
-    "EpochLayout",
+    "EpochBlocks",
     "EpochPlan",
     "FitResult",
     "Manifest",
@@ -146,7 +146,7 @@ if TYPE_CHECKING:
     from dataorder.core.assembly import AssembledSampler
     from dataorder.core.cursor import CursorBatchSampler, CursorSampler, EpochPlan
     from dataorder.core.keys import derive_key
-    from dataorder.core.partition import EpochLayout, SegmentPlan, plan_epoch, plan_segments
+    from dataorder.core.partition import EpochBlocks, SegmentPlan, plan_epoch, plan_segments
     from dataorder.core.permutation import Permutation, permute_many
     from dataorder.core.topology import (
         Topology,

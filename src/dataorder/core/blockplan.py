@@ -1,6 +1,6 @@
 """An epoch that is one segment of global blocks: the plan of the Megatron and distributed samplers.
 
-:class:`BlockPlan` joins an :class:`~dataorder.core.partition.EpochLayout` (which positions each
+:class:`BlockPlan` joins an :class:`~dataorder.core.partition.EpochBlocks` (which positions each
 rank reads at each step) with the sampler's order (which sample a position holds), and answers
 the :class:`~dataorder.core.cursor.EpochPlan` questions with one global counter, ``consumed``:
 the positions all ranks together have taken in the epoch.
@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from dataorder.core.partition import EpochLayout, Split
+from dataorder.core.partition import EpochBlocks, Split
 
 __all__ = ["BlockPlan", "RowMaker"]
 
@@ -36,7 +36,7 @@ class BlockPlan(Generic[T]):
         make_rows: See :data:`RowMaker`.
     """
 
-    layout: EpochLayout
+    blocks: EpochBlocks
     split: Split
     make_rows: RowMaker[T]
     _rows: dict[int, Callable[[npt.NDArray[np.int64]], list[T]]] = field(
@@ -46,25 +46,25 @@ class BlockPlan(Generic[T]):
     @property
     def num_steps(self) -> int:
         """Batches every rank yields in the epoch."""
-        return self.layout.num_batches
+        return self.blocks.num_batches
 
     @property
     def dp_size(self) -> int:
         """Data-parallel ranks the blocks are cut for."""
-        return self.layout.dp_size
+        return self.blocks.dp_size
 
     def step_of(self, progress: Mapping[str, int], *, strict: bool = False) -> int:
-        """The step at ``progress["consumed"]`` (see :meth:`EpochLayout.step_of`)."""
-        return self.layout.step_of(progress["consumed"], strict=strict)
+        """The step at ``progress["consumed"]`` (see :meth:`EpochBlocks.step_of`)."""
+        return self.blocks.step_of(progress["consumed"], strict=strict)
 
     def describe(self, progress: Mapping[str, int], epoch: int) -> str:
         """Where ``progress`` stands in ``epoch``, in words."""
-        total = self.layout.total_positions
+        total = self.blocks.total_positions
         return f"{progress['consumed']} of {total} global positions of epoch {epoch}"
 
     def progress_at(self, step: int) -> dict[str, int]:
         """``{"consumed": positions taken after step steps}``."""
-        return {"consumed": self.layout.consumed_at(step)}
+        return {"consumed": self.blocks.consumed_at(step)}
 
     def batches(self, rank: int, start: int, stop: int) -> list[T]:
         """``rank``'s batches of steps ``start .. stop - 1``."""
@@ -72,7 +72,7 @@ class BlockPlan(Generic[T]):
         if rows is None:
             rows = self._rows[rank] = self.make_rows(rank)
         out: list[T] = []
-        for positions in self.layout.rank_positions(
+        for positions in self.blocks.rank_positions(
             rank=rank, split=self.split, start=start, stop=stop
         ):
             out += rows(positions)

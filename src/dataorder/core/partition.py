@@ -12,9 +12,9 @@ The end of the segment is handled for the whole block, never per rank, so every 
 the same number of batches of the same size (a per-rank drop is how DDP jobs hang):
 
 * ``"drop"``: only whole blocks (or whole ``unit``\\ s, e.g. a global batch) are used; the rest of
-  the segment is dropped, and :attr:`EpochLayout.dropped` says how many positions.
+  the segment is dropped, and :attr:`EpochBlocks.dropped` says how many positions.
 * ``"pad"``: the segment is extended to a whole number of blocks (or ``unit``\\ s); positions
-  ``>= n`` are padding, and :attr:`EpochLayout.padded` says how many.
+  ``>= n`` are padding, and :attr:`EpochBlocks.padded` says how many.
 * ``"shrink"``: whole blocks, then one smaller final block with ``ceil(t / dp_size)`` positions
   per rank for the ``t`` left over, padded by fewer than ``dp_size`` positions.
 
@@ -23,7 +23,7 @@ pads each bucket to a multiple of the number of ranks, then drops per rank). Pos
 are padding; what a padding slot holds (``None``, a repeated sample) is the sampler's choice.
 Nothing here knows about orders or randomness.
 
-One implementation serves one segment (:func:`plan_epoch`, an :class:`EpochLayout`) and many
+One implementation serves one segment (:func:`plan_epoch`, an :class:`EpochBlocks`) and many
 (:func:`plan_segments`, a :class:`SegmentPlan` whose arrays are vectorised over segments).
 
 Worked example (``n=10``, ``per_rank=2``, ``dp_size=2``, ``tail="pad"``)::
@@ -54,7 +54,7 @@ __all__ = [
     "MAX_POSITIONS",
     "SPLITS",
     "TAILS",
-    "EpochLayout",
+    "EpochBlocks",
     "SegmentPlan",
     "Split",
     "Tail",
@@ -101,7 +101,7 @@ def _cut(
 
 
 @dataclass(frozen=True)
-class EpochLayout:
+class EpochBlocks:
     """How one segment of ``n`` positions is cut into global blocks. Build with :func:`plan_epoch`.
 
     Attributes:
@@ -253,7 +253,7 @@ def plan_epoch(
     tail: Tail,
     unit: int | None = None,
     round_to: int = 1,
-) -> EpochLayout:
+) -> EpochBlocks:
     """Cut a segment of ``n`` positions into global blocks of ``per_rank * dp_size``.
 
     Args:
@@ -267,7 +267,7 @@ def plan_epoch(
         round_to: Pad the segment to a multiple of this many positions first.
 
     Returns:
-        The :class:`EpochLayout`.
+        The :class:`EpochBlocks`.
     """
     n = check_int("n", n, min_value=0, max_value=MAX_POSITIONS)
     per_rank, dp_size, checked, unit, round_to = _check_args(
@@ -277,7 +277,7 @@ def plan_epoch(
     full, tail_per_rank = _cut(
         one, np.array([per_rank], dtype=np.int64), dp_size, checked, np.array([unit]), round_to
     )
-    return EpochLayout(n, per_rank, dp_size, int(full[0]), int(tail_per_rank[0]))
+    return EpochBlocks(n, per_rank, dp_size, int(full[0]), int(tail_per_rank[0]))
 
 
 @dataclass(frozen=True, eq=False)
@@ -312,9 +312,9 @@ class SegmentPlan:
         """Steps (batches per rank) of all segments."""
         return int(self.offsets[-1])
 
-    def layout(self, k: int) -> EpochLayout:
-        """The :class:`EpochLayout` of segment ``k``."""
-        return EpochLayout(
+    def blocks(self, k: int) -> EpochBlocks:
+        """The :class:`EpochBlocks` of segment ``k``."""
+        return EpochBlocks(
             int(self.n[k]),
             int(self.per_rank[k]),
             self.dp_size,
@@ -383,3 +383,8 @@ def plan_segments(
     offsets = np.zeros(sizes.size + 1, dtype=np.int64)
     np.cumsum(full + (tail_per_rank > 0), out=offsets[1:])
     return SegmentPlan(sizes, per, dp_size, full, tail_per_rank, offsets)
+
+
+#: The 0.2 name of :class:`EpochBlocks` ("layout" now means only the data-parallel layout, the
+#: sizes a state records); kept so code written for 0.2 runs, to be removed in 0.4.
+EpochLayout = EpochBlocks

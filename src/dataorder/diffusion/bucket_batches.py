@@ -201,7 +201,7 @@ def batch_info(
 ) -> dict[str, Any]:
     """Step ``step`` of ``plan`` on ``rank`` (see ``SequentialBucketSampler.get_batch_info``)."""
     k, b = plan.locate(step)
-    layout = plan.run_layout(k)
+    layout = plan.run_blocks(k)
     bucket = int(plan.buckets[k])
     per = layout.batch_size_at(b)
     start = layout.batch_start(b)

@@ -55,7 +55,7 @@ from dataorder.core.keys import KEY_DERIVATION_VERSION, derive_key
 from dataorder.core.partition import (
     MAX_BATCH_SIZE,
     MAX_POSITIONS,
-    EpochLayout,
+    EpochBlocks,
     SegmentPlan,
     plan_segments,
 )
@@ -180,9 +180,9 @@ class BucketEpochPlan:
         """Padding slots (repeats of the bucket's own samples), summed over ranks."""
         return self.segments.padded
 
-    def run_layout(self, k: int) -> EpochLayout:
-        """The :class:`~dataorder.core.partition.EpochLayout` of run ``k``."""
-        return self.segments.layout(k)
+    def run_blocks(self, k: int) -> EpochBlocks:
+        """The :class:`~dataorder.core.partition.EpochBlocks` of run ``k``."""
+        return self.segments.blocks(k)
 
     def locate(self, step: int) -> tuple[int, int]:
         """``(run, batch in run)`` of the epoch's step ``step`` (O(log S))."""
@@ -482,7 +482,7 @@ class BucketEpoch:
             )
         if k == plan.num_runs:
             return plan.num_steps
-        layout = plan.run_layout(k)
+        layout = plan.run_blocks(k)
         try:
             return int(plan.segments.offsets[k]) + layout.step_of(consumed, strict=strict)
         except ValueError:
@@ -510,7 +510,7 @@ class BucketEpoch:
         k, b = self.plan.locate(step)
         if k >= self.plan.num_runs:
             return {"bucket": k, "consumed": 0}
-        return {"bucket": k, "consumed": b * self.plan.run_layout(k).block_size}
+        return {"bucket": k, "consumed": b * self.plan.run_blocks(k).block_size}
 
     def _order(self, k: int) -> Within:
         order = self._orders.get(k)
@@ -524,7 +524,7 @@ class BucketEpoch:
         step = start
         while step < stop:
             k, b = plan.locate(step)
-            layout = plan.run_layout(k)
+            layout = plan.run_blocks(k)
             end = min(stop - step, layout.num_batches - b) + b
             bucket = int(plan.buckets[k])
             n = int(plan.bucket_sizes[bucket])

@@ -1,7 +1,7 @@
 """The diffusion bucket sampler: one bucket at a time, every rank in lock-step, exact O(1) resume.
 
-:class:`SequentialBucketSampler` is a drop-in for NeMo Automodel's sampler of the same name, used
-as ``DataLoader(dataset, batch_sampler=sampler)`` over a
+:class:`BucketSampler` (and :class:`SequentialBucketSampler`, its name in NeMo Automodel, of which
+it is a drop-in) is used as ``DataLoader(dataset, batch_sampler=sampler)`` over a
 :class:`~dataorder.diffusion.multires.BaseMultiresolutionDataset`. Each item it yields is one
 rank's batch: dataset indices that all share one bucket (one resolution). A bucket is a shape: a
 video dataset's buckets are ``(w, h, frames)`` and are read the same way, with dynamic batch
@@ -32,6 +32,7 @@ mode a state saved on 8 ranks continues on 4 (or any ``R'`` with ``b_j x R'`` di
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -77,7 +78,7 @@ from dataorder.diffusion.bucket_plan import (
 from dataorder.diffusion.compat_nemo import NEMO_BUCKET_MODE
 from dataorder.diffusion.table import BucketTable
 
-__all__ = ["BUCKET_MODES", "COMPAT_MODES", "SequentialBucketSampler"]
+__all__ = ["BUCKET_MODES", "COMPAT_MODES", "BucketSampler", "SequentialBucketSampler"]
 
 Compat = Literal["default", "nemo"]
 
@@ -133,14 +134,12 @@ def _digest_field(name: str, read: Any) -> Field:
     return Field(name, read)
 
 
-class SequentialBucketSampler(
-    AssembledSampler[list[int]], CursorBatchSampler[list[int]], Sampler[list[int]]
-):
+class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], Sampler[list[int]]):
     """Batches of one bucket at a time, the same bucket and batch size on every rank at each step.
 
     Two bucket orders (NOTE [ Interleaved buckets ] in :mod:`dataorder.diffusion.bucket_plan`):
-    ``"sequential"`` (the default, what the class name promises, and NeMo's) runs each bucket
-    to its end before the next; ``"interleaved"`` spreads chunks of ``interleave_unit`` global
+    ``"sequential"`` (the default, and NeMo's: :class:`SequentialBucketSampler` is NeMo's name
+    of this class) runs each bucket to its end before the next; ``"interleaved"`` spreads chunks of ``interleave_unit`` global
     batches of every bucket evenly through the epoch, so every stretch of training sees the
     dataset's mixture of shapes (each step still reads one shape on every rank). Choose
     interleaved for training from scratch or fine-tuning on many shapes, where long runs of one
@@ -193,7 +192,7 @@ class SequentialBucketSampler(
     >>> from dataorder.diffusion.multires import BaseMultiresolutionDataset
     >>> ds = BaseMultiresolutionDataset.from_bucket_ids(
     ...     [0, 0, 0, 0, 0, 1, 1, 1], resolutions=[(256, 256), (320, 192)])
-    >>> s = SequentialBucketSampler(ds, base_batch_size=2, drop_last=False,
+    >>> s = BucketSampler(ds, base_batch_size=2, drop_last=False,
     ...     shuffle_buckets=False, shuffle_within_bucket=False, num_replicas=2, rank=1)
     >>> list(s), s.samples_padded
     ([[6, 5], [1, 3], [0]], 2)
@@ -212,7 +211,7 @@ class SequentialBucketSampler(
     ``compat="nemo"`` records ``config.num_replicas`` and NeMo's ``batches_yielded`` instead,
     NOTE [ NeMo bucket states ]):
 
-    >>> s = SequentialBucketSampler(ds, base_batch_size=2, drop_last=False,
+    >>> s = BucketSampler(ds, base_batch_size=2, drop_last=False,
     ...     shuffle_buckets=False, shuffle_within_bucket=False, num_replicas=2, rank=0)
     >>> _ = next(iter(s))
     >>> s.state_dict()  # doctest: +NORMALIZE_WHITESPACE
@@ -341,7 +340,7 @@ class SequentialBucketSampler(
         )
         # Batch counts, drops and pads do not depend on the order, so one plan tells them all.
         check_something_to_train(
-            self.plan(0),
+            self.bucket_plan(0),
             drop_last=self._drop_last,
             base_batch_size=self._base_batch_size,
             dynamic=self._dynamic,
@@ -372,7 +371,7 @@ class SequentialBucketSampler(
 
     def longest_shape_run(self, epoch: int | None = None) -> int:
         """The longest stretch of consecutive steps of ``epoch`` that read one bucket."""
-        return longest_shape_run(self.plan(epoch))
+        return longest_shape_run(self.bucket_plan(epoch))
 
     @property
     def base_batch_size(self) -> int:
@@ -430,13 +429,22 @@ class SequentialBucketSampler(
         return self._topology.dp_rank
 
     # -- planning ---------------------------------------------------------------------------------
-    def plan(self, epoch: int | None = None) -> BucketEpochPlan:
+    def bucket_plan(self, epoch: int | None = None) -> BucketEpochPlan:
         """The :class:`~dataorder.diffusion.bucket_plan.BucketEpochPlan` of ``epoch`` (default:
-        the cursor's epoch) on this layout."""
+        the cursor's epoch) on this layout: its runs of buckets and their global batches (the
+        bucket view of :meth:`epoch_plan`)."""
         plan = self.epoch_plan(epoch)
         if not isinstance(plan, BucketEpoch):  # pragma: no cover - what _make_plan builds
             raise TypeError(f"unexpected epoch plan {plan!r}")
         return plan.plan
+
+    def plan(self, epoch: int | None = None) -> BucketEpochPlan:
+        """Deprecated 0.2 name of :meth:`bucket_plan` (beside :meth:`epoch_plan` it read as a
+        second plan of the epoch)."""
+        warnings.warn(
+            f"{type(self).__name__}.plan() is deprecated; use .bucket_plan()", DeprecationWarning, 2
+        )
+        return self.bucket_plan(epoch)
 
     def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BucketEpoch:
         # a layout field the order's config records is not repeated in the layout (NeMo's mode)
@@ -473,12 +481,12 @@ class SequentialBucketSampler(
     @property
     def samples_dropped(self) -> int:
         """Samples no rank reads in an epoch (``drop_last=True`` only), summed over ranks."""
-        return self.plan(0).samples_dropped
+        return self.bucket_plan(0).samples_dropped
 
     @property
     def samples_padded(self) -> int:
         """Slots per epoch that repeat a sample of their bucket, summed over ranks."""
-        return self.plan(0).samples_padded
+        return self.bucket_plan(0).samples_padded
 
     # -- inspection -------------------------------------------------------------------------------
     def get_batch_info(self, batch_idx: int, *, epoch: int | None = None) -> dict[str, Any]:
@@ -505,13 +513,13 @@ class SequentialBucketSampler(
                 here, in every mode).
         """
         e = self._epoch if epoch is None else check_int("epoch", epoch, min_value=0)
-        plan = self.plan(e)
+        plan = self.bucket_plan(e)
         batch_idx = check_int("batch_idx", batch_idx, min_value=0, max_value=plan.num_steps - 1)
         return batch_info(plan, self._table, batch_idx, rank=self.rank, epoch=e)
 
     def __repr__(self) -> str:
         return (
-            f"SequentialBucketSampler(buckets={self._table.num_buckets}, "
+            f"{type(self).__name__}(buckets={self._table.num_buckets}, "
             f"samples={self._table.num_samples}, base_batch_size={self.base_batch_size}, "
             f"drop_last={self.drop_last}, shuffle_buckets={self.shuffle_buckets}, "
             f"shuffle_within_bucket={self.shuffle_within_bucket}, "
@@ -520,3 +528,13 @@ class SequentialBucketSampler(
             f"epoch={self._epoch}, bucket={self._position['bucket']}, "
             f"consumed={self._position['consumed']})"
         )
+
+
+class SequentialBucketSampler(BucketSampler):
+    """NeMo Automodel's name of :class:`BucketSampler`: the same class, arguments and states.
+
+    A drop-in for NeMo's ``SequentialBucketSampler``: its buckets come one after another, in
+    NeMo's order with ``compat="nemo"``. ``bucket_order="interleaved"`` still works here (the 0.2
+    spelling), but reads against the name; write ``BucketSampler(..., bucket_order=
+    "interleaved")``.
+    """

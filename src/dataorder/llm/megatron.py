@@ -45,6 +45,7 @@ during training (:mod:`dataorder.llm.schedule`) needs no change here.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -65,7 +66,7 @@ from dataorder.core.assembly import (
 from dataorder.core.blockplan import BlockPlan
 from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import MAX_SEED
-from dataorder.core.partition import MAX_POSITIONS, EpochLayout
+from dataorder.core.partition import MAX_POSITIONS, EpochBlocks
 from dataorder.core.permutation import MAX_DOMAIN
 from dataorder.core.state import MAX_EPOCH
 from dataorder.core.topology import Topology
@@ -233,7 +234,7 @@ class BaseMegatronSampler(
         self._pad = pad
         self._spec = EpochSpec(self._n, self._mbs, self._dp, self._drop_last, gbs, pad)
         self._strategy: MegatronOrder = self._build_order(self._spec)
-        self._layout = plan_megatron_epoch(
+        self._blocks = plan_megatron_epoch(
             self._n,
             self._mbs,
             self._dp,
@@ -241,7 +242,7 @@ class BaseMegatronSampler(
             global_batch_size=gbs,
             pad_samples_to_global_batch_size=pad,
         )
-        if self._layout.num_batches == 0:
+        if self._blocks.num_batches == 0:
             what = (
                 f"at least one global batch (global_batch_size={gbs})"
                 if gbs is not None
@@ -259,7 +260,7 @@ class BaseMegatronSampler(
 
     def _from_consumed_samples(self, consumed_samples: int) -> tuple[int, dict[str, int]]:
         """``(epoch, progress)`` of Megatron's run-wide count (see NOTE [ consumed_samples ])."""
-        layout = self._layout
+        layout = self._blocks
         epoch, consumed = divmod(consumed_samples, layout.total_positions)
         if epoch > MAX_EPOCH:
             fail(
@@ -328,24 +329,32 @@ class BaseMegatronSampler(
         return self._pad
 
     @property
-    def layout(self) -> EpochLayout:
+    def blocks(self) -> EpochBlocks:
         """The epoch's global blocks (the same on every rank)."""
-        return self._layout
+        return self._blocks
+
+    @property
+    def layout(self) -> EpochBlocks:
+        """Deprecated 0.2 name of :attr:`blocks` ("layout" is the data-parallel layout)."""
+        warnings.warn(
+            f"{type(self).__name__}.layout is deprecated; use .blocks", DeprecationWarning, 2
+        )
+        return self.blocks
 
     @property
     def samples_dropped(self) -> int:
         """Samples no rank reads in an epoch (summed over ranks)."""
-        return self._layout.dropped
+        return self._blocks.dropped
 
     @property
     def samples_padded(self) -> int:
         """Padding slots (``None``) per epoch, summed over ranks."""
-        return self._layout.padded
+        return self._blocks.padded
 
     @property
     def consumed_samples(self) -> int:
         """Megatron's run-wide count: ``epoch x positions per epoch + consumed in the epoch``."""
-        return self._epoch * self._layout.total_positions + self._position["consumed"]
+        return self._epoch * self._blocks.total_positions + self._position["consumed"]
 
     def __repr__(self) -> str:
         return (
@@ -364,7 +373,7 @@ class BaseMegatronSampler(
         mbs = check_int("micro_batch_size", layout["micro_batch_size"], min_value=1)
         dp = check_int("data_parallel_size", layout["data_parallel_size"], min_value=1)
         if (mbs, dp) == (self._mbs, self._dp):
-            lay, spec, order = self._layout, self._spec, self._strategy
+            lay, spec, order = self._blocks, self._spec, self._strategy
         else:
             if self._gbs is not None and self._gbs % (mbs * dp):
                 fail(

@@ -57,7 +57,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder.core.keys import KEY_DERIVATION_VERSION, derive_key
-from dataorder.core.partition import EpochLayout, plan_epoch
+from dataorder.core.partition import EpochBlocks, plan_epoch
 from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
 from dataorder.core.state import Scalar
 
@@ -124,13 +124,13 @@ def plan_megatron_epoch(
     drop_last: bool,
     global_batch_size: int | None = None,
     pad_samples_to_global_batch_size: bool = False,
-) -> EpochLayout:
+) -> EpochBlocks:
     """The global blocks of one epoch under Megatron's tail rules (see the module docstring).
 
     Arguments are not validated here; the samplers validate them first.
 
     Returns:
-        The :class:`~dataorder.core.partition.EpochLayout` with ``per_rank=micro_batch_size`` and
+        The :class:`~dataorder.core.partition.EpochBlocks` with ``per_rank=micro_batch_size`` and
         ``dp_size=data_parallel_size``.
     """
     if drop_last:

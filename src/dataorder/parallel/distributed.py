@@ -31,6 +31,7 @@ index, not a Python list), and keeps everything else: state, resume, mesh, paddi
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any, Literal, Protocol
 
@@ -44,7 +45,7 @@ from dataorder.core.assembly import recorded as recorded_arg
 from dataorder.core.batching import INDICES
 from dataorder.core.blockplan import BlockPlan
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
-from dataorder.core.partition import EpochLayout, plan_epoch
+from dataorder.core.partition import EpochBlocks, plan_epoch
 from dataorder.core.permutation import MAX_DOMAIN, PERMUTATION_VERSION, Permutation
 from dataorder.core.state import Scalar
 from dataorder.core.topology import Topology, resolve_topology
@@ -56,7 +57,7 @@ __all__ = [
     "DistributedSampler",
     "IndexOrder",
     "KeyedOrder",
-    "distributed_layout",
+    "distributed_blocks",
     "epoch_order",
 ]
 
@@ -66,7 +67,7 @@ _CHUNK = 1 << 16  # positions per vectorised chunk: ~0.5 MB of int64, a few ms o
 Order = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
 
 
-def distributed_layout(dataset_size: int, num_replicas: int, drop_last: bool) -> EpochLayout:
+def distributed_blocks(dataset_size: int, num_replicas: int, drop_last: bool) -> EpochBlocks:
     """The epoch's global blocks, exactly as torch's DistributedSampler cuts them.
 
     One block is one index on each of ``num_replicas`` ranks, split strided (rank ``r`` takes
@@ -80,7 +81,7 @@ def distributed_layout(dataset_size: int, num_replicas: int, drop_last: bool) ->
         drop_last: Drop the tail (True) or pad it (False).
 
     Returns:
-        The :class:`~dataorder.core.partition.EpochLayout` (``per_rank=1``,
+        The :class:`~dataorder.core.partition.EpochBlocks` (``per_rank=1``,
         ``dp_size=num_replicas``).
     """
     return plan_epoch(
@@ -342,7 +343,7 @@ class DistributedSampler(AssembledSampler[int], _TorchDistributedSampler[int]):
             raise
         self._strategy: IndexOrder = mode.build(self._seed)
         self.dataset = dataset  # type: ignore[assignment]  # torch types it Dataset; only len() is used
-        self._layout = distributed_layout(self._n, self._topology.dp_size, self._drop_last)
+        self._blocks = distributed_blocks(self._n, self._topology.dp_size, self._drop_last)
 
     # -- torch's attributes, read-only -----------------------------------------------------------
     @property
@@ -373,12 +374,12 @@ class DistributedSampler(AssembledSampler[int], _TorchDistributedSampler[int]):
     @property
     def num_samples(self) -> int:  # type: ignore[override]
         """Indices every rank gets in a whole epoch (torch's ``num_samples``)."""
-        return self._layout.num_batches
+        return self._blocks.num_batches
 
     @property
     def total_size(self) -> int:  # type: ignore[override]
         """Global positions in an epoch, padding included (torch's ``total_size``)."""
-        return self._layout.total_positions
+        return self._blocks.total_positions
 
     @property
     def epoch(self) -> int:
@@ -424,19 +425,27 @@ class DistributedSampler(AssembledSampler[int], _TorchDistributedSampler[int]):
         return self._topology
 
     @property
-    def layout(self) -> EpochLayout:
+    def blocks(self) -> EpochBlocks:
         """The epoch's global blocks (the same on every rank)."""
-        return self._layout
+        return self._blocks
+
+    @property
+    def layout(self) -> EpochBlocks:
+        """Deprecated 0.2 name of :attr:`blocks` ("layout" is the data-parallel layout)."""
+        warnings.warn(
+            f"{type(self).__name__}.layout is deprecated; use .blocks", DeprecationWarning, 2
+        )
+        return self.blocks
 
     @property
     def samples_dropped(self) -> int:
         """Samples no rank reads in an epoch (``drop_last=True``), summed over ranks."""
-        return self._layout.dropped
+        return self._blocks.dropped
 
     @property
     def samples_padded(self) -> int:
         """Padding slots per epoch (repeats of the epoch's first samples), summed over ranks."""
-        return self._layout.padded
+        return self._blocks.padded
 
     @property
     def num_padding(self) -> int:
@@ -482,9 +491,9 @@ class DistributedSampler(AssembledSampler[int], _TorchDistributedSampler[int]):
     def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BlockPlan[int]:
         dp_size = check_int("num_replicas", layout["num_replicas"], min_value=1)
         lay = (
-            self._layout
+            self._blocks
             if dp_size == self.num_replicas
-            else distributed_layout(self._n, dp_size, self._drop_last)
+            else distributed_blocks(self._n, dp_size, self._drop_last)
         )
         orders: list[Order] = []  # built at the first batch asked for, then shared by all ranks
         n = self._n
@@ -501,3 +510,7 @@ class DistributedSampler(AssembledSampler[int], _TorchDistributedSampler[int]):
             return rows
 
         return BlockPlan(lay, "strided", make_rows)
+
+
+#: The 0.2 name of :func:`distributed_blocks`; to be removed in 0.4.
+distributed_layout = distributed_blocks

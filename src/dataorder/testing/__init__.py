@@ -2,7 +2,8 @@
 
 :mod:`dataorder.testing.contract` holds the direct checks (partition, ``len()``, resume, peek,
 elasticity, ``batch_at``); :mod:`dataorder.testing.recipes` the same promises in the training
-loops people run (DataLoader, StatefulDataLoader, Accelerate, Lightning). :func:`check_contract` (:mod:`dataorder.testing.suite`) runs both.
+loops people run (DataLoader, StatefulDataLoader, Accelerate, Lightning).
+:func:`check_contract` (:mod:`dataorder.testing.suite`) runs both.
 """
 
 from dataorder.testing.contract import (

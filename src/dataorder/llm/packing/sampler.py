@@ -51,7 +51,7 @@ from dataorder.core.assembly import (
 from dataorder.core.batching import coverage
 from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
-from dataorder.core.partition import EpochLayout, plan_epoch
+from dataorder.core.partition import EpochBlocks, plan_epoch
 from dataorder.core.permutation import PERMUTATION_VERSION
 from dataorder.core.state import Scalar
 from dataorder.core.topology import Topology
@@ -104,36 +104,36 @@ class DealtBlocks:
         rows: See :data:`RowsAt`.
     """
 
-    layout: EpochLayout
+    blocks: EpochBlocks
     rows: RowsAt
 
     @property
     def num_steps(self) -> int:
         """Micro-batches every rank yields in the epoch."""
-        return self.layout.num_batches
+        return self.blocks.num_batches
 
     @property
     def dp_size(self) -> int:
         """Data-parallel ranks the blocks are cut for."""
-        return self.layout.dp_size
+        return self.blocks.dp_size
 
     def step_of(self, progress: Mapping[str, int], *, strict: bool = False) -> int:
         """The step at ``progress["consumed"]`` rows."""
-        return self.layout.step_of(progress["consumed"], strict=strict)
+        return self.blocks.step_of(progress["consumed"], strict=strict)
 
     def progress_at(self, step: int) -> dict[str, int]:
         """``{"consumed": rows taken after step steps}``."""
-        return {"consumed": self.layout.consumed_at(step)}
+        return {"consumed": self.blocks.consumed_at(step)}
 
     def describe(self, progress: Mapping[str, int], epoch: int) -> str:
         """Where ``progress`` stands in ``epoch``, in words."""
-        return f"{progress['consumed']} of {self.layout.total_positions} rows of epoch {epoch}"
+        return f"{progress['consumed']} of {self.blocks.total_positions} rows of epoch {epoch}"
 
-    def blocks(self, start: int, stop: int) -> tuple[list[Row], IntArray]:
+    def step_rows(self, start: int, stop: int) -> tuple[list[Row], IntArray]:
         """Rows and costs of the blocks of steps ``start .. stop - 1``, all ranks, in order."""
-        b = self.layout.block_size
+        b = self.blocks.block_size
         positions = np.arange(start * b, stop * b, dtype=np.int64)
-        real = positions < self.layout.n
+        real = positions < self.blocks.n
         rows: list[Row] = [()] * positions.size
         costs = np.zeros(positions.size, dtype=np.int64)
         if real.any():
@@ -145,9 +145,9 @@ class DealtBlocks:
 
     def batches(self, rank: int, start: int, stop: int) -> list[list[Row]]:
         """``rank``'s micro-batches of steps ``start .. stop - 1``."""
-        lay = self.layout
+        lay = self.blocks
         b = lay.block_size
-        rows, costs = self.blocks(start, stop)
+        rows, costs = self.step_rows(start, stop)
         out = []
         for k in range(stop - start):
             dealt = deal(costs[k * b : (k + 1) * b], lay.per_rank, lay.dp_size)[rank]
@@ -218,7 +218,7 @@ def _lengths_field() -> Field:
 
 
 def _position_of(sampler: PackedSampler) -> str:
-    text = sampler.blocks().describe(sampler.progress, sampler.epoch)
+    text = sampler.dealt_blocks().describe(sampler.progress, sampler.epoch)
     if sampler.mixture is None:
         return text
     first, end = sampler.order.epoch_bounds(sampler.epoch)
@@ -497,7 +497,7 @@ class PackedSampler(
         key = derive_key(self._seed, epoch=0, stream=_STREAM, purpose="source", extra=(source,))
         return key >> 1  # a seed is below 2**63
 
-    def _one_layout(self, mbs: int, dp: int) -> EpochLayout:
+    def _one_layout(self, mbs: int, dp: int) -> EpochBlocks:
         return plan_megatron_epoch(
             self.plans[0].rows_per_epoch,
             mbs,
@@ -635,8 +635,8 @@ class PackedSampler(
         return dropped, padded
 
     def _count_mixture(self) -> tuple[int, int]:
-        plan = self.blocks()
-        rows, _ = plan.blocks(0, plan.num_steps)
+        plan = self.dealt_blocks()
+        rows, _ = plan.step_rows(0, plan.num_steps)
         spans = PackedRows(self.seq_len).spans(rows)
         covered = coverage(spans)
         universe = sum(int(p.lengths.total_tokens) for p in self.plans)
@@ -671,7 +671,7 @@ class PackedSampler(
             f"consumed={self._position['consumed']})"
         )
 
-    def blocks(self, epoch: int | None = None) -> DealtBlocks:
+    def dealt_blocks(self, epoch: int | None = None) -> DealtBlocks:
         """The :class:`DealtBlocks` of ``epoch`` (default: the cursor's) on this layout."""
         plan = self.epoch_plan(epoch)
         if not isinstance(plan, DealtBlocks):  # pragma: no cover - what _make_plan builds

@@ -24,99 +24,25 @@ import dataorder
 
 OUT = Path(__file__).resolve().parent / "api.md"
 
-#: Modules in reading order, by layer; any other public module is appended alphabetically.
-ORDER = (
-    "core",
-    "core.permutation",
-    "core.keys",
-    "core.apportion",
-    "core.partition",
-    "core.blockplan",
-    "core.state",
-    "core.cursor",
-    "core.topology",
-    "llm",
-    "llm.placement",
-    "llm.megatron",
-    "llm.factory",
-    "llm.orders",
-    "llm.compat_nemo",
-    "llm.compat_megatron",
-    "llm.schedule",
-    "llm.mixture",
-    "llm.blend",
-    "llm.blend_order",
-    "parallel",
-    "parallel.distributed",
-    "parallel.compat_torch",
-    "parallel.verify",
-    "parallel.checks",
-    "diffusion",
-    "diffusion.lattice",
-    "diffusion.lookup",
-    "diffusion.buckets",
-    "diffusion.bucket_rules",
-    "diffusion.fit",
-    "diffusion.fit_rule",
-    "diffusion.fit_candidates",
-    "diffusion.fit_bins",
-    "diffusion.fit_programme",
-    "diffusion.cost",
-    "diffusion.video",
-    "diffusion.video_presets",
-    "diffusion.video_frames",
-    "diffusion.video_assign",
-    "diffusion.crop",
-    "diffusion.scan",
-    "diffusion.scan_files",
-    "diffusion.video_probe",
-    "diffusion.video_scan",
-    "diffusion.manifest",
-    "diffusion.table",
-    "diffusion.stats",
-    "diffusion.multires",
-    "diffusion.bucket_plan",
-    "diffusion.bucket_batches",
-    "diffusion.bucket_checkpoints",
-    "diffusion.bucket_sampler",
-    "diffusion.compat_nemo",
-    "integrations",
-    "integrations.common",
-    "integrations.dcp",
-    "integrations.nemo_automodel",
-    "integrations.megatron_lm",
-    "integrations.hf_trainer",
-    "integrations.torchtitan",
-    "testing",
-    "testing.contract",
-    "testing.recipes",
-    "tools",
-    "tools.cli",
-    "tools.output",
-    "tools.demo_cli",
-    "tools.buckets",
-    "tools.scan",
-    "tools.inspect_state",
-    "tools.plan",
-    "tools.demo",
-    "tools.demo_config",
-    "tools.demo_data",
-    "tools.demo_samplers",
-    "tools.demo_job",
-    "tools.demo_checks",
-    "tools.plots",
-)
+#: The subpackages in layer order (tests/test_layers.py): the page follows it, each subpackage
+#: first, then its modules alphabetically; a subpackage's docstring is its reading guide.
+LAYERS = ("core", "llm", "parallel", "diffusion", "integrations", "testing", "tools")
 
 
 def public_modules() -> list[str]:
-    """Dotted names below ``dataorder`` of every public module and subpackage."""
+    """Dotted names below ``dataorder`` of every public module and subpackage, by layer."""
     found = {
         m.name.removeprefix("dataorder.")
         for m in pkgutil.walk_packages(dataorder.__path__, prefix="dataorder.")
         if not any(part.startswith("_") for part in m.name.split("."))
         and not m.name.startswith("dataorder.data")
     }
-    return [m for m in ORDER if m in found] + sorted(found - set(ORDER))
+
+    def key(name: str) -> tuple[int, str]:
+        top = name.split(".")[0]
+        return (LAYERS.index(top) if top in LAYERS else len(LAYERS), name)
+
+    return sorted(found, key=key)
 
 
 def _annotation(value: Any) -> str:
@@ -217,14 +143,19 @@ def render() -> str:
         "(`tests/test_examples.py` checks that this page is current). Each module lists the "
         "names of its `__all__`.\n",
         "## `import dataorder`\n",
-        "| name | defined in |",
+        "Every subpackage exports its names; `import dataorder` re-exports those of "
+        + ", ".join(f"`dataorder.{p}`" for p in dataorder.PACKAGES)
+        + " (plus `samplers()`). The training stacks are `dataorder.integrations`, the contract "
+        "suite `dataorder.testing`.\n",
+        "| subpackage | names |",
         "| --- | --- |",
     ]
-    exports = getattr(dataorder, "_EXPORTS", {})
-    for name in dataorder.__all__:
-        where = exports.get(name)
-        link = f"[`{where}`](#{where.replace('.', '')})" if where else "`dataorder`"
-        lines.append(f"| `{name}` | {link} |")
+    for package in dataorder.PACKAGES:
+        names = importlib.import_module(f"dataorder.{package}").__all__
+        anchor = f"dataorder{package}"
+        lines.append(
+            f"| [`dataorder.{package}`](#{anchor}) | " + ", ".join(f"`{n}`" for n in names) + " |"
+        )
     lines.append("")
     modules = public_modules()
     lines.append(

@@ -38,11 +38,41 @@ def test_the_version_is_the_package_metadata_version() -> None:
 
 
 def test_public_names_are_sorted_and_importable() -> None:
+    import importlib
+
     import dataorder
 
+    # each subpackage lists its own names once; the top level is their union, with no name
+    # claimed by two subpackages
+    seen: dict[str, str] = {}
+    for package in dataorder.PACKAGES:
+        module = importlib.import_module(f"dataorder.{package}")
+        names = list(module.__all__)
+        assert names == sorted(names), package
+        for name in names:
+            assert name not in seen, f"{name} in both {seen.get(name)} and {package}"
+            seen[name] = package
+            assert getattr(module, name).__doc__, f"dataorder.{package}.{name} has no docstring"
     assert dataorder.__all__ == sorted(dataorder.__all__)
-    assert set(dataorder.__all__) == set(dataorder._EXPORTS) | {"__version__"}
+    assert set(dataorder.__all__) == set(seen) | {"__version__", "samplers"}
     for name in dataorder.__all__:
         assert getattr(dataorder, name) is not None
-        if name != "__version__":
-            assert getattr(dataorder, name).__doc__, f"{name} has no docstring"
+    assert dataorder.PackedSampler is importlib.import_module("dataorder.llm").PackedSampler
+
+
+def test_the_lazy_package_types_what_it_exports() -> None:
+    """dataorder.diffusion imports its names lazily (no torch for the bucket tables); its typing
+    block, for type checkers, must name exactly what it exports, from the module that has it."""
+    import ast
+
+    import dataorder.diffusion as diffusion
+
+    tree = ast.parse((ROOT / "src/dataorder/diffusion/__init__.py").read_text())
+    typed: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for stmt in node.body:
+                assert isinstance(stmt, ast.ImportFrom)
+                for alias in stmt.names:
+                    typed[alias.name] = str(stmt.module).removeprefix("dataorder.diffusion.")
+    assert typed == diffusion._EXPORTS

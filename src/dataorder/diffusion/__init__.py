@@ -1,2 +1,86 @@
-"""Diffusion: resolution buckets, image scans, multi-resolution datasets and lock-step bucket
-samplers."""
+"""Diffusion: resolution and video buckets, fits, scans, manifests, multi-resolution datasets and
+the lock-step bucket sampler.
+
+Lazy: ``import dataorder.diffusion.buckets`` (and every module but the sampler's) never imports
+torch, so the command line's bucket tables and scans start fast; a name below is imported when
+it is first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Every public name of the package -> the module that defines it (one list: ``__all__`` and the
+#: lazy import both read it; tests/test_static.py checks the typing block below against it).
+_EXPORTS: dict[str, str] = {
+    "BaseMultiresolutionDataset": "multires",
+    "BucketEpochPlan": "bucket_plan",
+    "BucketSampler": "bucket_sampler",
+    "BucketStats": "stats",
+    "BucketTable": "table",
+    "CostModel": "cost",
+    "CropResult": "crop",
+    "FitResult": "fit",
+    "Manifest": "manifest",
+    "MultiTierBucketCalculator": "buckets",
+    "SequentialBucketSampler": "bucket_sampler",
+    "VideoBucketCalculator": "video",
+    "VideoScan": "video_scan",
+    "bucket_stats": "stats",
+    "build_manifest": "manifest",
+    "format_bucket_table": "stats",
+    "manifest_from_scan": "manifest",
+    "plan_bucket_epoch": "bucket_plan",
+    "plot_bucket_stats": "stats",
+    "read_manifest": "manifest",
+    "resize_and_crop": "crop",
+    "scan_images": "scan",
+    "scan_videos": "video_scan",
+    "write_manifest": "manifest",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
+    from dataorder.diffusion.bucket_plan import BucketEpochPlan as BucketEpochPlan
+    from dataorder.diffusion.bucket_plan import plan_bucket_epoch as plan_bucket_epoch
+    from dataorder.diffusion.bucket_sampler import BucketSampler as BucketSampler
+    from dataorder.diffusion.bucket_sampler import (
+        SequentialBucketSampler as SequentialBucketSampler,
+    )
+    from dataorder.diffusion.buckets import MultiTierBucketCalculator as MultiTierBucketCalculator
+    from dataorder.diffusion.cost import CostModel as CostModel
+    from dataorder.diffusion.crop import CropResult as CropResult
+    from dataorder.diffusion.crop import resize_and_crop as resize_and_crop
+    from dataorder.diffusion.fit import FitResult as FitResult
+    from dataorder.diffusion.manifest import Manifest as Manifest
+    from dataorder.diffusion.manifest import build_manifest as build_manifest
+    from dataorder.diffusion.manifest import manifest_from_scan as manifest_from_scan
+    from dataorder.diffusion.manifest import read_manifest as read_manifest
+    from dataorder.diffusion.manifest import write_manifest as write_manifest
+    from dataorder.diffusion.multires import (
+        BaseMultiresolutionDataset as BaseMultiresolutionDataset,
+    )
+    from dataorder.diffusion.scan import scan_images as scan_images
+    from dataorder.diffusion.stats import BucketStats as BucketStats
+    from dataorder.diffusion.stats import bucket_stats as bucket_stats
+    from dataorder.diffusion.stats import format_bucket_table as format_bucket_table
+    from dataorder.diffusion.stats import plot_bucket_stats as plot_bucket_stats
+    from dataorder.diffusion.table import BucketTable as BucketTable
+    from dataorder.diffusion.video import VideoBucketCalculator as VideoBucketCalculator
+    from dataorder.diffusion.video_scan import VideoScan as VideoScan
+    from dataorder.diffusion.video_scan import scan_videos as scan_videos
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dataorder.diffusion' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"dataorder.diffusion.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

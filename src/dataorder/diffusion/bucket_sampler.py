@@ -139,12 +139,12 @@ class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], 
 
     Two bucket orders (NOTE [ Interleaved buckets ] in :mod:`dataorder.diffusion.bucket_plan`):
     ``"sequential"`` (the default, and NeMo's: :class:`SequentialBucketSampler` is NeMo's name
-    of this class) runs each bucket to its end before the next; ``"interleaved"`` spreads chunks of ``interleave_unit`` global
-    batches of every bucket evenly through the epoch, so every stretch of training sees the
-    dataset's mixture of shapes (each step still reads one shape on every rank). Choose
-    interleaved for training from scratch or fine-tuning on many shapes, where long runs of one
-    shape bias the updates; sequential when a bucket's batches should stay together (profiling
-    one shape, or reproducing NeMo).
+    of this class) runs each bucket to its end before the next; ``"interleaved"`` spreads
+    chunks of ``interleave_unit`` global batches of every bucket evenly through the epoch, so
+    every stretch of training sees the dataset's mixture of shapes (each step still reads one
+    shape on every rank). Choose interleaved for training from scratch or fine-tuning on many
+    shapes, where long runs of one shape bias the updates; sequential when a bucket's batches
+    should stay together (profiling one shape, or reproducing NeMo).
 
     Args:
         dataset: A :class:`~dataorder.diffusion.multires.BaseMultiresolutionDataset`, or any

@@ -1,1 +1,44 @@
-"""LLM pretraining: Megatron-style micro-batch samplers, batch-size schedules and mixtures."""
+"""LLM pretraining and fine-tuning: micro-batch samplers, batch-size schedules, mixtures, packing.
+
+==========================  ==================================================================
+module                      what it is
+==========================  ==================================================================
+``megatron``                Megatron-LM's and NeMo's "single" and "cyclic" micro-batch samplers
+``orders``                  their orders (compat modes: ``compat_nemo``, ``compat_megatron``)
+``placement``               the micro-batch size and data-parallel place they share
+``factory``                 NeMo's ``create_megatron_sampler``
+``schedule``                global batch-size schedules (Megatron's ramp-up)
+``mixture``                 mixture weights and schedules, and their exact counts
+``blend_order``, ``blend``  mixtures exact in every global batch (``BlendedSampler``)
+``packing``                 packed rows of tokens as a pure function (``PackedSampler``)
+==========================  ==================================================================
+
+Nothing here imports torch until tensors are made.
+"""
+
+from dataorder.llm.blend import BlendedSampler
+from dataorder.llm.factory import create_megatron_sampler
+from dataorder.llm.megatron import (
+    BaseMegatronSampler,
+    MegatronPretrainingRandomSampler,
+    MegatronPretrainingSampler,
+)
+from dataorder.llm.mixture import MixtureSchedule, Ramp
+from dataorder.llm.packing import ConcatTokens, DocumentLengths, PackedDataset, PackedSampler
+from dataorder.llm.schedule import BatchSizeSchedule, StepInfo
+
+__all__ = [
+    "BaseMegatronSampler",
+    "BatchSizeSchedule",
+    "BlendedSampler",
+    "ConcatTokens",
+    "DocumentLengths",
+    "MegatronPretrainingRandomSampler",
+    "MegatronPretrainingSampler",
+    "MixtureSchedule",
+    "PackedDataset",
+    "PackedSampler",
+    "Ramp",
+    "StepInfo",
+    "create_megatron_sampler",
+]

@@ -145,8 +145,10 @@ def render() -> str:
         "## `import dataorder`\n",
         "Every subpackage exports its names; `import dataorder` re-exports those of "
         + ", ".join(f"`dataorder.{p}`" for p in dataorder.PACKAGES)
-        + " (plus `samplers()`). The training stacks are `dataorder.integrations`, the contract "
-        "suite `dataorder.testing`.\n",
+        + ", plus `__version__`, `samplers` and `public_names` (below). The training stacks are "
+        "`dataorder.integrations`, the contract suite `dataorder.testing`.\n",
+        *_render_name(dataorder, "samplers"),
+        *_render_name(dataorder, "public_names"),
         "| subpackage | names |",
         "| --- | --- |",
     ]

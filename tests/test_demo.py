@@ -431,6 +431,14 @@ def test_demo_runs_and_every_check_passes(tmp_path: Path) -> None:
     assert inspected.returncode == 0, inspected.stderr
     assert "13 of 26 done" in inspected.stdout
     assert "next batch on each rank" in inspected.stdout
+    # on the restart's 2 DP ranks, inspect shows the rows the restarted job trained on first
+    args = ["inspect", str(packed_state), "--lengths", str(lengths), "--num-replicas", "2"]
+    inspected = run_cli([*args, "--json"], timeout=60)
+    assert inspected.returncode == 0, inspected.stderr
+    shown = [r["items"] for r in json.loads(inspected.stdout)["next"]]
+    after = [json.loads((out / "ranks" / "phase1" / f"rank{r}.json").read_text()) for r in range(8)]
+    first = {r["dp_rank"]: r["samplers"]["packed"]["batches"][0] for r in after}
+    assert shown == [first[0], first[1]]
     buckets = out / "checkpoint" / "buckets.json"
     # the buckets are fitted to the data: the demo writes their manifest beside the state, and the
     # preset's buckets are another dataset, which inspect refuses

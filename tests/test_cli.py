@@ -426,6 +426,44 @@ def test_inspect_bucket_state_needs_its_dataset(
     assert str(next(iter(rank2))) in out
 
 
+def test_inspect_packed_state_needs_its_lengths(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from dataorder.llm.packing import PackedSampler
+
+    lengths = np.array([5, 40, 3, 9, 17, 2, 30, 8] * 8, dtype=np.int64)
+    kwargs: dict[str, Any] = {"global_batch_size": 8, "seed": 3, "chunk": 4, "window": 16}
+    s = PackedSampler(lengths, 16, 2, 0, 4, **kwargs)
+    run_epoch(s, limit=3)
+    path = save(tmp_path / "p.json", s.state_dict())
+    code, out, _ = run(capsys, "inspect", str(path), "--plain")
+    assert code == 0
+    assert "pass --lengths FILE" in out
+    np.save(tmp_path / "lengths.npy", lengths)
+    code, out, err = run(
+        capsys, "inspect", str(path), "--lengths", str(tmp_path / "lengths.npy"), "--json"
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    # the next micro-batch of every rank: rows of (document, start, stop) spans, as the sampler
+    # of each rank yields them (a JSON list per tuple)
+    expected = [PackedSampler(lengths, 16, 2, r, 4, **kwargs).batch_at(3) for r in range(4)]
+    assert [r["items"] for r in report["next"]] == json.loads(json.dumps(expected))
+    # another corpus's lengths: refused, naming the field
+    np.save(tmp_path / "other.npy", lengths[::-1].copy())
+    code, _, err = run(capsys, "inspect", str(path), "--lengths", str(tmp_path / "other.npy"))
+    assert code == EXIT_USAGE
+    assert_user_error(err, "lengths")
+    # a file that is not lengths: one line naming the option and the file
+    (tmp_path / "lengths.txt").write_text("5\n40\n")
+    code, _, err = run(capsys, "inspect", str(path), "--lengths", str(tmp_path / "lengths.txt"))
+    assert code == EXIT_USAGE
+    assert_user_error(err, "--lengths", "lengths.txt")
+    code, _, err = run(capsys, "inspect", str(path), "--lengths", str(tmp_path / "none.npy"))
+    assert code == EXIT_USAGE
+    assert_user_error(err, "none.npy")
+
+
 def test_inspect_errors(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, manifest_path: Path
 ) -> None:

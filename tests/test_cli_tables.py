@@ -20,7 +20,7 @@ from dataorder.tools.demo_checks import CHECKS
 from dataorder.tools.demo_cli import print_report, report_table
 from dataorder.tools.demo_config import SAMPLERS, DemoConfig, DemoReport, SamplerResult
 from dataorder.tools.demo_data import load_image_sizes
-from dataorder.tools.output import Output
+from dataorder.tools.output import RICH_COLUMN_WIDTH, Output
 
 ELLIPSIS = "…"
 
@@ -77,6 +77,25 @@ def test_the_demo_table_is_not_cut_in_a_pipe(tmp_path: Path) -> None:
         assert line.split() == row  # every cell whole, in its column
     assert "4.16>4.03" in text
     assert "FAILED video each once: exactly_once of video" in text
+
+
+@pytest.mark.parametrize("count", [4, 12, 16])
+def test_a_wide_table_keeps_every_cell_at_any_terminal_width(
+    monkeypatch: pytest.MonkeyPatch, count: int
+) -> None:
+    # regression: a 12-column demo table in 40 terminal columns lost its first column (rich
+    # squeezed it to its padding); too narrow for rich, the plain layout is used
+    pytest.importorskip("rich")
+    header = [f"column {i}" for i in range(count)]
+    rows = [[f"r{r}c{i}-value" for i in range(count)] for r in range(3)]
+    for width in range(20, 4 * RICH_COLUMN_WIDTH * count, 7):
+        monkeypatch.setenv("COLUMNS", str(width))
+        stream = _Terminal()
+        Output(stream, plain=False).table("t", header, rows)
+        text = stream.getvalue()
+        assert ELLIPSIS not in text
+        for cell in [*header, *(c for row in rows for c in row)]:
+            assert _subsequence(cell, text), (width, cell)
 
 
 @pytest.mark.parametrize("columns", [40, 80, 200])

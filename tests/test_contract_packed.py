@@ -149,6 +149,17 @@ def test_state_holds_a_fingerprint_of_the_lengths() -> None:
         PackedSampler.from_state(state)
 
 
+def test_from_state_keeps_the_global_batch_size() -> None:
+    # regression: config.global_batch_size was recorded but not given back, so from_state
+    # refused the state of a sampler built with a global batch ("8 in the state but 0")
+    a = PackedSampler(WEB, 64, 2, 0, 2, 8, seed=3, chunk=4, window=16)
+    next(iter(a))
+    again = PackedSampler.from_state(a.state_dict(), lengths=WEB, rank=0, dp_size=1)
+    assert again.global_batch_size_field == 8
+    one = PackedSampler(WEB, 64, 2, 0, 1, 8, seed=3, chunk=4, window=16)
+    assert next(iter(again)) == one.batch_at(2)  # 4 rows consumed: 2 steps of 2 on one rank
+
+
 def test_mixture_shares_rows_by_weight_within_two_rows() -> None:
     s = PackedSampler(None, 64, 1, 0, 1, 8, seed=2, mixture=([WEB, CODE], [3, 1]), chunk=4,
                       window=16)  # fmt: skip

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dataorder.llm.packing import PackedRows, PackedSampler
 from dataorder.tools import demo
 from dataorder.tools.demo import CHECKS, DemoConfig, MeshShape
 from dataorder.tools.demo_checks import check_sampler
@@ -107,7 +108,10 @@ def test_config_global_batch_is_shared_by_both_meshes() -> None:
         ),
         ({"samplers": ("nope",)}, "samplers must be distinct names among"),
         ({"samplers": ()}, "samplers must be distinct names among"),
-        ({"inject_bug": "typo"}, "inject_bug must be None or one of global-world, no-resume"),
+        (
+            {"inject_bug": "typo"},
+            "inject_bug must be None or one of global-world, no-resume, skip-batches",
+        ),
     ],
 )
 def test_config_validates(kwargs: dict[str, Any], message: str) -> None:
@@ -128,9 +132,11 @@ def _record(rank: int, dp_rank: int, dp_size: int, replica: int, **sampler: Any)
         "verify": {"ok": True, "summary": "ok"},
         "dropped": 0,
         "padded": 0,
-        "dataset_size": 8,
+        "universe": 8,
         "losses": [1.0, 0.5],
-        "loader_state": {"s": 1},
+        # what phase 0 gave DCP, and the digest of what phase 1 loaded
+        "checkpoint": {"order": {"s": 1}, "model": "m"},
+        "restored": "m",
     }
     base.update(sampler)
     base.setdefault("padding", [0] * len(base["batches"]))
@@ -193,9 +199,24 @@ def test_checks_fail_on_each_kind_of_mistake() -> None:
     assert (result.lost, result.repeated) == (1, 1)
 
     phases = _good_phases()
-    phases[0][2]["samplers"]["s"]["loader_state"] = {"s": 2}
+    phases[0][2]["samplers"]["s"]["checkpoint"]["order"] = {"s": 2}
     result, _ = check_sampler("s", phases)
     assert result.checks["one_checkpoint"] is False
+    assert "saved 2 different order states" in result.details["one_checkpoint"]
+
+    phases = _good_phases()
+    phases[0][1]["samplers"]["s"]["checkpoint"]["model"] = "other"  # a replica diverged
+    result, _ = check_sampler("s", phases)
+    assert result.checks["one_checkpoint"] is False
+    assert "held 2 different models and optimizers" in result.details["one_checkpoint"]
+
+    for loaded, says in ((None, "2 processes did not load"), ("x", "loaded differ")):
+        phases = _good_phases()
+        for r in phases[1][:2]:
+            r["samplers"]["s"]["restored"] = loaded
+        result, _ = check_sampler("s", phases)
+        assert result.checks["one_checkpoint"] is False
+        assert says in result.details["one_checkpoint"]
 
     phases = _good_phases()
     phases[1][3]["samplers"]["s"]["verify"] = {"ok": False, "summary": "overlap"}
@@ -238,8 +259,109 @@ def test_lock_step_fails_a_batch_that_names_no_bucket() -> None:
 
 
 def test_extra_checks_are_named_among_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="extra must name checks among lock_step, per_source"):
+    with pytest.raises(
+        ValueError, match="extra must name checks among lock_step, per_source, costs_dealt"
+    ):
         check_sampler("s", _good_phases(), extra=("lock-step",))
+
+
+# -- the packed phase's checks on records of real packed rows ------------------------------------
+LENGTHS = [5, 3, 9, 2, 7, 12, 4, 6, 1, 8, 10, 3, 14, 2, 5, 7, 9, 3, 4, 11, 6, 2, 8, 5]
+PACKED = {"extra": ("costs_dealt",), "batching": PackedRows(8)}
+
+
+def _as_json(value: Any) -> Any:
+    return json.loads(json.dumps(value))  # tuples become lists, as in a process's record
+
+
+def _packed_phases() -> list[list[dict[str, Any]]]:
+    """Rows of 8 tokens in global batches of 4: phase 0 trains 2 of them on 2 DP ranks x 2
+    replicas (2 rows each), phase 1 the rest on 1 DP rank (2 rows, 2 micro-batches a step)."""
+    kw: dict[str, Any] = {"seed": 0, "chunk": 4, "window": 8, "global_batch_size": 4}
+    before = [PackedSampler(LENGTHS, 8, 2, r, 2, **kw) for r in range(2)]
+    after = PackedSampler(LENGTHS, 8, 2, 0, 1, **kw)
+    counts = {
+        "universe": sum(LENGTHS),
+        "dropped": after.tokens_dropped,
+        "padded": after.tokens_padded,
+    }
+    p0 = []
+    for d in range(2):
+        batches = [before[d].batch_at(k) for k in range(2)]
+        p0 += [_record(2 * d + t, d, 2, t, batches=_as_json(batches), **counts) for t in range(2)]
+    rest = _as_json([after.batch_at(k) for k in range(4, after.steps_per_epoch)])
+    return [p0, [_record(0, 0, 1, 0, batches=rest, **counts)]]
+
+
+def _spans(phases: list[list[dict[str, Any]]], phase: int, rank: int) -> list[Any]:
+    return phases[phase][rank]["samplers"]["s"]["batches"]  # type: ignore[no-any-return]
+
+
+def test_packed_checks_pass_on_real_rows_and_report_the_dealing() -> None:
+    phases = _packed_phases()
+    result, schedule = check_sampler("s", phases, **PACKED)
+    assert result.ok, result.details
+    assert (result.unit, result.dataset_size) == ("token", sum(LENGTHS))
+    assert (result.lost, result.repeated) == (0, 0)
+    assert "tokens read" in result.details["exactly_once"]
+    dealt = result.details["costs_dealt"]
+    assert "phase 0 (2 ranks x 2 rows): worst" in dealt
+    assert "phase 1 (1 rank x 2 rows): worst 1.000" in dealt
+    # the plot shows the documents a batch's rows read
+    assert set(schedule[0].samples) <= set(range(len(LENGTHS)))
+
+
+def test_packed_token_check_fails_on_a_lost_or_repeated_span() -> None:
+    phases = _packed_phases()
+    row = _spans(phases, 1, 0)[0][0]
+    _document, start, stop = row.pop()  # a span never trained on
+    result, _ = check_sampler("s", phases, **PACKED)
+    assert result.checks["exactly_once"] is False
+    # the tokens the span held are lost, and the row holds as many more padding tokens
+    assert (result.lost, result.repeated) == (stop - start, stop - start)
+
+    phases = _packed_phases()
+    batch = _spans(phases, 1, 0)[-1]
+    replaced = batch[0]
+    batch[0] = _as_json(_spans(phases, 0, 0)[0][0])  # a row of phase 0 again, after the restart
+    result, _ = check_sampler("s", phases, **PACKED)
+    assert result.checks["exactly_once"] is False
+    assert result.lost == sum(b - a for _, a, b in replaced)
+    assert result.repeated > 0
+
+
+def test_packed_lock_step_fails_a_rank_with_fewer_rows() -> None:
+    phases = _packed_phases()
+    for t in (0, 1):  # both replicas of DP rank 1 take one row fewer at step 1
+        _spans(phases, 0, 2 + t)[1].pop()
+    result, _ = check_sampler("s", phases, **PACKED)
+    assert result.checks["equal_batches"] is False
+    assert (
+        "batch sizes differ at 1 steps, first at step 1: [2, 1]" in result.details["equal_batches"]
+    )
+
+
+def test_costs_dealt_fails_a_dealing_by_position() -> None:
+    # three full rows (cost 64 each) on one rank, three one-token rows on the other: the
+    # costliest rank (192) exceeds the mean (97.5) plus the costliest row (64)
+    heavy = [[[d, 0, 8]] for d in range(3)]
+    light = [[[d, 0, 1]] for d in range(3, 6)]
+    lengths = {"universe": 30, "dropped": 0, "padded": 0}
+    phase = [
+        _record(0, 0, 2, 0, batches=[heavy], **lengths),
+        _record(1, 1, 2, 0, batches=[light], **lengths),
+    ]
+    result, _ = check_sampler("s", [phase], **PACKED)
+    assert result.checks["costs_dealt"] is False
+    assert (
+        "phase 0 step 0: costliest rank 192 > mean 97.5 + costliest row 64"
+        in (result.details["costs_dealt"])
+    )
+    swapped = [[heavy[0], heavy[1], light[0]], [heavy[2], light[1], light[2]]]
+    for record, batch in zip(phase, swapped, strict=True):
+        record["samplers"]["s"]["batches"] = [batch]
+    result, _ = check_sampler("s", [phase], **PACKED)
+    assert result.checks["costs_dealt"] is True, result.details["costs_dealt"]
 
 
 # -- the plot -------------------------------------------------------------------------------------
@@ -287,14 +409,36 @@ def test_demo_runs_and_every_check_passes(tmp_path: Path) -> None:
     # the tail rules of the shipped 410 tokens at a global batch of 16 (data/README.md)
     assert (results["megatron-single"]["dropped"], results["megatron-single"]["padded"]) == (0, 6)
     assert (results["megatron-cyclic"]["dropped"], results["megatron-cyclic"]["padded"]) == (10, 0)
+    # packed rows: every token of the shipped rows once, but the tail's, dealt by cost
+    packed = results["packed"]
+    assert (packed["unit"], packed["dataset_size"]) == ("token", 410 * 33)
+    assert packed["checks"]["costs_dealt"] is True
+    assert "phase 0 (4 ranks x 4 rows): worst" in packed["details"]["costs_dealt"]
+    assert packed["dropped"] > 0  # the tail rows short of a global batch, counted
     assert (out / "schedule.png").read_bytes()[:8] == PNG_MAGIC
-    # every process of phase 1 loaded this one file; `dataorder inspect` explains it
+    # every process of phase 1 loaded one DCP checkpoint; its data order, beside it, is what
+    # `dataorder inspect` explains
+    assert (out / "checkpoint" / "megatron-cyclic" / ".metadata").is_file()
     ckpt = out / "checkpoint" / "megatron-cyclic.json"
     inspected = run_cli(["inspect", str(ckpt), "--plain"], timeout=60)
     assert inspected.returncode == 0, inspected.stderr
     assert "megatron_random" in inspected.stdout
-    assert "_index_sampler_state" in inspected.stdout
     assert "12 of 25 done" in inspected.stdout  # phase 0 stopped half-way: 12 global batches
+    # the packed state holds a fingerprint of the documents' lengths: the demo writes them
+    lengths = out / "checkpoint" / "packed.lengths.npy"
+    packed_state = out / "checkpoint" / "packed.json"
+    inspected = run_cli(["inspect", str(packed_state), "--lengths", str(lengths)], timeout=60)
+    assert inspected.returncode == 0, inspected.stderr
+    assert "13 of 26 done" in inspected.stdout
+    assert "next batch on each rank" in inspected.stdout
+    # on the restart's 2 DP ranks, inspect shows the rows the restarted job trained on first
+    args = ["inspect", str(packed_state), "--lengths", str(lengths), "--num-replicas", "2"]
+    inspected = run_cli([*args, "--json"], timeout=60)
+    assert inspected.returncode == 0, inspected.stderr
+    shown = [r["items"] for r in json.loads(inspected.stdout)["next"]]
+    after = [json.loads((out / "ranks" / "phase1" / f"rank{r}.json").read_text()) for r in range(8)]
+    first = {r["dp_rank"]: r["samplers"]["packed"]["batches"][0] for r in after}
+    assert shown == [first[0], first[1]]
     buckets = out / "checkpoint" / "buckets.json"
     # the buckets are fitted to the data: the demo writes their manifest beside the state, and the
     # preset's buckets are another dataset, which inspect refuses
@@ -336,7 +480,8 @@ def test_demo_catches_the_global_world_mistake(tmp_path: Path) -> None:
     # that forgets the checkpoint, --inject-bug no-resume, fails "each once": the synthetic
     # records above cover that check without another 16 processes.)
     out = tmp_path / "bug"
-    failing = {"dp_disjoint", "replicas_identical", "exactly_once"}
+    # one checkpoint too: the TP replicas trained on different data, so their models diverged
+    failing = {"dp_disjoint", "replicas_identical", "one_checkpoint", "exactly_once"}
     args = ["demo", "--out", str(out), "--plain", "--no-plot", "--samplers", "megatron-cyclic"]
     proc = run_cli([*args, "--inject-bug", "global-world"], timeout=150)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -346,3 +491,21 @@ def test_demo_catches_the_global_world_mistake(tmp_path: Path) -> None:
     assert {k for k, ok in result["checks"].items() if not ok} == failing
     for key in failing:
         assert f"FAILED megatron-cyclic {CHECKS[key]}" in proc.stdout
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_demo_catches_a_per_rank_resume_of_packed_rows(tmp_path: Path) -> None:
+    # The classic elastic-resume mistake: the restart loads the model and optimizer but resumes
+    # the data by skipping as many micro-batches as each rank had read. On half the ranks that
+    # is half as far into the epoch: the token check fails, and only it.
+    out = tmp_path / "skip"
+    meshes = ["--first-mesh", "2,1,1", "--mesh", "1,1,1"]
+    args = ["demo", "--out", str(out), "--plain", "--no-plot", "--samplers", "packed", *meshes]
+    proc = run_cli([*args, "--inject-bug", "skip-batches"], timeout=100)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (result,) = json.loads((out / "report.json").read_text())["results"]
+    assert {k for k, ok in result["checks"].items() if not ok} == {"exactly_once"}
+    assert result["repeated"] > 0
+    assert f"FAILED packed {CHECKS['exactly_once']}: " in proc.stdout
+    assert "tokens read" in proc.stdout

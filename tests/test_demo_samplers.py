@@ -4,16 +4,27 @@ it names exist, and the demo's other parts follow it (no process is started here
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from dataorder.core.batching import BATCHES
 from dataorder.tools.demo import inspect_commands, write_inspect_files
 from dataorder.tools.demo_checks import EXTRA_CHECKS
 from dataorder.tools.demo_config import SAMPLERS, DemoConfig
+from dataorder.tools.demo_data import (
+    DOCUMENT_LENGTHS,
+    PACKED_SEQ_LEN,
+    PackedTokens,
+    load_documents,
+    load_tokens,
+    packed_model,
+)
 from dataorder.tools.demo_job import PRELOAD, preload
-from dataorder.tools.demo_samplers import DEMO_SAMPLERS, Placement
+from dataorder.tools.demo_samplers import DEMO_SAMPLERS, PackedDocuments, Placement
 
 CONFIG = DemoConfig()
 
@@ -41,12 +52,19 @@ def test_every_entry_builds_for_a_rank(name: str, where: Placement) -> None:
     sampler = entry.build(data, where, CONFIG)
     assert (sampler.topology.dp_rank, sampler.topology.dp_size) == (where.rank, where.size)
     first = next(iter(sampler))
-    items = first if sampler.batching.batched else [first]
-    assert items
-    assert all(i is None or 0 <= i < len(data.dataset) for i in items)
+    items = first if sampler.batching.batched else [first]  # what the loader batches
+    # what a process records is read with the rule of what it trains on (build_job checks it)
+    rule = entry.reading.batching
+    assert rule == (sampler.batching if sampler.batching.batched else BATCHES)
+    keys, starts, stops = rule.spans(rule.slots(items))
+    assert keys.size
+    assert int(keys.min()) >= 0
+    assert int((stops - starts).sum()) <= entry.reading.universe(data)
     model, loss_fn = entry.model(0)
-    batch = _collate([data.dataset[i] for i in items])
+    batch = (entry.reading.collate or _collate)([data.dataset[i] for i in items])
     assert math.isfinite(float(loss_fn(model, batch).detach()))
+    # the record of a trained batch is the item the sampler yielded, as JSON keeps it
+    assert _as_json(entry.reading.item(batch)) == _as_json(items)
     if entry.notes is not None:
         assert all(isinstance(line, str) for line in entry.notes(data, sampler, CONFIG))
 
@@ -55,6 +73,55 @@ def _collate(samples: list[dict[str, object]]) -> dict[str, object]:
     import torch
 
     return {k: torch.stack([torch.as_tensor(s[k]) for s in samples]) for k in samples[0]}
+
+
+def _as_json(value: object) -> object:
+    return json.loads(json.dumps(value))
+
+
+def test_the_documents_are_the_shipped_tokens_cut_in_varied_lengths() -> None:
+    docs = load_documents()
+    tokens = load_tokens()
+    assert int(docs.lengths.sum()) == tokens.size
+    assert np.array_equal(np.concatenate([docs.document(d) for d in range(len(docs))]),
+                          tokens.reshape(-1))  # fmt: skip
+    low, high = DOCUMENT_LENGTHS
+    assert int(docs.lengths.min()) >= low
+    assert int(docs.lengths.max()) <= high
+    assert int((docs.lengths > PACKED_SEQ_LEN).sum()) > 50  # documents longer than a row
+    assert np.array_equal(docs.lengths, load_documents().lengths)  # a pure function
+    # the window is small enough that the demo's documents span several
+    sampler = DEMO_SAMPLERS["packed"].build(PackedDocuments.load(CONFIG), Placement(0, 4), CONFIG)
+    assert sampler.plans[0].num_windows > 4
+    assert sampler.documents_split > 0
+
+
+def test_the_packed_model_keeps_attention_inside_documents() -> None:
+    import torch
+
+    docs = load_documents()
+    data = PackedTokens(docs, PACKED_SEQ_LEN)
+    model, _ = packed_model(0)
+    # three documents of 3 to 10 tokens: any two fit one row together
+    a, b, c = [d for d in range(len(docs)) if 3 <= docs.lengths[d] <= 10][:3]
+
+    def logits(row: tuple[tuple[int, int, int], ...]) -> torch.Tensor:
+        batch = data.collate([data[row]])
+        with torch.no_grad():
+            out: torch.Tensor = model(batch)[0]
+        return out
+
+    span = {d: (d, 0, int(docs.lengths[d])) for d in (a, b, c)}
+    n_a, n_b = span[a][2], span[b][2]
+    alone = logits((span[b],))[:n_b]
+    # positions restart at every document and no token sees another document: document b
+    # predicts the same after a, or after c, as alone at the start of a row
+    assert torch.allclose(logits((span[a], span[b]))[n_a : n_a + n_b], alone, atol=1e-6)
+    assert torch.allclose(logits((span[c], span[b]))[span[c][2] : span[c][2] + n_b], alone,
+                          atol=1e-6)  # fmt: skip
+    # and the model does see its own document: b's tokens change what b predicts next
+    other = logits(((b, 1, n_b),))[: n_b - 1]
+    assert not torch.allclose(other, alone[1:], atol=1e-6)
 
 
 def test_placement_keywords_follow_the_sampler_schema() -> None:
@@ -76,7 +143,16 @@ def test_inspect_commands_and_files_follow_the_registry(tmp_path: Path) -> None:
     assert list(commands) == [n for n, e in DEMO_SAMPLERS.items() if e.inspect is not None]
     assert commands["buckets"].endswith(f"--manifest {tmp_path / 'buckets.manifest.tsv'}")
     assert f"--schedule {tmp_path / 'mixture.schedule.json'}" in commands["mixture"]
-    assert write_inspect_files(CONFIG, tmp_path) == [tmp_path / "mixture.schedule.json"]
+    assert commands["packed"].endswith(f"--lengths {tmp_path / 'packed.lengths.npy'}")
+    assert write_inspect_files(CONFIG, tmp_path) == [
+        tmp_path / "mixture.schedule.json",
+        tmp_path / "packed.lengths.npy",
+    ]
+    # the lengths the packed state was written over: its fingerprint matches
+    from dataorder.llm.packing import DocumentLengths
+
+    written = DocumentLengths.from_file(tmp_path / "packed.lengths.npy")
+    assert written.fingerprint() == DocumentLengths(load_documents().lengths).fingerprint()
     only = DemoConfig(samplers=("distributed",))
     assert inspect_commands(only, tmp_path) == {
         "distributed": f"dataorder inspect {tmp_path / 'distributed.json'}"

@@ -25,8 +25,9 @@ ALLOWED: dict[str, set[str]] = {
     "diffusion": {"core"},
     "parallel": {"core"},
     "testing": {"core"},
-    "tools": {"core", "llm", "diffusion", "parallel", "testing"},
-    # the stacks' adapters sit above the samplers; no layer imports them
+    # the top layer: the demo checkpoints through integrations.dcp, as a user's job does
+    "tools": {"core", "llm", "diffusion", "parallel", "testing", "integrations"},
+    # the stacks' adapters sit above the samplers; only the tools import them
     "integrations": {"core", "llm", "diffusion", "parallel"},
 }
 

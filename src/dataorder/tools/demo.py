@@ -6,8 +6,9 @@ phases, one process group each:
 1. **before**: ``first_mesh`` (default ``(dp, tp, cp) = (4, 2, 1)``, 8 processes). Every process
    trains a tiny model with each sampler of the library, through torchdata's
    ``StatefulDataLoader`` and ``torch.nn.parallel.DistributedDataParallel`` over the mesh's
-   data-parallel group, up to the middle of the epoch, then saves the loader state (one JSON
-   file for the whole job) and the model, and the job stops;
+   data-parallel group, up to the middle of the epoch, then checkpoints the model, the optimizer
+   and the data order (:class:`~dataorder.integrations.dcp.OrderState`) through
+   ``torch.distributed.checkpoint`` (one checkpoint for the whole job), and the job stops;
 2. **after**: ``mesh`` (default ``(2, 2, 2)``, 8 processes): a different data-parallel size. Every
    process loads the same checkpoint and trains to the end of the epoch.
 
@@ -22,7 +23,11 @@ shipped in ``dataorder/data/`` (synthetic and deterministic, see ``dataorder/dat
   fitted plan with the 1024p preset;
 * the bucket sampler over video buckets (frames x height x width under a token budget) of the
   clips in ``clip_sizes.csv``, with batch sizes from the cost model;
-* the ``DistributedSampler`` over the token rows.
+* the ``DistributedSampler`` over the token rows;
+* packed rows: the token rows end to end, cut into documents of varied lengths, packed into rows
+  of 32 tokens by the ``PackedSampler`` (every token once, a long document split across rows)
+  and read through ``PackedDataset``, training a tiny causal language model whose positions
+  restart at every document and whose attention stays inside it.
 
 The global batch size stays the same across the restart (gradient accumulation makes up for the
 smaller data-parallel size), as a real elastic job would keep it.
@@ -36,13 +41,17 @@ batch the model trained on). The parent process then checks, per sampler:
   replica of a data-parallel rank trained on exactly the same batches;
 * **equal batches**: every rank took the same number of batches, of the same size at every step;
 * **lock-step buckets**: at every step all ranks drew from one bucket (so shapes match);
-* **one checkpoint**: all processes saved an identical loader state (progress is global);
+* **one checkpoint**: all processes saved an identical data-order state, model and optimizer
+  (progress is global; DCP keeps one copy), and phase 1 loaded exactly them;
 * **nothing lost or repeated**: over the epoch, before and after the restart together, every
-  sample was read exactly once, apart from what the sampler itself reports as dropped or padded;
+  sample (every token of every document, for packed rows) was read exactly once, apart from what
+  the sampler itself reports as dropped or padded;
 * **per source** (the mixture): each source was read exactly as often as the sampler's
-  ``consumed_per_source`` says, and no sample of a source twice before all of them once.
+  ``consumed_per_source`` says, and no sample of a source twice before all of them once;
+* **costs dealt** (packed rows): at every step the rows were dealt to the ranks by attention
+  cost, the costliest rank within ``mean + costliest row`` (its ratio to the bound reported).
 
-It writes ``report.json``, ``schedule.png`` (see :mod:`dataorder.tools.plots`) and the checkpoints
+It writes ``report.json``, ``schedule.png`` (see :mod:`dataorder.tools.plots`) and the checkpoint
 under ``out``. :func:`run_demo` is the entry point; ``dataorder demo`` prints its report and exits
 with status 1 if a check fails. ``DemoConfig(inject_bug=...)`` (``dataorder demo --inject-bug``)
 makes a classic mistake on purpose, to see the checks catch it.
@@ -58,13 +67,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dataorder._validate import fail
-from dataorder.tools.demo_checks import CHECKS, check_sampler, mine
+from dataorder.tools.demo_checks import CHECKS, check_sampler
 from dataorder.tools.demo_config import (
     BUGS,
     SAMPLERS,
@@ -103,8 +113,10 @@ def write_inspect_files(config: DemoConfig, ckpt: str | os.PathLike[str]) -> lis
     Each sampler's entry says what (:attr:`~dataorder.tools.demo_samplers.Inspect.write`): the
     mixture's state holds only digests of its sources and schedule, so its schedule goes to
     ``mixture.schedule.json`` (:meth:`~dataorder.llm.mixture.MixtureSchedule.to_json`), for
-    ``--schedule`` (:func:`inspect_commands`). The bucket sampler's manifest is written by its
-    rank 0 (``buckets.manifest.tsv``, ``DemoSampler.files``).
+    ``--schedule`` (:func:`inspect_commands`); the packed state only a fingerprint of its
+    documents' lengths, so they go to ``packed.lengths.npy``, for ``--lengths``. The bucket
+    sampler's manifest is written by its rank 0 (``buckets.manifest.tsv``,
+    ``DemoSampler.files``).
 
     Returns:
         The paths written.
@@ -146,12 +158,13 @@ def run_demo(
     """Run the two-phase job, check it, and write its report, plot and checkpoint under ``out``.
 
     Writes ``out/report.json`` (:meth:`DemoReport.to_json`), ``out/schedule.png``,
-    ``out/checkpoint/<sampler>.json`` (the loader state every process loads on restart; try
-    ``dataorder inspect`` on it), ``<sampler>.model.pt``, ``buckets.manifest.tsv`` (the fitted
-    buckets' dataset, which ``dataorder inspect --manifest`` needs for the bucket state),
-    ``mixture.schedule.json`` (the mixture's schedule, for ``dataorder inspect --schedule``;
-    :func:`inspect_commands` gives each command line), and each process's records under
-    ``out/ranks/``.
+    ``out/checkpoint/<sampler>/`` (the DCP checkpoint every process loads on restart: model,
+    optimizer, data order), ``out/checkpoint/<sampler>.json`` (its data order, which
+    ``dataorder inspect`` explains), ``buckets.manifest.tsv`` (the fitted buckets' dataset, which
+    ``dataorder inspect --manifest`` needs for the bucket state), ``mixture.schedule.json`` (the
+    mixture's schedule, for ``--schedule``), ``packed.lengths.npy`` (the packed documents'
+    lengths, for ``--lengths``; :func:`inspect_commands` gives each command line), and each
+    process's records under ``out/ranks/``.
 
     Args:
         config: What to run; default ``DemoConfig()``.
@@ -176,8 +189,10 @@ def run_demo(
         fail("out", "a directory", str(root))
     ranks = root / "ranks"
     ckpt = root / "checkpoint"
-    for stale in [*ranks.glob("phase*/rank*.json"), *ckpt.glob("*.json"), *ckpt.glob("*.pt")]:
+    for stale in [*ranks.glob("phase*/rank*.json"), *ckpt.glob("*.json"), *ckpt.glob("*.npy")]:
         stale.unlink()
+    for folder in ckpt.glob("*/.metadata"):  # a DCP checkpoint of an earlier run
+        shutil.rmtree(folder.parent)
     ckpt.mkdir(parents=True, exist_ok=True)
     spec_args = {"config": config, "workdir": str(root)}
     seconds: dict[str, float] = {}
@@ -190,12 +205,7 @@ def run_demo(
         run_phase(spec_args, phase, mesh, config.timeout)
         records = load_phase(ranks, phase, mesh.world)
         phases.append(records)
-        if phase == 0:
-            # The job's checkpoint: one loader state per sampler (every process saved the same;
-            # check_sampler verifies it), written once, loaded by every process of phase 1.
-            for name in config.samplers:
-                state = mine(records[0], name)["loader_state"]
-                (ckpt / f"{name}.json").write_text(json.dumps(state, indent=1, sort_keys=True))
+        if phase == 0:  # the processes wrote the checkpoint; inspect needs these beside it
             write_inspect_files(config, ckpt)
         seconds[f"phase{phase}"] = round(time.perf_counter() - t0, 2)
     results = []
@@ -203,7 +213,11 @@ def run_demo(
     for name in config.samplers:
         entry = DEMO_SAMPLERS[name]
         result, rows = check_sampler(
-            name, phases, extra=entry.checks, declared_padding=entry.padding is not None
+            name,
+            phases,
+            extra=entry.checks,
+            declared_padding=entry.padding is not None,
+            batching=entry.reading.batching,
         )
         results.append(result)
         schedule += rows

@@ -2,7 +2,13 @@
 
 The lock-step and replica checks are :func:`dataorder.parallel.checks.check_items`, the same code
 ``verify_data_parallel`` runs; the demo adds what only a whole run shows: one checkpoint for the
-job, lock-step buckets, and every sample of the epoch read exactly once across the restart.
+job (the same state from every process, loaded exactly by the next phase), lock-step buckets,
+every unit of the epoch read exactly once across the restart (a sample, or a token of a document
+for packed rows), and packed rows dealt to ranks by cost.
+
+A process records each micro-batch it trained on as the item its sampler yielded; every check
+reads those items through the entry's batching rule (:class:`~dataorder.tools.demo_samplers.
+Reading`, NOTE [ Coverage ] in :mod:`dataorder.core.batching`), never through int assumptions.
 
 Every check is one entry of :data:`DEMO_CHECKS` (its column title, its verdict, what a process
 records for it); every sampler gets the checks that are not ``extra``, and an entry of the
@@ -21,6 +27,10 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
+from dataorder.core.batching import BATCHES, BatchRule, Coverage, coverage
+from dataorder.llm.packing.dealing import deal_bounds
 from dataorder.parallel.checks import check_items
 from dataorder.tools.demo_config import SamplerResult
 from dataorder.tools.plots import ScheduleBatch
@@ -46,6 +56,11 @@ def mine(record: Mapping[str, Any], name: str) -> dict[str, Any]:
     return sampler
 
 
+def leaders(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The first replica of every DP rank, by DP rank: who speaks for the DP rank."""
+    return sorted((r for r in records if r["replica_rank"] == 0), key=lambda r: r["dp_rank"])
+
+
 class SamplerRun:
     """One sampler's records over every phase, and what the job read over the epoch, one
     process per DP rank speaking for its replicas: what every check reads.
@@ -53,38 +68,42 @@ class SamplerRun:
     Attributes:
         name: The sampler.
         phases: Every process's record, phase by phase.
+        rule: How a recorded item is read (the entry's ``Reading.batching``).
         last: The first process's record of the last phase (which reads the epoch's end).
-        reads: How often each sample was read.
-        none_slots: Padding slots (``None``, recorded as index -1) read.
+        padding_units: Padding units read (``None`` slots, the empty tokens of rows).
         schedule: Every DP rank's batches, for the plot.
     """
 
     def __init__(
-        self, name: str, phases: Sequence[list[dict[str, Any]]], declared_padding: bool
+        self,
+        name: str,
+        phases: Sequence[list[dict[str, Any]]],
+        declared_padding: bool,
+        rule: BatchRule = BATCHES,
     ) -> None:
-        self.name, self.phases, self._declared = name, phases, declared_padding
+        self.name, self.phases, self._declared, self.rule = name, phases, declared_padding, rule
         self.last = mine(phases[-1][0], name)
-        self.reads: Counter[int] = Counter()
-        self.none_slots = self._declared_sum = 0
+        self._spans: list[tuple[Any, Any, Any]] = []
+        self.padding_units = self._declared_sum = 0
         self.schedule: list[ScheduleBatch] = []
         position = 0
         for p, records in enumerate(phases):
-            leaders = sorted(
-                (r for r in records if r["replica_rank"] == 0), key=lambda r: r["dp_rank"]
-            )
-            for step in range(min(len(self.of(r)["batches"]) for r in leaders)):
-                block = sum(len(self.of(r)["batches"][step]) for r in leaders)
-                for r in leaders:
+            first = leaders(records)
+            for step in range(min(len(self.of(r)["batches"]) for r in first)):
+                block = sum(len(rule.slots(self.of(r)["batches"][step])) for r in first)
+                for r in first:
                     self._read(p, r, step, position, block)
                 position += block
 
     def _read(self, phase: int, record: Mapping[str, Any], step: int, at: int, block: int) -> None:
         own = self.of(record)
-        batch = own["batches"][step]
-        real = [i for i in batch if i >= 0]
-        self.reads.update(real)
-        self.none_slots += len(batch) - len(real)
+        slots = self.rule.slots(own["batches"][step])
+        spans = self.rule.spans(slots)
+        self._spans.append(spans)
+        self.padding_units += self.rule.padding(slots)
         self._declared_sum += own["padding"][step]
+        # the plot shows the samples, or the documents of the rows' spans
+        shown = tuple(slots) if self.rule.unit == "sample" else tuple(spans[0].tolist())
         self.schedule.append(
             ScheduleBatch(
                 sampler=self.name,
@@ -93,7 +112,7 @@ class SamplerRun:
                 dp_size=record["dp_size"],
                 position=at,
                 block=block,
-                samples=tuple(i if i >= 0 else None for i in batch),
+                samples=shown,
                 padding=own["padding"][step],
                 bucket=own["buckets"][step],
             )
@@ -104,19 +123,37 @@ class SamplerRun:
         return mine(record, self.name)
 
     @cached_property
+    def covered(self) -> Coverage:
+        """What the job read over the epoch, in the rule's units (NOTE [ Coverage ])."""
+        if not self._spans:
+            return Coverage(0, 0)
+        keys, starts, stops = (np.concatenate(part) for part in zip(*self._spans, strict=True))
+        return coverage((keys, starts, stops))
+
+    @cached_property
+    def reads(self) -> Counter[int]:
+        """How often each key was read (each sample, for a rule of samples)."""
+        return Counter(k for keys, _, _ in self._spans for k in keys.tolist())
+
+    @cached_property
     def trained_faults(self) -> tuple[list[str], list[str]]:
         """:func:`_what_was_trained`, which two checks report."""
         return _what_was_trained(self)
 
     @property
+    def universe(self) -> int:
+        """Units of the dataset: its samples, or every token of every document."""
+        return int(self.last["universe"])
+
+    @property
     def missing(self) -> int:
-        """Samples of the dataset never read."""
-        return int(self.last["dataset_size"]) - len(self.reads)
+        """Units of the dataset never read."""
+        return self.universe - self.covered.distinct
 
     @property
     def extra(self) -> int:
-        """Reads beyond one per sample, padding slots included."""
-        return sum(c - 1 for c in self.reads.values()) + self.none_slots
+        """Reads beyond one per unit, padding units included."""
+        return self.covered.repeated + self.padding_units
 
     @property
     def dropped(self) -> int:
@@ -156,8 +193,7 @@ def _phase_items(run: SamplerRun, records: Sequence[Mapping[str, Any]]) -> tuple
     """``(batches of each DP rank's first replica, batches of every replica by DP rank)``."""
     by_dp: dict[int, list[list[Any]]] = {}
     for r in sorted(records, key=lambda r: (r["dp_rank"], r["replica_rank"])):
-        batches = [[None if i < 0 else i for i in b] for b in run.of(r)["batches"]]
-        by_dp.setdefault(r["dp_rank"], []).append(batches)
+        by_dp.setdefault(r["dp_rank"], []).append(run.of(r)["batches"])
     dp_ranks = sorted(by_dp)
     return [by_dp[d][0] for d in dp_ranks], [by_dp[d] for d in dp_ranks]
 
@@ -169,13 +205,14 @@ def _what_was_trained(run: SamplerRun) -> tuple[list[str], list[str]]:
     lockstep_faults: list[str] = []
     for p, records in enumerate(run.phases):
         firsts, replicas = _phase_items(run, records)
-        structure = check_items(firsts, allowed_padding=None)
+        structure = check_items(firsts, allowed_padding=None, batching=run.rule)
         counts = sorted({len(run.of(r)["batches"]) for r in records})
         if not structure and len(counts) > 1:  # a replica ran longer than its DP rank's first
             structure = [f"batch counts {counts} over the {len(records)} processes"]
         lockstep_faults += [f"phase {p}: {v}" for v in structure]
         replica_faults += [
-            f"phase {p}: {v}" for v in check_items([], allowed_padding=None, replicas=replicas)
+            f"phase {p}: {v}"
+            for v in check_items([], allowed_padding=None, replicas=replicas, batching=run.rule)
         ]
     return replica_faults, lockstep_faults
 
@@ -195,20 +232,42 @@ def _equal_batches(run: SamplerRun) -> Verdict:
 
 
 def _one_checkpoint(run: SamplerRun) -> Verdict:
-    # progress is global, so every process saved the same state
+    """One checkpoint for the job: every process gave DCP the same data-order state and the same
+    model and optimizer (DCP keeps one copy of each), and every process of the next phase loaded
+    exactly that model and optimizer."""
     first = run.phases[0]
-    states = {json.dumps(run.of(r)["loader_state"], sort_keys=True) for r in first}
-    if len(states) == 1:
-        return True, f"all {len(first)} processes saved the same loader state"
-    return False, f"the {len(first)} processes saved {len(states)} different loader states"
+    saved = [run.of(r)["checkpoint"] for r in first]
+    orders = {json.dumps(c["order"], sort_keys=True) for c in saved}
+    models = {c["model"] for c in saved}
+    faults = []
+    if len(orders) > 1:
+        faults.append(f"the {len(first)} processes saved {len(orders)} different order states")
+    if len(models) > 1:
+        faults.append(
+            f"the {len(first)} processes held {len(models)} different models and optimizers "
+            "(replicas diverged; DCP keeps one copy of each tensor)"
+        )
+    for p, records in enumerate(run.phases[1:], start=1):
+        loaded = [run.of(r).get("restored") for r in records]
+        if None in loaded:
+            faults.append(f"phase {p}: {loaded.count(None)} processes did not load the checkpoint")
+        elif len(models) == 1 and set(loaded) != models:
+            faults.append(f"phase {p}: the model and optimizer loaded differ from those saved")
+    if faults:
+        return False, "; ".join(faults)
+    return True, (
+        f"all {len(first)} processes saved the same order state, model and optimizer (one DCP "
+        "checkpoint); the next phase loaded exactly them"
+    )
 
 
 def _exactly_once(run: SamplerRun) -> Verdict:
-    # every sample exactly once over the epoch, apart from what the sampler declares
-    n, read = run.last["dataset_size"], len(run.reads)
+    # every unit exactly once over the epoch, apart from what the sampler declares
+    unit = run.rule.unit
     return run.missing == run.dropped and run.extra == run.padded, (
-        f"{read} of {n} samples read; {run.missing} never ({run.dropped} declared dropped), "
-        f"{run.extra} extra reads ({run.padded} declared padding)"
+        f"{run.covered.distinct} of {run.universe} {unit}s read; {run.missing} never "
+        f"({run.dropped} declared dropped), {run.extra} extra reads or padding {unit}s "
+        f"({run.padded} declared padding)"
     )
 
 
@@ -259,6 +318,62 @@ def _per_source(run: SamplerRun) -> Verdict:
     )
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def _row_cost(rule: BatchRule, row: Any) -> int:
+    """A packed row's attention cost: the sum of its spans' lengths squared."""
+    _keys, starts, stops = rule.spans([row])
+    return sum((b - a) ** 2 for a, b in zip(starts.tolist(), stops.tolist(), strict=True))
+
+
+def _costs_dealt(run: SamplerRun) -> Verdict:
+    """Packed rows dealt to ranks by attention cost (NOTE [ Dealing rows ] in
+    :mod:`dataorder.llm.packing.sampler`), step by step, from the rows each DP rank trained on.
+
+    A step waits for its costliest rank. No dealing of whole rows does better than
+    ``max(mean rank cost, costliest row)`` (:func:`~dataorder.llm.packing.dealing.deal_bounds`):
+    the figure reported is the costliest rank over that bound. The check fails a step whose
+    costliest rank exceeds ``mean + costliest row``: a dealing where no swap of two rows helps
+    the costliest rank meets it (beyond it, a rank below the mean would hold only rows costlier
+    than the costliest rank's, hence more load: a contradiction), a dealing by position need not.
+    """
+    parts, faults = [], []
+    for p, records in enumerate(run.phases):
+        first = leaders(records)
+        ranks = len(first)
+        ratios = []
+        for step in range(min(len(run.of(r)["batches"]) for r in first)):
+            rows = [run.rule.slots(run.of(r)["batches"][step]) for r in first]
+            if len({len(x) for x in rows}) > 1:  # out of lock-step: "equal batches" says so
+                continue
+            costs = [[_row_cost(run.rule, row) for row in x] for x in rows]
+            loads = [sum(c) for c in costs]
+            flat = [c for x in costs for c in x]
+            total, top_row = sum(flat), max(flat, default=0)
+            if not total:
+                continue
+            bound, _capacity = deal_bounds(flat, len(rows[0]), ranks)
+            ratios.append(max(loads) / bound)
+            if ranks * max(loads) > total + ranks * top_row:  # exact: ints
+                faults.append(
+                    f"phase {p} step {step}: costliest rank {max(loads)} > mean "
+                    f"{total / ranks:.1f} + costliest row {top_row} (rank costs {loads})"
+                )
+        if ratios:
+            per_rank = len(run.rule.slots(run.of(first[0])["batches"][0]))
+            parts.append(
+                f"phase {p} ({_count(ranks, 'rank')} x {_count(per_rank, 'row')}): worst "
+                f"{max(ratios):.3f}, mean {sum(ratios) / len(ratios):.3f}"
+            )
+    what = "costliest rank / max(mean, costliest row) per step: " + "; ".join(parts)
+    if faults:
+        more = f" and {len(faults) - 2} more" if len(faults) > 2 else ""
+        return False, "; ".join(faults[:2]) + more + f" ({what})"
+    return True, what
+
+
 # -- the registry of checks ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class Check:
@@ -293,6 +408,8 @@ DEMO_CHECKS: Mapping[str, Check] = MappingProxyType(
         "exactly_once": Check("each once", _exactly_once),
         # a mixture: each source read as often as the sampler's own accounting says
         "per_source": Check("per source", _per_source, extra=True, record=_source_record),
+        # packed rows: each step's rows dealt to ranks by attention cost
+        "costs_dealt": Check("costs dealt", _costs_dealt, extra=True, absent="not packed rows"),
     }
 )
 #: Check name -> the column title the report shows, in report order.
@@ -308,6 +425,7 @@ def check_sampler(
     *,
     extra: Collection[str] = (),
     declared_padding: bool = False,
+    batching: BatchRule = BATCHES,
 ) -> tuple[SamplerResult, list[ScheduleBatch]]:
     """Check one sampler from every process's records of every phase; also return plot rows.
 
@@ -318,6 +436,8 @@ def check_sampler(
             :data:`DEMO_CHECKS` run for every sampler.
         declared_padding: Whether the records' per-batch padding is the sampler's whole padding
             (its entry declares ``padding``), else its ``padded`` counter at the end says it.
+        batching: How a recorded item is read (its entry's ``Reading.batching``); default:
+            batches of sample indices, ``None`` for a padding slot.
 
     Raises:
         ValueError: If ``extra`` names a check that is not in :data:`EXTRA_CHECKS`.
@@ -325,7 +445,7 @@ def check_sampler(
     unknown = sorted(set(extra) - set(EXTRA_CHECKS))
     if unknown:
         raise ValueError(f"extra must name checks among {', '.join(EXTRA_CHECKS)}; got {unknown}")
-    run = SamplerRun(name, phases, declared_padding)
+    run = SamplerRun(name, phases, declared_padding, batching)
     checks: dict[str, bool] = {}
     details: dict[str, str] = {}
     for key, spec in DEMO_CHECKS.items():
@@ -345,7 +465,8 @@ def _result(run: SamplerRun, checks: dict[str, bool], details: dict[str, str]) -
         micro_batches=(len(first["batches"]), len(run.last["batches"])),
         checks=checks,
         details=details,
-        dataset_size=run.last["dataset_size"],
+        dataset_size=run.universe,
+        unit=run.rule.unit,
         lost=run.missing - run.dropped,
         repeated=run.extra - run.padded,
         dropped=run.dropped,

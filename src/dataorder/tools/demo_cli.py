@@ -48,11 +48,13 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
         parents=parents,
         help="run an 8-process CPU job that checkpoints, shrinks and checks itself",
         description=(
-            "Train a tiny model with every sampler through DistributedDataParallel on a real "
-            "torch.distributed (gloo) job, checkpoint mid-epoch through torchdata's "
-            "StatefulDataLoader, restart on another data-parallel size and check: DP ranks "
-            "disjoint, TP/CP replicas identical, equal batch counts, lock-step buckets, nothing "
-            "lost or repeated across the restart."
+            "Train a tiny model with every sampler (packed rows of documents included) through "
+            "DistributedDataParallel on a real torch.distributed (gloo) job, checkpoint "
+            "mid-epoch through torch.distributed.checkpoint (model, optimizer and the data "
+            "order's OrderState), restart on another data-parallel size and check: DP ranks "
+            "disjoint, TP/CP replicas identical, equal batch counts, lock-step buckets, one "
+            "checkpoint loaded exactly, nothing lost or repeated across the restart (every token "
+            "once, for packed rows), packed rows dealt to ranks by cost."
         ),
     )
     _add_meshes(p)
@@ -66,7 +68,8 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
         help=(
             "make a classic mistake on purpose and watch the checks fail: 'global-world' builds "
             "the samplers with the global rank and world size, 'no-resume' restarts without "
-            "loading the checkpoint"
+            "loading the checkpoint, 'skip-batches' restarts from the checkpoint's model but "
+            "skips as many batches as each rank had read instead of loading the data order"
         ),
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -195,7 +198,7 @@ def report_table(report: DemoReport) -> tuple[str, list[str], list[list[str]]]:
         cells = [r.name, f"{r.steps[0]}+{r.steps[1]}"]
         for key in CHECKS:
             cells.append("-" if key not in r.checks else "ok" if r.checks[key] else "FAILED")
-        cells.append(f"{r.dropped}/{r.padded}")
+        cells.append(f"{r.dropped}/{r.padded}" + ("" if r.unit == "sample" else f" {r.unit}s"))
         cells.append(f"{r.loss[0]:.2f}>{r.loss[1]:.2f}")
         rows.append(cells)
     config = report.config

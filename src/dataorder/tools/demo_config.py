@@ -35,7 +35,7 @@ __all__ = [
 #: :data:`~dataorder.tools.demo_samplers.DEMO_SAMPLERS`.
 SAMPLERS: tuple[str, ...] = tuple(DEMO_SAMPLERS)
 #: Mistakes :class:`DemoConfig` can make on purpose (``inject_bug``), to show the checks fail.
-BUGS: tuple[str, ...] = ("global-world", "no-resume")
+BUGS: tuple[str, ...] = ("global-world", "no-resume", "skip-batches")
 #: The job's mesh dims, in :class:`MeshShape` order; ``"dp"`` is data-parallel.
 MESH_DIMS: tuple[str, ...] = ("dp", "tp", "cp")
 
@@ -138,7 +138,10 @@ class DemoConfig:
             (:data:`BUGS`): ``"global-world"`` builds every sampler with the global rank and
             world size instead of the data-parallel ones (TP/CP peers then read different
             data); ``"no-resume"`` restarts without loading the checkpoint (the first half of
-            the epoch is read twice).
+            the epoch is read twice); ``"skip-batches"`` restarts from the checkpoint's model
+            and optimizer but not its data order: every rank skips as many micro-batches as it
+            had read before (a per-rank loader position), which on another data-parallel size
+            is another place in the epoch (part of the epoch is read twice).
     """
 
     first_mesh: MeshShape = field(default_factory=lambda: MeshShape(4, 2, 1))
@@ -228,14 +231,15 @@ class SamplerResult:
         micro_batches: Micro-batches per rank before and after the restart.
         checks: Check name -> passed.
         details: Check name -> one line saying what was found.
-        dataset_size: Samples in the dataset.
-        lost: Samples never read beyond what the sampler reports as dropped.
-        repeated: Extra reads beyond what the sampler reports as padding.
-        dropped: Samples the sampler reports as dropped in the epoch.
-        padded: Padding slots the sampler reports in the epoch.
+        dataset_size: Units in the dataset (``unit``): its samples, or its tokens.
+        lost: Units never read beyond what the sampler reports as dropped.
+        repeated: Extra reads (or padding units) beyond what the sampler reports as padding.
+        dropped: Units the sampler reports as dropped in the epoch.
+        padded: Padding units the sampler reports in the epoch.
         loss: Mean training loss of the first and of the last step.
         notes: What the phase shows beyond the checks (a fitted bucket plan, a mixture's
             schedule), one line each.
+        unit: What the counts count: ``"sample"``, or ``"token"`` for packed rows.
     """
 
     name: str
@@ -250,6 +254,7 @@ class SamplerResult:
     padded: int
     loss: tuple[float, float]
     notes: list[str] = field(default_factory=list)
+    unit: str = "sample"
 
     @property
     def ok(self) -> bool:

@@ -1,8 +1,10 @@
 """What the demo trains on: the shipped data, the datasets a loader reads, and the tiny models.
 
 The data ships in ``dataorder/data/`` (synthetic and deterministic, see its ``README.md``): token
-rows, image sizes and clip sizes. A sampler's entry (:mod:`dataorder.tools.demo_samplers`) picks
-a dataset and a model from here. torch is imported only where a dataset or a model is built.
+rows, image sizes and clip sizes; the token rows also end to end, cut into documents of varied
+lengths (:func:`load_documents`), for the packed phase. A sampler's entry
+(:mod:`dataorder.tools.demo_samplers`) picks a dataset and a model from here. torch is imported
+only where a dataset or a model is built.
 """
 
 from __future__ import annotations
@@ -16,14 +18,20 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "DOCUMENT_LENGTHS",
+    "PACKED_SEQ_LEN",
+    "Documents",
     "LatentDataset",
     "LossFn",
     "Model",
+    "PackedTokens",
     "TokenDataset",
     "latent_model",
     "load_clip_sizes",
+    "load_documents",
     "load_image_sizes",
     "load_tokens",
+    "packed_model",
     "token_model",
     "video_model",
 ]
@@ -31,6 +39,13 @@ __all__ = [
 _VOCAB = 64  # tokens.npy holds ids below this (see data/generate.py)
 _LATENT_CHANNELS = 4
 _LATENT_DOWNSCALE = 64  # a bucket of w x h pixels gives a latent of (w / 64) x (h / 64)
+
+#: The packed phase: tokens per packed row, and the range the documents' lengths are drawn from
+#: (log-uniformly, so most are shorter than a row and about one in six is longer, split across
+#: rows).
+PACKED_SEQ_LEN = 32
+DOCUMENT_LENGTHS = (1, 64)
+_DOCUMENT_STREAM = "demo/documents"
 
 #: ``loss_fn(model, batch)``: the loss of one micro-batch (a 0-d tensor).
 LossFn = Callable[[Any, dict[str, Any]], Any]
@@ -69,6 +84,55 @@ def load_clip_sizes() -> tuple[
     ints = np.array([[int(r[0]), int(r[1]), int(r[2])] for r in rows], dtype=np.int64)
     fps = [Fraction(r[3]) for r in rows]
     return ints[:, 0].copy(), ints[:, 1].copy(), ints[:, 2].copy(), fps
+
+
+class Documents:
+    """The shipped token rows end to end, cut into documents (:func:`load_documents`).
+
+    Attributes:
+        tokens: Every token, ``uint8`` of shape ``(T,)`` (the rows of ``tokens.npy`` in order).
+        lengths: Each document's token count, int64, summing to ``T``.
+    """
+
+    def __init__(self, tokens: npt.NDArray[np.uint8], lengths: npt.NDArray[np.int64]) -> None:
+        self.tokens = tokens
+        self.lengths = lengths
+        self.starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.lengths.size)
+
+    def document(self, d: int) -> npt.NDArray[np.uint8]:
+        """The tokens of document ``d`` (a view)."""
+        start = int(self.starts[d])
+        return self.tokens[start : start + int(self.lengths[d])]
+
+
+def load_documents() -> Documents:
+    """The shipped tokens cut into documents of varied lengths: a pure function of the data.
+
+    Document ``i``'s length is log-uniform in :data:`DOCUMENT_LENGTHS`, drawn from its own key
+    (:func:`~dataorder.core.keys.derive_key`, so no RNG stream and no numpy version decides it);
+    the last document takes what is left. Over the 13,530 shipped tokens that is about 900
+    documents, a mean of 15 tokens, about 150 longer than a :data:`PACKED_SEQ_LEN` row.
+    """
+    import math
+
+    from dataorder.core.keys import derive_key
+
+    tokens = load_tokens().reshape(-1)
+    low, high = DOCUMENT_LENGTHS
+    span = math.log(high + 1) - math.log(low)
+    lengths: list[int] = []
+    left = int(tokens.size)
+    while left:
+        key = derive_key(
+            0, epoch=0, stream=_DOCUMENT_STREAM, purpose="length", extra=(len(lengths),)
+        )
+        n = min(int(low * math.exp(span * key / 2**64)), high)  # log-uniform in [low, high]
+        lengths.append(min(n, left))
+        left -= lengths[-1]
+    return Documents(tokens, np.array(lengths, dtype=np.int64))
 
 
 # -- datasets -------------------------------------------------------------------------------------
@@ -129,6 +193,33 @@ class LatentDataset:
         }
 
 
+class PackedTokens:
+    """Packed rows of :class:`Documents` through :class:`~dataorder.llm.packing.dataset.
+    PackedDataset` (``input_ids``, ``position_ids``, ``document_ids``, ``labels``), plus each
+    row's ``spans``: ``(seq_len, 3)`` int64, the row's ``(document, start, stop)`` spans then
+    rows of -1, so that a process can record which tokens its model trained on.
+
+    ``collate`` is :meth:`PackedDataset.collate` (which adds ``cu_seqlens`` and ``max_seqlen``).
+    """
+
+    def __init__(self, documents: Documents, seq_len: int) -> None:
+        from dataorder.llm.packing import PackedDataset
+
+        self.documents = documents
+        self.packed = PackedDataset([documents.document(d) for d in range(len(documents))], seq_len)
+        self.collate = PackedDataset.collate
+
+    def __getitem__(self, row: Any) -> dict[str, Any]:
+        import torch
+
+        item: dict[str, Any] = self.packed[row]
+        spans = torch.full((self.packed.seq_len, 3), -1, dtype=torch.long)
+        if len(row):
+            spans[: len(row)] = torch.tensor([list(span) for span in row], dtype=torch.long)
+        item["spans"] = spans
+        return item
+
+
 # -- models ---------------------------------------------------------------------------------------
 def _init_parameters(model: Any, seed: int) -> None:
     import torch
@@ -180,3 +271,49 @@ def latent_model(seed: int) -> Model:
 def video_model(seed: int) -> Model:
     """A noise predictor over clip latents (:class:`LatentDataset` of video buckets)."""
     return _denoiser(seed, video=True)
+
+
+def packed_model(seed: int) -> Model:
+    """A tiny causal language model over :class:`PackedTokens` micro-batches.
+
+    One attention layer over token and position embeddings: positions from ``position_ids``
+    (restarting at every document), attention kept inside documents by a block-diagonal causal
+    mask from ``document_ids`` (a token sees the earlier tokens of its own span only; padding
+    sees padding), the loss on ``labels`` (-100 ignored: padding, and the first token of every
+    span, NOTE [ Packed labels ] in :mod:`dataorder.llm.packing.dataset`).
+    """
+    import torch
+
+    width = 8
+
+    class TinyCausalLM(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tokens = torch.nn.Embedding(_VOCAB, width)
+            self.positions = torch.nn.Embedding(PACKED_SEQ_LEN, width)
+            self.qkv = torch.nn.Linear(width, 3 * width, bias=False)
+            self.head = torch.nn.Linear(width, _VOCAB)
+
+        def forward(self, batch: dict[str, Any]) -> Any:
+            x = self.tokens(batch["input_ids"]) + self.positions(batch["position_ids"])
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+            doc = batch["document_ids"]
+            s = doc.shape[-1]
+            causal = torch.ones(s, s, dtype=torch.bool).tril()
+            mask = (doc[:, :, None] == doc[:, None, :]) & causal  # block-diagonal, causal
+            attended = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            return self.head(x + attended)
+
+    model = TinyCausalLM()
+    _init_parameters(model, seed)
+
+    def loss_fn(m: Any, batch: dict[str, Any]) -> Any:
+        logits = m(batch)
+        # labels are unshifted: the prediction at token i is scored against label i + 1
+        labels = batch["labels"][:, 1:].reshape(-1)
+        ce = torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, _VOCAB), labels, ignore_index=-100, reduction="sum"
+        )
+        return ce / (labels != -100).sum().clamp(min=1)
+
+    return model, loss_fn

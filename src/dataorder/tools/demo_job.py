@@ -3,9 +3,10 @@
 See :mod:`dataorder.tools.demo`. The parent (:func:`run_phase`) starts one process per rank
 (forkserver, gloo on loopback) and collects what each one recorded. Each process builds every
 sampler of the registry the configuration names (:func:`build_job`), trains through
-``torch.nn.parallel.DistributedDataParallel`` over the mesh's data-parallel group, and at the
-end of phase 0 checkpoints (:func:`save_checkpoint`), which phase 1 loads
-(:func:`load_checkpoint`).
+``torch.nn.parallel.DistributedDataParallel`` over the mesh's data-parallel group with a
+``torch.optim.SGD`` optimizer, and at the end of phase 0 checkpoints through
+``torch.distributed.checkpoint`` (:func:`save_checkpoint`), which phase 1 loads on its other
+data-parallel size (:func:`load_checkpoint`).
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from dataorder.core.batching import rule_of
+from dataorder.core.batching import BATCHES, rule_of
 from dataorder.tools.demo_checks import DEMO_CHECKS
 from dataorder.tools.demo_config import MESH_DIMS, DemoConfig, DemoError, MeshShape, PhaseSpec
 from dataorder.tools.demo_data import LossFn
-from dataorder.tools.demo_samplers import DEMO_SAMPLERS, DemoSampler, Placement
+from dataorder.tools.demo_samplers import DEMO_SAMPLERS, DemoSampler, Placement, Reading
 
 __all__ = [
     "PRELOAD",
@@ -39,6 +40,8 @@ __all__ = [
 ]
 
 _LEARNING_RATE = 0.5
+# Momentum gives the optimizer a state (a buffer per parameter) that the checkpoint must carry.
+_MOMENTUM = 0.5
 #: Imported once by the forkserver, so that no process imports them again (a missing one is
 #: skipped by multiprocessing and imported by the process that needs it), beside each sampler's
 #: own (:func:`preload`). ``torch._dynamo``: DistributedDataParallel's constructor imports it,
@@ -48,7 +51,12 @@ PRELOAD: tuple[str, ...] = (
     "torch.distributed",
     "torch.distributed.device_mesh",
     "torch._dynamo",
+    "torch.distributed.checkpoint",
+    "torch.distributed.checkpoint.state_dict",
+    "torch.distributed.checkpoint.state_dict_loader",
+    "torch.distributed.checkpoint.state_dict_saver",
     "torchdata.stateful_dataloader",
+    "dataorder.integrations.dcp",
     "dataorder.tools.demo_job",
     "dataorder.parallel.verify",
 )
@@ -72,21 +80,33 @@ class Job:
     loader: Any
     model: Any
     loss_fn: LossFn
+    optimizer: Any
+
+    @property
+    def reading(self) -> Reading:
+        """How the loader batches and how a trained batch is read back (the entry's)."""
+        return self.entry.reading
 
     def dropped(self) -> int:
-        """The sampler's own count of samples the epoch does not reach."""
+        """The sampler's own count of units (samples, tokens) the epoch does not reach."""
         return int(getattr(self.sampler, rule_of(self.sampler).dropped_counter))
 
     def padded(self) -> int:
-        """The sampler's own count of padding slots in the epoch."""
+        """The sampler's own count of padding units (slots, tokens) in the epoch."""
         return int(getattr(self.sampler, rule_of(self.sampler).padded_counter))
 
-    def batch_padding(self, epoch: int, index: int, batch: dict[str, Any]) -> int:
-        """Slots of the batch at ``index`` of ``epoch`` that hold no new sample: padding slots
-        (``index`` -1) and the repeats the sampler declares (``DemoSampler.padding``)."""
-        slots = int((batch["index"] < 0).sum())
+    def batch_padding(self, epoch: int, index: int, item: Any) -> int:
+        """Units of the item at ``index`` of ``epoch`` that hold nothing new: its padding as the
+        rule reads it (``None`` slots, the empty tokens of rows) and the repeats the sampler
+        declares (``DemoSampler.padding``)."""
+        pads = self.reading.batching.padding(self.reading.batching.slots(item))
         declare = self.entry.padding
-        return slots + (0 if declare is None else declare(self.sampler, epoch, index))
+        return pads + (0 if declare is None else declare(self.sampler, epoch, index))
+
+    def holds_data(self, item: Any) -> bool:
+        """Whether the item covers any unit (else its loss is not shown)."""
+        keys, _, _ = self.reading.batching.spans(self.reading.batching.slots(item))
+        return bool(keys.size)
 
     def records(self) -> dict[str, Any]:
         """What the entry's extra checks need recorded at the end of the phase."""
@@ -125,54 +145,127 @@ def _placement(mesh: Any, inject_bug: str | None) -> Placement:
 def build_job(name: str, spec: PhaseSpec, mesh: Any) -> Job:
     """Build sampler ``name`` of the registry for this process: its data, sampler, loader and
     model."""
+    import torch
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     entry = DEMO_SAMPLERS[name]
     cfg = spec.config
     data = entry.data(cfg)
     sampler = entry.build(data, _placement(mesh, cfg.inject_bug), cfg)
-    if rule_of(sampler).batched:
-        loader = StatefulDataLoader(data.dataset, batch_sampler=sampler)
+    rule = rule_of(sampler)
+    # what a trained batch is read back as: the sampler's items, or the loader's batches of them
+    if entry.reading.batching != (rule if rule.batched else BATCHES):
+        raise TypeError(
+            f"DEMO_SAMPLERS[{name!r}].reading.batching must be the rule of what it trains on, "
+            f"{rule if rule.batched else BATCHES!r}; got {entry.reading.batching!r}"
+        )
+    collate = entry.reading.collate
+    if rule.batched:
+        loader = StatefulDataLoader(data.dataset, batch_sampler=sampler, collate_fn=collate)
     else:  # a per-index sampler: the loader makes the micro-batches
-        loader = StatefulDataLoader(data.dataset, batch_size=cfg.micro_batch_size, sampler=sampler)
+        loader = StatefulDataLoader(
+            data.dataset, batch_size=cfg.micro_batch_size, sampler=sampler, collate_fn=collate
+        )
     model, loss_fn = entry.model(_model_seed(cfg.seed, name))
-    return Job(entry, cfg, data, sampler, loader, model, loss_fn)
+    optimizer = torch.optim.SGD(model.parameters(), lr=_LEARNING_RATE, momentum=_MOMENTUM)
+    return Job(entry, cfg, data, sampler, loader, model, loss_fn, optimizer)
 
 
 # -- the checkpoint -------------------------------------------------------------------------------
-# The two functions below are the only place that saves or loads it (another checkpoint format,
-# such as torch.distributed.checkpoint, replaces them). Today: the loader state, which every
-# process saves identically (progress is global) and the parent writes once as
-# ``<sampler>.json``; the model, which every replica holds identically, saved by rank 0 as
-# ``<sampler>.model.pt``; and the files ``dataorder inspect`` needs (``DemoSampler.files``).
-def save_checkpoint(job: Job, ckpt: Path, rank: int) -> dict[str, Any]:
-    """Checkpoint ``job`` at the end of phase 0; return the loader state (the parent writes
-    it)."""
+# The two functions below are the only place that saves or loads it: one
+# torch.distributed.checkpoint (DCP) folder per sampler, ``<sampler>/``, written and read by every
+# process of the job. Its app state is the model and the optimizer (every replica holds the same:
+# DCP keeps one copy of each tensor, and loads them on any number of processes), the data order
+# (``OrderState``: the sampler's state as training consumed it, the same on every process, so
+# DCP's one copy serves every rank of any data-parallel size) and the loop's counters. Beside it,
+# rank 0 writes the order state as ``<sampler>.json``, which ``dataorder inspect`` explains, and
+# the files inspect needs (``DemoSampler.files``). No loader state is saved: with no worker
+# processes, the sampler's state is all of the loader's that a resume needs.
+def _app_state(job: Job, loop: dict[str, int], *, order: bool = True) -> dict[str, Any]:
+    """The DCP app state of ``job``: what :func:`save_checkpoint` saves and
+    :func:`load_checkpoint` loads (without the data order when ``order`` is False)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    from dataorder.integrations.dcp import OrderState
+
+    model, optim = get_state_dict(job.model, job.optimizer)
+    app: dict[str, Any] = {"model": model, "optim": optim, "loop": loop}
+    if order:
+        app["data"] = OrderState(job.loader)
+    return app
+
+
+def _model_digest(job: Job) -> str:
+    """A digest of the model's and the optimizer's state: equal on two processes, or before a
+    save and after a load, only if every tensor and setting is."""
+    import hashlib
+
     import torch
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    h = hashlib.blake2b(digest_size=8)
+
+    def walk(where: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key in sorted(value, key=str):
+                walk(f"{where}.{key}", value[key])
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                walk(f"{where}.{i}", item)
+        elif isinstance(value, torch.Tensor):
+            h.update(where.encode())
+            h.update(value.detach().contiguous().numpy().tobytes())
+        else:
+            h.update(f"{where}={value!r}".encode())
+
+    model, optim = get_state_dict(job.model, job.optimizer)
+    walk("model", model)
+    walk("optim", optim)
+    return h.hexdigest()
+
+
+def save_checkpoint(job: Job, ckpt: Path, rank: int, loop: dict[str, int]) -> dict[str, Any]:
+    """Checkpoint ``job`` at the end of phase 0 (a collective: every process calls it).
+
+    Returns:
+        What this process gave DCP, for the checks: ``{"order": the order state, "model": a
+        digest of the model and optimizer}``.
+    """
+    # dcp.save, from the module that defines it (torch does not re-export it explicitly)
+    from torch.distributed.checkpoint.state_dict_saver import save
 
     name = job.entry.name
-    if rank == 0:  # every replica holds the same model: one copy is the checkpoint
-        torch.save(job.model.state_dict(), ckpt / f"{name}.model.pt")
+    app = _app_state(job, loop)
+    order = app["data"].state_dict()["sampler"]
+    save(app, checkpoint_id=ckpt / name)
+    if rank == 0:
+        (ckpt / f"{name}.json").write_text(json.dumps(order, indent=1, sort_keys=True))
         if job.entry.files is not None:
             job.entry.files(job.data, ckpt / name)
-    state: dict[str, Any] = job.loader.state_dict()
-    return state
+    return {"order": order, "model": _model_digest(job)}
 
 
-def load_checkpoint(job: Job, ckpt: Path) -> None:
-    """Load phase 0's checkpoint into ``job``, before phase 1 reads anything."""
-    import torch
+def load_checkpoint(job: Job, ckpt: Path, *, order: bool = True) -> dict[str, Any]:
+    """Load phase 0's checkpoint into ``job``, before phase 1 reads anything (a collective).
 
-    from dataorder.core.state import find_sampler_states
+    The sampler is placed at the saved order now (``OrderState`` drops the loader's iterator),
+    so that the check before training covers what this phase will read: the rest of the epoch,
+    on the new layout. ``order=False`` leaves the data order alone (the ``skip-batches`` bug).
 
-    name = job.entry.name
-    loader_state = json.loads((ckpt / f"{name}.json").read_text())
-    job.loader.load_state_dict(loader_state)  # applied by the next iter(loader)
-    # The sampler's own state, inside the loader's, is set now too, so that the check before
-    # training covers what this phase will read: the rest of the epoch, on the new layout.
-    ((_where, sampler_state),) = find_sampler_states(loader_state)
-    job.sampler.load_state_dict(sampler_state)
-    job.model.load_state_dict(torch.load(ckpt / f"{name}.model.pt", weights_only=True))
+    Returns:
+        ``{"restored": a digest of the model and optimizer loaded, "loop": the loop's
+        counters}``.
+    """
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+    from torch.distributed.checkpoint.state_dict_loader import load  # dcp.load
+
+    loop = {"steps": 0, "micro_batches": 0}
+    app = _app_state(job, loop, order=order)
+    load(app, checkpoint_id=ckpt / job.entry.name)
+    set_state_dict(
+        job.model, job.optimizer, model_state_dict=app["model"], optim_state_dict=app["optim"]
+    )
+    return {"restored": _model_digest(job), "loop": dict(app["loop"])}
 
 
 # -- training -------------------------------------------------------------------------------------
@@ -180,7 +273,7 @@ def load_checkpoint(job: Job, ckpt: Path) -> None:
 class _Trained:
     """What this process trained on, batch by batch, and the loss of each optimizer step."""
 
-    batches: list[list[int]] = field(default_factory=list)
+    batches: list[Any] = field(default_factory=list)  # each as the sampler yielded it
     buckets: list[int | None] = field(default_factory=list)
     padding: list[int] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
@@ -195,39 +288,31 @@ def _batch_bucket(batch: dict[str, Any]) -> int | None:
     return ids.pop() if len(ids) == 1 else -1
 
 
-def _sgd_step(model: Any, lr: float) -> None:
-    # Plain SGD by hand: plain SGD has no state to checkpoint, and a torch.optim optimizer would
-    # add nothing to what the demo shows.
-    import torch
-
-    with torch.no_grad():
-        for p in model.parameters():
-            p -= lr * p.grad
-
-
 def _step(
     job: Job, ddp: Any, micro: list[dict[str, Any]], out: _Trained, at: tuple[int, int]
 ) -> None:
     """One optimizer step over ``micro``: gradients accumulated locally, averaged over the
     data-parallel group by DDP on the last micro-batch's backward."""
     epoch, first_index = at
-    job.model.zero_grad()
-    shown: list[float] = []  # the loss of micro-batches that hold a real sample
+    job.optimizer.zero_grad()
+    shown: list[float] = []  # the loss of micro-batches that hold real data
     for k, batch in enumerate(micro):
         with nullcontext() if k == len(micro) - 1 else ddp.no_sync():
             loss = job.loss_fn(ddp, batch)
             (loss / len(micro)).backward()
-        if int((batch["index"] >= 0).sum()):
+        item = job.reading.item(batch)  # what the model really trained on
+        if job.holds_data(item):
             shown.append(loss.item())
-        out.padding.append(job.batch_padding(epoch, first_index + len(out.batches), batch))
-        out.batches.append(batch["index"].tolist())  # what the model really trained on
+        out.padding.append(job.batch_padding(epoch, first_index + len(out.batches), item))
+        out.batches.append(item)
         out.buckets.append(_batch_bucket(batch))
-    _sgd_step(job.model, _LEARNING_RATE)
+    job.optimizer.step()
     out.losses.append(sum(shown) / max(1, len(shown)))
 
 
-def _train_phase(job: Job, spec: PhaseSpec, dp_group: Any) -> _Trained:
-    """Train this phase's part of the epoch: phase 0 up to its middle, phase 1 to its end."""
+def _train_phase(job: Job, spec: PhaseSpec, dp_group: Any, skip: int = 0) -> _Trained:
+    """Train this phase's part of the epoch: phase 0 up to its middle, phase 1 to its end,
+    after drawing ``skip`` micro-batches untrained (the ``skip-batches`` bug)."""
     from torch.nn.parallel import DistributedDataParallel
 
     accumulation = spec.config.accumulation(spec.mesh)
@@ -241,7 +326,9 @@ def _train_phase(job: Job, spec: PhaseSpec, dp_group: Any) -> _Trained:
     # The epoch this phase reads (it never crosses into the next one), taken before the first
     # batch: the cursor's epoch may change under the loop (a loader with workers starts its next
     # pass early), possibly before the last micro-batches of a step are accounted for.
-    at = (int(job.sampler.epoch), job.sampler.next_start()[1])
+    at = (int(job.sampler.epoch), job.sampler.next_start()[1] + skip)
+    for _ in range(skip):  # replay to a per-rank position: the bug, never the way to resume
+        next(it, None)
     while stop is None or len(out.losses) < stop:
         micro = [b for b in (next(it, None) for _ in range(accumulation)) if b is not None]
         if not micro:
@@ -256,15 +343,20 @@ def _train(name: str, spec: PhaseSpec, mesh: Any, rank: int) -> dict[str, Any]:
 
     t_start = time.perf_counter()
     job = build_job(name, spec, mesh)
+    t_built = time.perf_counter()
     ckpt = Path(spec.workdir) / "checkpoint"
-    if spec.phase > 0 and spec.config.inject_bug != "no-resume":
-        load_checkpoint(job, ckpt)
+    bug = spec.config.inject_bug
+    restored: dict[str, Any] = {"restored": None, "loop": {"micro_batches": 0}}
+    if spec.phase > 0 and bug != "no-resume":
+        restored = load_checkpoint(job, ckpt, order=bug != "skip-batches")
+    t_loaded = time.perf_counter()
+    skip = int(restored["loop"]["micro_batches"]) if bug == "skip-batches" else 0
     # The collective check, over the mesh's groups, of every batch this phase is about to read.
     # It runs before iter(loader): it reads the sampler and then restores its cursor, which must
     # not happen under a live iterator.
     report = verify_data_parallel(job.sampler, mesh=mesh, dp_dims=("dp",), raise_on_error=False)
     t_verified = time.perf_counter()
-    trained = _train_phase(job, spec, mesh["dp"].get_group())
+    trained = _train_phase(job, spec, mesh["dp"].get_group(), skip)
     out: dict[str, Any] = {
         "batches": trained.batches,
         "buckets": trained.buckets,
@@ -273,14 +365,22 @@ def _train(name: str, spec: PhaseSpec, mesh: Any, rank: int) -> dict[str, Any]:
         "verify": {"ok": report.ok, "summary": str(report)},
         "dropped": job.dropped(),
         "padded": job.padded(),
-        "dataset_size": len(job.loader.dataset),
-        "seconds": {"setup": t_verified - t_start, "train": time.perf_counter() - t_verified},
+        "universe": job.reading.universe(job.data),
+        "restored": restored["restored"],
+        "seconds": {
+            "setup": t_verified - t_start,
+            "checkpoint": t_loaded - t_built,
+            "train": time.perf_counter() - t_verified,
+        },
         **job.records(),
     }
     if rank == 0:
         out["notes"] = job.notes()
     if spec.phase == 0:
-        out["loader_state"] = save_checkpoint(job, ckpt, rank)
+        t_saved = time.perf_counter()
+        loop = {"steps": len(trained.losses), "micro_batches": len(trained.batches)}
+        out["checkpoint"] = save_checkpoint(job, ckpt, rank, loop)
+        out["seconds"]["checkpoint"] = time.perf_counter() - t_saved
     return out
 
 

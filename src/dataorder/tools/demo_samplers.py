@@ -11,7 +11,9 @@ NOTE [ Adding a sampler to the demo ]
     Write a builder ``build(data, where, config) -> sampler`` (``where`` is the rank's
     :class:`Placement`; pass ``**where.keywords(SamplerClass)``), and add one :class:`DemoSampler`
     to :data:`DEMO_SAMPLERS`, in report order. Its name becomes a ``dataorder demo --samplers``
-    choice and a row of the report. A new kind of check is one entry of
+    choice and a row of the report. A sampler whose items are not batches of sample indices
+    (packed rows) also says how its loader batches them and how a trained batch is read back
+    (a :class:`Reading`, e.g. :data:`PACKED_READING`). A new kind of check is one entry of
     :data:`dataorder.tools.demo_checks.DEMO_CHECKS` (``extra=True`` if only some samplers
     need it, which then name it in ``checks``).
 
@@ -29,14 +31,23 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from dataorder.core.batching import BATCHES, BatchRule
+from dataorder.llm.packing.dataset import PackedDataset
+from dataorder.llm.packing.rule import PackedRows
 from dataorder.tools.demo_data import (
+    DOCUMENT_LENGTHS,
+    PACKED_SEQ_LEN,
+    Documents,
     LatentDataset,
     Model,
+    PackedTokens,
     TokenDataset,
     latent_model,
     load_clip_sizes,
+    load_documents,
     load_image_sizes,
     load_tokens,
+    packed_model,
     token_model,
     video_model,
 )
@@ -46,6 +57,10 @@ __all__ = [
     "MIXTURE_CHANGE_STEP",
     "MIXTURE_SHARES",
     "MIXTURE_WEIGHTS",
+    "PACKED_CHUNK",
+    "PACKED_READING",
+    "PACKED_WINDOW",
+    "SAMPLE_READING",
     "VIDEO_CLIPS",
     "VIDEO_FPS",
     "DemoData",
@@ -53,6 +68,7 @@ __all__ = [
     "DemoShape",
     "Inspect",
     "Placement",
+    "Reading",
     "mixture_sources",
 ]
 
@@ -64,6 +80,10 @@ MIXTURE_CHANGE_STEP = 6
 #: The video sampler: the first clips of the shipped clip sizes, resampled to the model's rate.
 VIDEO_CLIPS = 800
 VIDEO_FPS = 16
+#: The packed sampler's windows: documents read together (``chunk``) and packed together
+#: (``window``), small enough that the shipped documents span several windows.
+PACKED_CHUNK = 8
+PACKED_WINDOW = 64
 
 
 # -- what an entry is made of ---------------------------------------------------------------------
@@ -152,6 +172,51 @@ class Inspect:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """How an entry's loader makes batches, and how a process reads back what it trained on.
+
+    A process records, for every micro-batch its model trained on, the item it came from, as the
+    sampler yields it; the checks read those items through ``batching`` (NOTE [ Coverage ] in
+    :mod:`dataorder.core.batching`), never through int assumptions.
+
+    Attributes:
+        batching: The rule of a recorded item: the sampler's own rule for a batch sampler
+            (checked when a process builds it), :data:`~dataorder.core.batching.BATCHES` for a
+            per-index sampler, whose items the loader batches.
+        item: ``item(batch)``: the recorded item of a collated batch (JSON-able).
+        universe: ``universe(data)``: the units of the dataset in the rule's unit (samples,
+            tokens), which an epoch reads once apart from what the sampler declares.
+        collate: The loader's ``collate_fn``; None for torch's default.
+    """
+
+    batching: BatchRule
+    item: Callable[[dict[str, Any]], list[Any]]
+    universe: Callable[[Any], int]
+    collate: Callable[[Any], dict[str, Any]] | None = None
+
+
+def _sample_item(batch: dict[str, Any]) -> list[int | None]:
+    # the index carried by each sample; a padding slot carries -1 (TokenDataset)
+    return [None if i < 0 else i for i in batch["index"].tolist()]
+
+
+def _packed_item(batch: dict[str, Any]) -> list[list[tuple[int, int, int]]]:
+    # each row's (document, start, stop) spans, the -1 rows after them left out
+    return [[(d, a, b) for d, a, b in row if d >= 0] for row in batch["spans"].tolist()]
+
+
+#: Batches of sample indices (every sampler but the packed one).
+SAMPLE_READING = Reading(BATCHES, _sample_item, lambda data: len(data.dataset))
+#: Micro-batches of packed rows, read in tokens.
+PACKED_READING = Reading(
+    PackedRows(PACKED_SEQ_LEN),
+    _packed_item,
+    lambda data: int(data.documents.lengths.sum()),
+    collate=PackedDataset.collate,
+)
+
+
+@dataclass(frozen=True)
 class DemoSampler(Generic[D]):
     """One sampler of the demo (NOTE [ Adding a sampler to the demo ]).
 
@@ -174,6 +239,7 @@ class DemoSampler(Generic[D]):
             rebuilt from files (the demo prints no command for it).
         imports: Modules its builder imports, which the process launcher imports once for all
             the processes.
+        reading: How its loader batches and how what it trained on is read back.
     """
 
     name: str
@@ -186,6 +252,7 @@ class DemoSampler(Generic[D]):
     files: Callable[[D, Path], None] | None = None
     inspect: Inspect | None = Inspect()
     imports: tuple[str, ...] = ()
+    reading: Reading = SAMPLE_READING
 
 
 def _declared_padding(sampler: Any, epoch: int, index: int) -> int:
@@ -441,6 +508,62 @@ def _video_notes(data: VideoClips, sampler: Any, _config: DemoShape) -> list[str
     ]
 
 
+# -- packed rows of the token rows cut into documents ---------------------------------------------
+@dataclass(frozen=True)
+class PackedDocuments:
+    """The shipped tokens as documents (:func:`~dataorder.tools.demo_data.load_documents`),
+    read as packed rows of :data:`~dataorder.tools.demo_data.PACKED_SEQ_LEN` tokens."""
+
+    documents: Documents
+    dataset: PackedTokens
+
+    @classmethod
+    def load(cls, _config: DemoShape) -> PackedDocuments:
+        documents = load_documents()
+        return cls(documents, PackedTokens(documents, PACKED_SEQ_LEN))
+
+
+def _packed(data: PackedDocuments, where: Placement, config: DemoShape) -> Any:
+    from dataorder.llm.packing import PackedSampler
+
+    # Pretraining's mode: every token once, only what cannot fit split across rows; the rows of
+    # the tail that do not fill a global batch are dropped, and counted (tokens_dropped).
+    return PackedSampler(
+        data.documents.lengths,
+        PACKED_SEQ_LEN,
+        config.micro_batch_size,
+        global_batch_size=where.global_batch_size(config),
+        seed=config.seed,
+        split="overflow",
+        window=PACKED_WINDOW,
+        chunk=PACKED_CHUNK,
+        **where.keywords(PackedSampler),
+    )
+
+
+def _packed_notes(data: PackedDocuments, sampler: Any, _config: DemoShape) -> list[str]:
+    docs = data.documents
+    plan = sampler.plans[0]
+    low, high = DOCUMENT_LENGTHS
+    return [
+        f"{len(docs)} documents of {low}-{high} tokens (the token rows end to end) in "
+        f"{plan.num_windows} windows of {PACKED_WINDOW}, packed into {plan.rows_per_epoch} rows "
+        f"of {PACKED_SEQ_LEN} tokens: {sampler.documents_split} documents split across rows, "
+        f"{sampler.tokens_padded} tokens of padding, {sampler.tokens_dropped} tokens in the "
+        "dropped tail (the drop/pad column, in tokens)",
+        "a tiny causal LM: positions from position_ids (reset per document), attention "
+        "block-diagonal over document_ids, the loss on labels",
+    ]
+
+
+def _packed_lengths(_config: DemoShape, stem: Path) -> list[Path]:
+    """The documents' lengths, which the packed state holds only a fingerprint of: beside it
+    as a ``.npy``, for ``dataorder inspect --lengths``."""
+    path = Path(f"{stem}.lengths.npy")
+    np.save(path, load_documents().lengths)
+    return [path]
+
+
 # -- the registry ---------------------------------------------------------------------------------
 _MEGATRON = ("dataorder.llm.factory", "dataorder.llm.megatron")
 _BUCKETS = (
@@ -512,5 +635,18 @@ DEMO_SAMPLERS: Mapping[str, DemoSampler[Any]] = _registry(
         build=_distributed,
         model=token_model,
         imports=("dataorder.parallel.distributed",),
+    ),
+    DemoSampler(
+        "packed",
+        data=PackedDocuments.load,
+        build=_packed,
+        model=packed_model,
+        checks=("costs_dealt",),
+        notes=_packed_notes,
+        inspect=Inspect(
+            lambda _config, file: f" --lengths {file('.lengths.npy')}", _packed_lengths
+        ),
+        imports=("dataorder.llm.packing", "dataorder.llm.packing.sampler"),
+        reading=PACKED_READING,
     ),
 )

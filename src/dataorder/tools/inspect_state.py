@@ -110,6 +110,16 @@ def _add_given_args(p: argparse.ArgumentParser) -> None:
     """What a state does not hold and its sampler needs to be rebuilt (:func:`_given`)."""
     p.add_argument("--manifest", default=None, help="bucket sampler: the dataset's manifest")
     p.add_argument(
+        "--lengths",
+        metavar="FILE",
+        default=None,
+        help=(
+            "packed sampler: the documents' lengths, a Megatron .idx/.bin or prefix, a .npy, or "
+            "a .parquet/.arrow file with an input_ids list column (the demo writes "
+            "packed.lengths.npy beside packed.json)"
+        ),
+    )
+    p.add_argument(
         "--source-sizes",
         type=_int_list,
         default=None,
@@ -150,6 +160,10 @@ def _given(args: argparse.Namespace, schedule: Any) -> dict[str, tuple[Any, str]
     hold, :class:`~dataorder.core.assembly.Given`), and the flags that give it."""
     return {
         "dataset": (_bucket_dataset(args), "--manifest MANIFEST or --sizes CSV"),
+        "lengths": (
+            _lengths(args),
+            "--lengths FILE (a .npy, a Megatron .idx or an Arrow/parquet file)",
+        ),
         "sizes": (args.source_sizes, "--source-sizes N,N,..."),
         "weights": (
             args.weights if schedule is None else schedule,
@@ -158,6 +172,19 @@ def _given(args: argparse.Namespace, schedule: Any) -> dict[str, tuple[Any, str]
         ),
         "base_resolution": (args.base_resolution, "--base-resolution W,H"),
     }
+
+
+def _lengths(args: argparse.Namespace) -> Any:
+    """``--lengths FILE``: :class:`~dataorder.llm.packing.lengths.DocumentLengths` as
+    ``DocumentLengths.from_file`` reads the file, or None."""
+    if args.lengths is None:
+        return None
+    from dataorder.llm.packing.lengths import DocumentLengths
+
+    try:
+        return DocumentLengths.from_file(args.lengths)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--lengths {args.lengths}: {err}") from None
 
 
 def _bucket_dataset(args: argparse.Namespace) -> Any:

@@ -4,7 +4,10 @@ NOTE [ Tables are never cut ]
     A table's cells are the command's answer, so no layout may cut one: in a terminal, tables
     use rich when it is installed (``pip install 'dataorder[cli]'``), whose columns wrap and fold
     a cell that does not fit; anywhere else (a pipe, a file, a CI log, ``| tee``) and with
-    ``--plain``, they are aligned plain text, as wide as their widest cell.
+    ``--plain``, they are aligned plain text, as wide as their widest cell. A terminal too narrow
+    for rich to keep a character of every column (fewer than :data:`RICH_COLUMN_WIDTH` columns
+    of it per table column: rich's last resort then squeezes a column to its padding and drops
+    its cells) gets the plain layout too, whose long lines the terminal wraps but never cuts.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ __all__ = [
     "EXIT_CHECKS_FAILED",
     "EXIT_USAGE",
     "INT64_MAX",
+    "RICH_COLUMN_WIDTH",
     "Output",
     "add_calculator_args",
     "calculator_from_args",
@@ -33,6 +37,9 @@ __all__ = [
 EXIT_USAGE = 2
 #: Exit status when the demo ran but a check failed, or a demo process crashed.
 EXIT_CHECKS_FAILED = 1
+#: Terminal columns per table column below which a table is laid out plain, not by rich
+#: (NOTE [ Tables are never cut ]; rich 15 lost cells of the demo table from 3.3 a column).
+RICH_COLUMN_WIDTH = 4
 
 
 def _is_terminal(stream: IO[str]) -> bool:
@@ -63,7 +70,7 @@ class Output:
 
     def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
         cells = [[str(c) for c in row] for row in rows]
-        if self.console is not None:
+        if self.console is not None and self.console.width >= RICH_COLUMN_WIDTH * len(columns):
             self._rich_table(title, columns, cells)
             return
         widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]

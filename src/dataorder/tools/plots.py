@@ -36,7 +36,8 @@ class ScheduleBatch:
         position: Global position in the epoch where the batch's block starts (samples consumed
             by the whole job before it); it continues across a restart.
         block: Global positions in the block (all ranks' slots, padding included).
-        samples: The rank's slots: a sample index, or ``None`` for a padding slot.
+        samples: The rank's slots: a sample index, or ``None`` for a padding slot (for packed
+            rows: the document of each span).
         padding: How many slots are padding (``None`` or a repeated sample).
         bucket: The bucket the batch came from, for a bucket sampler.
     """

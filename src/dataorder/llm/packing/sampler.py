@@ -217,6 +217,18 @@ def _lengths_field() -> Field:
     return Field("lengths", read)
 
 
+def _global_batch_field() -> Field:
+    """``config.global_batch_size``: 0 for none, an int, or a schedule's digest; ``from_state``
+    gives the first two back to the constructor (the schedule is a :class:`Given`)."""
+
+    def args(value: Scalar) -> Mapping[str, Any]:
+        if isinstance(value, str):  # a schedule's digest: the caller gives the schedule
+            return {}
+        return {"global_batch_size": value or None}
+
+    return Field("global_batch_size", lambda s: s.global_batch_size_field, args)
+
+
 def _position_of(sampler: PackedSampler) -> str:
     text = sampler.dealt_blocks().describe(sampler.progress, sampler.epoch)
     if sampler.mixture is None:
@@ -314,7 +326,7 @@ class PackedSampler(
             recorded("long_documents"),
             recorded("total_rows"),
             flag("drop_last"),
-            Field("global_batch_size", lambda s: s.global_batch_size_field),
+            _global_batch_field(),
             flag("pad_samples_to_global_batch_size", name="pad"),
             recorded("seed"),
             Field("versions", lambda s: s.versions),

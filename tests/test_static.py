@@ -60,6 +60,21 @@ def test_public_names_are_sorted_and_importable() -> None:
     assert dataorder.PackedSampler is importlib.import_module("dataorder.llm").PackedSampler
 
 
+def test_every_sampler_is_registered_whatever_was_imported_before() -> None:
+    """dataorder inspect rebuilds a state through dataorder.samplers(): it must know every
+    sampler even in a fresh interpreter where the lazy diffusion package imported nothing."""
+    code = "import dataorder; print(sorted(dataorder.samplers()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [
+        "['blended',",
+        "'distributed',",
+        "'megatron_random',",
+        "'megatron_single',",
+        "'packed',",
+        "'sequential_bucket']",
+    ]
+
+
 def test_the_lazy_package_types_what_it_exports() -> None:
     """dataorder.diffusion imports its names lazily (no torch for the bucket tables); its typing
     block, for type checkers, must name exactly what it exports, from the module that has it."""

@@ -67,7 +67,10 @@ def samplers() -> dict[str, type[AssembledSampler[Any]]]:
     """
     from dataorder.core.assembly import SAMPLERS
 
-    public_names()
+    for package in PACKAGES:
+        module = importlib.import_module(f"dataorder.{package}")
+        for name in module.__all__:  # a lazy package imports a name's module when asked
+            getattr(module, name)
     return dict(SAMPLERS)
 
 

@@ -206,8 +206,8 @@ def test_bins_follow_the_exact_split_predicates(seed: int) -> None:
     cands = sorted(cands | {(64, 64), (128, 64), (64, 128)}, key=lambda wh: Fraction(*wh))
     sizes = adversarial_sizes(rng, cands)
     w, h = sizes[:, 0].copy(), sizes[:, 1].copy()
-    splits, _ = FB._splits(cands)
-    bins = FB._bin_images(w, h, splits, *FB._ratio_range(w, h))
+    splits, _ = FB.candidate_splits(cands)
+    bins = FB.bin_images(w, h, splits, *FB.ratio_range(w, h)).select(0, 1)
     sub = bins.sub.astype(np.int64).tolist()
     for s in splits:
         if s.bound in (0, bins.total):

@@ -61,7 +61,7 @@ from dataorder._validate import check_bool, check_int, fail
 from dataorder.core.partition import plan_segments
 from dataorder.diffusion.buckets import MultiTierBucketCalculator
 from dataorder.diffusion.cost import CostModel
-from dataorder.diffusion.fit_bins import IntArray, _ratio_range
+from dataorder.diffusion.fit_bins import IntArray, ratio_range
 from dataorder.diffusion.fit_candidates import (
     DEFAULT_MAX_CANDIDATES,
     DEFAULT_MIN_SHARE,
@@ -81,7 +81,7 @@ from dataorder.diffusion.fit_programme import (
     _batch_sizes,
     _check_least_waste,
     _fit,
-    _waste_budget,
+    waste_budget,
 )
 from dataorder.diffusion.fit_rule import FIT_VERSION, FittedBucketRule, ThresholdAssigner
 from dataorder.diffusion.lookup import as_size_array
@@ -182,7 +182,7 @@ def fit_to_data(
     with_presets = check_bool("include_presets", include_presets)
     limit = check_int("max_candidates", max_candidates, min_value=2)
     min_share = _share("min_share", min_share, low=0.0, high=1.0, open_low=True)
-    w_max = _waste_budget(share, n_img)
+    w_max = waste_budget(share, n_img)
     if fixed_g is not None:
         _check_least_waste(n_img, fixed_g, drop, w_max, max_waste)
 
@@ -196,7 +196,7 @@ def fit_to_data(
             fail("candidates", "a non-empty (M, 2) array", candidates)
         pool = _merge(given + preset)
     always = {Fraction(a, b) for a, b in given + preset}
-    x_lo, x_hi = _ratio_range(w, h)
+    x_lo, x_hi = ratio_range(w, h)
     gs_pool = _batch_sizes(global_batch_size, [(int(a), int(b)) for a, b in pool.tolist()])
     kept, at_ends = _prune(pool, gs_pool, x_lo, x_hi)
     required = at_ends | np.array([Fraction(int(a), int(b)) in always for a, b in pool[kept]])

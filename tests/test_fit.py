@@ -681,7 +681,7 @@ def test_thinning_spreads_the_candidates() -> None:
     pool = pool[(r > 1 / 3) & (r < 3)]
     required = np.zeros(len(pool), dtype=bool)
     required[[0, len(pool) - 1]] = True
-    kept = FC._thin(pool, required, 20)
+    kept = FC.thin_candidates(pool, required, 20)
     assert kept.size == 22
     assert {0, len(pool) - 1} <= set(kept.tolist())
     gaps = np.diff(np.log(pool[kept, 0] / pool[kept, 1]))

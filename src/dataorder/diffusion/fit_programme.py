@@ -53,12 +53,22 @@ from dataorder.diffusion.fit_bins import (
 )
 from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
 
-__all__ = ["RELAXATION_CAP", "AspectProgramme", "Chain", "chain_cost", "waste_budget"]
+__all__ = [
+    "RELAXATION_CAP",
+    "AspectProgramme",
+    "Chain",
+    "ChainProgramme",
+    "chain_cost",
+    "waste_budget",
+]
 
 _NUDGE = 2.0**-20  # how close (relative) a threshold is placed to the log-midpoint it stands for
 #: The relaxation's multiplier goes up to a wasted sample weighing this many images' whole crop;
 #: beyond it the least-waste chain is taken (NOTE [ dynamic G ]).
 RELAXATION_CAP = 64
+
+_DENSE_LIMITS = 32  # a candidate with more distinct start limits than this ...
+_DENSE_CELLS = 1 << 22  # ... takes the dense pass if its table has at most this many cells
 
 #: ``(candidate, end)`` of each bucket of a chain, ascending in aspect ratio.
 Chain = list[tuple[int, int]]
@@ -113,67 +123,55 @@ class _Chosen:
     exact: bool
 
 
-class AspectProgramme:
-    """The crop loss of some binned images against candidate buckets, and chains over them.
+class ChainProgramme:
+    """Chains of buckets over ordered bins, each bin's loss against each candidate given.
 
-    A *chain* is a list of ``(candidate, end)``: buckets in ascending aspect ratio, each holding
-    the bins up to boundary ``end`` (the last ends at ``S``). The image fit
-    (:mod:`dataorder.diffusion.fit`) searches one programme; the video fit
-    (:mod:`dataorder.diffusion.video_fit`) one per group of frame counts.
+    A *chain* is a list of ``(candidate, end)``: candidates ascending, each bucket holding the
+    bins from the previous end up to boundary ``end`` (the last ends at ``S``). Candidate ``c``
+    may start at most at ``hi_start[c]`` and end at least at ``lo_end[c]``; and, when given, start
+    at least at ``first_start[c]`` and end at most at ``last_end[c]``. The image fit's bins are
+    aspect ratios (:class:`AspectProgramme`); the video fit also runs one over clip lengths,
+    whose candidates are frame counts and whose loss is the trim.
 
     Args:
-        bins: The images' bins (:func:`~dataorder.diffusion.fit_bins.bin_images`), cut by the
-            splits of ``cands`` (``where`` indexes them).
-        where: The split keys of :func:`~dataorder.diffusion.fit_bins.candidate_splits`.
-        cands: Candidate ``(w, h)``, ascending in aspect ratio.
+        loss: ``(M, S)`` loss of each bin against each candidate, in images (clips).
+        counts: ``(S,)`` images per bin.
         gs: ``(M,)`` global batch size of each candidate.
         drop: Waste is dropping (``n mod G``), else padding (``(-n) mod G``).
         keep_all: With ``drop``, every bucket holds at least its ``G`` images.
-        first_start: ``(M,)`` optional least boundary a candidate's bucket may start at.
-        last_end: ``(M,)`` optional greatest boundary it may end at; the two say which bins a
-            candidate may hold (the video fit's upscale limit). A candidate whose own ratio's
-            bins are outside them is never chosen.
+        hi_start: ``(M,)`` the latest boundary a candidate's bucket may start at.
+        lo_end: ``(M,)`` the earliest boundary it may end at.
+        first_start: ``(M,)`` optional least start.
+        last_end: ``(M,)`` optional greatest end.
+        min_count: Every bucket holds at least this many images instead (``keep_all`` aside):
+            the video fit's aspect classes, which need room for several batches.
     """
 
     def __init__(
         self,
-        bins: Bins,
-        where: dict[tuple[int, ...], int],
-        cands: list[tuple[int, int]],
+        loss: FloatArray,
+        counts: IntArray,
         gs: IntArray,
         drop: bool,
         keep_all: bool,
+        hi_start: IntArray,
+        lo_end: IntArray,
         *,
         first_start: IntArray | None = None,
         last_end: IntArray | None = None,
+        min_count: int | None = None,
     ) -> None:
-        m = len(cands)
-        s = int(bins.counts.size)
-        self.bins, self.cands, self.gs, self.drop = bins, cands, gs, drop
-        self.num_bins = s
-        self.ratio = np.array([a / b for a, b in cands])
-        self.below = np.array([bins.split_pos[where[(0, i, 0)]] for i in range(m)], dtype=np.int64)
-        self.above = np.array([bins.split_pos[where[(0, i, 1)]] for i in range(m)], dtype=np.int64)
-        self.mids = [int(bins.split_pos[where[(1, i, i + 1, 1)]]) for i in range(m - 1)]
+        m, s = (int(v) for v in loss.shape)
+        self.loss, self.gs, self.drop = loss, gs, drop
+        self.num_candidates: int = m
+        self.num_bins: int = s
+        self.below, self.above = hi_start, lo_end
         self.first_start = np.zeros(m, dtype=np.int64) if first_start is None else first_start
         self.last_end = np.full(m, s, dtype=np.int64) if last_end is None else last_end
-
-        # Crop loss of every bin against every candidate: bins below s lose 1 - r / s, bins
-        # above lose 1 - s / r, bins of exactly s lose nothing.
-        pos = np.arange(s)
-        n = bins.counts.astype(np.float64)
-        loss_below = n[None, :] - bins.sum_r[None, :] / self.ratio[:, None]
-        loss_above = n[None, :] - self.ratio[:, None] * bins.sum_inv[None, :]
-        loss = np.where(
-            pos[None, :] < self.below[:, None],
-            loss_below,
-            np.where(pos[None, :] >= self.above[:, None], loss_above, 0.0),
-        )
-        np.maximum(loss, 0.0, out=loss)
-        self.loss = loss
-        self.prefix = np.concatenate(([0], np.cumsum(bins.counts))).astype(np.int64)
+        self.prefix = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         mods = {
-            gc: _residues(self.prefix, gc, drop, drop and keep_all) for gc in np.unique(gs).tolist()
+            gc: _residues(self.prefix, gc, drop, drop and keep_all, min_count)
+            for gc in np.unique(gs).tolist()
         }
         self.per_cand = [mods[int(gc)] for gc in gs]
         self.uniform = bool((gs == gs[0]).all())
@@ -185,7 +183,7 @@ class AspectProgramme:
 
     def fixed(self, scale: float) -> FloatArray:
         """``(M, S + 1)`` prefix sums over bins of ``rint(loss * scale)``: exact integers."""
-        out = np.zeros((len(self.cands), self.num_bins + 1))
+        out = np.zeros((self.num_candidates, self.num_bins + 1))
         np.cumsum(np.rint(self.loss * scale), axis=1, out=out[:, 1:])
         return out
 
@@ -194,15 +192,6 @@ class AspectProgramme:
         counts = np.diff(self.prefix[[0, *[e for _, e in chain]]])
         sizes = self.gs[[c for c, _ in chain]]
         return counts, (counts % sizes if self.drop else (-counts) % sizes)
-
-    def nearest(self) -> Chain:
-        """The nearest-bucket rule over all candidates (non-empty buckets): the least crop."""
-        starts = [0, *self.mids]
-        return [
-            (c, e)
-            for c, e in enumerate([*self.mids, self.num_bins])
-            if self.prefix[e] > self.prefix[starts[c]]
-        ]
 
     def allowed(self, chain: Chain, keep_all: bool) -> bool:
         """Whether ``chain`` keeps within every candidate's bins (and, with ``keep_all``, every
@@ -234,6 +223,43 @@ class AspectProgramme:
             self.last_end,
         )
 
+    def relaxed(self, cost: FloatArray, lams: FloatArray) -> list[Chain | None]:
+        """The relaxation's chain for each multiplier of ``lams`` (fixed point per wasted
+        sample), in one pass: each multiplier is a row of its own (NOTE [ dynamic G ])."""
+        rows = int(lams.size)
+        forward = _forward(
+            cost,
+            self.per_cand,
+            self.above,
+            self.below,
+            rows,
+            self.waste_bound(),
+            lams,
+            self.first_start,
+            self.last_end,
+        )
+        best_end, stored = forward
+        out: list[Chain | None] = []
+        for d in range(rows):
+            value = float(best_end[d])
+            if not np.isfinite(value):
+                out.append(None)
+                continue
+            out.append(
+                _backtrack(
+                    cost,
+                    self.per_cand,
+                    self.below,
+                    stored,
+                    d,
+                    value,
+                    False,
+                    float(lams[d]),
+                    self.first_start,
+                )
+            )
+        return out
+
     def frontier(self, cost: FloatArray, rows: int, w_max: int) -> list[tuple[int, float, Chain]]:
         """One ``G`` for all candidates: for each number of falls ``d < rows`` with a chain, the
         least cost, as ``(d, cost, chain)`` (waste ``rho_S + G * d``, NOTE [ waste telescopes ])."""
@@ -261,7 +287,7 @@ class AspectProgramme:
 
     def waste_bound(self) -> int:
         """More than any chain wastes: ``N + M * max(G)``."""
-        return self.num_images + len(self.cands) * int(self.gs.max())
+        return self.num_images + self.num_candidates * int(self.gs.max())
 
     def least_waste_chain(self, w_max: int) -> Chain | None:
         """The chain of least waste, exactly (waste weighs more than all crop; a coarse crop
@@ -274,8 +300,83 @@ class AspectProgramme:
     def relaxed_scale(self, n_total: int) -> float:
         """A fixed-point scale at which crop of ``n_total`` images plus ``lam * waste`` with
         ``lam`` up to :data:`RELAXATION_CAP` per image stays an exact integer in float64."""
-        bound = n_total + len(self.cands) * int(self.gs.max())
+        bound = n_total + self.num_candidates * int(self.gs.max())
         return 2.0 ** (52 - (n_total + RELAXATION_CAP * bound).bit_length())
+
+
+class AspectProgramme(ChainProgramme):
+    """The crop loss of binned images against candidate buckets of ascending aspect ratio.
+
+    The image fit (:mod:`dataorder.diffusion.fit`) searches one; the video fit
+    (:mod:`dataorder.diffusion.video_fit`) one over every clip, for its aspect classes.
+
+    Args:
+        bins: The images' bins (:func:`~dataorder.diffusion.fit_bins.bin_images`), cut by the
+            splits of ``cands`` (``where`` indexes them).
+        where: The split keys of :func:`~dataorder.diffusion.fit_bins.candidate_splits`.
+        cands: Candidate ``(w, h)``, ascending in aspect ratio.
+        gs: ``(M,)`` global batch size of each candidate.
+        drop: Waste is dropping (``n mod G``), else padding (``(-n) mod G``).
+        keep_all: With ``drop``, every bucket holds at least its ``G`` images.
+        first_start: ``(M,)`` optional least boundary a candidate's bucket may start at.
+        last_end: ``(M,)`` optional greatest boundary it may end at; the two say which bins a
+            candidate may hold (the video fit's upscale limit). A candidate whose own ratio's
+            bins are outside them is never chosen.
+    """
+
+    def __init__(
+        self,
+        bins: Bins,
+        where: dict[tuple[int, ...], int],
+        cands: list[tuple[int, int]],
+        gs: IntArray,
+        drop: bool,
+        keep_all: bool,
+        *,
+        first_start: IntArray | None = None,
+        last_end: IntArray | None = None,
+        min_count: int | None = None,
+    ) -> None:
+        m = len(cands)
+        s = int(bins.counts.size)
+        self.bins, self.cands = bins, cands
+        self.ratio = np.array([a / b for a, b in cands])
+        below = np.array([bins.split_pos[where[(0, i, 0)]] for i in range(m)], dtype=np.int64)
+        above = np.array([bins.split_pos[where[(0, i, 1)]] for i in range(m)], dtype=np.int64)
+        self.mids = [int(bins.split_pos[where[(1, i, i + 1, 1)]]) for i in range(m - 1)]
+        # Crop loss of every bin against every candidate: bins below s lose 1 - r / s, bins
+        # above lose 1 - s / r, bins of exactly s lose nothing.
+        pos = np.arange(s)
+        n = bins.counts.astype(np.float64)
+        loss_below = n[None, :] - bins.sum_r[None, :] / self.ratio[:, None]
+        loss_above = n[None, :] - self.ratio[:, None] * bins.sum_inv[None, :]
+        loss = np.where(
+            pos[None, :] < below[:, None],
+            loss_below,
+            np.where(pos[None, :] >= above[:, None], loss_above, 0.0),
+        )
+        np.maximum(loss, 0.0, out=loss)
+        super().__init__(
+            loss,
+            bins.counts,
+            gs,
+            drop,
+            keep_all,
+            below,
+            above,
+            first_start=first_start,
+            last_end=last_end,
+            min_count=min_count,
+        )
+
+    def nearest(self) -> Chain:
+        """The nearest-bucket rule over all candidates (non-empty buckets): the least crop."""
+        starts = [0, *self.mids]
+        return [
+            (c, e)
+            for c, e in enumerate([*self.mids, self.num_bins])
+            if self.prefix[e] > self.prefix[starts[c]]
+        ]
 
     def thresholds(self, w: IntArray, h: IntArray, chain: Chain) -> tuple[tuple[int, int], ...]:
         """A short fraction between the data either side of each boundary of ``chain``, inside
@@ -417,10 +518,15 @@ class _Residues:
     limit_fall: IntArray  # ... if it falls
 
 
-def _residues(prefix: IntArray, g: int, drop: bool, whole: bool) -> _Residues:
+def _residues(
+    prefix: IntArray, g: int, drop: bool, whole: bool, min_count: int | None = None
+) -> _Residues:
     sigma = prefix % g if drop else (-prefix) % g
     u = np.unique(sigma, return_inverse=True)[1].astype(np.int64).ravel()
-    if whole:  # every bucket fills a global batch (keep_every_image)
+    if min_count is not None:  # every bucket holds at least min_count images
+        limit_rise = np.searchsorted(prefix, prefix - min_count, side="right") - 1
+        limit_fall = limit_rise
+    elif whole:  # every bucket fills a global batch (keep_every_image)
         block = prefix // g
         limit_rise = np.searchsorted(block, block - 1, side="right") - 1
         limit_fall = np.searchsorted(block, block - 2, side="right") - 1
@@ -445,15 +551,15 @@ def _solve(
     """Least-cost chain of buckets, or None if there is none (:func:`_forward`, then the least
     cost over the falls, fewest falls on a tie, traced back)."""
     exact = lam is None
-    lam_v = 0.0 if lam is None else lam
     best_end, stored = _forward(
         cost, mods, lo_end, hi_start, rows, w_max, lam, first_start, last_end
     )
     d = int(np.argmin(best_end))  # least cost first, then fewest falls (least waste)
     if not np.isfinite(best_end[d]):
         return None
+    lam_d = 0.0 if lam is None else float(np.broadcast_to(lam, (rows,))[d])
     return _backtrack(
-        cost, mods, hi_start, stored, d, float(best_end[d]), exact, lam_v, first_start
+        cost, mods, hi_start, stored, d, float(best_end[d]), exact, lam_d, first_start
     )
 
 
@@ -464,7 +570,7 @@ def _forward(
     hi_start: IntArray,
     rows: int,
     w_max: int,
-    lam: float | None,
+    lam: float | FloatArray | None,
     first_start: IntArray | None,
     last_end: IntArray | None,
 ) -> tuple[FloatArray, list[tuple[int, FloatArray]]]:
@@ -479,9 +585,10 @@ def _forward(
     ``t >= first_start[c]`` and ``t' <= last_end[c]``.
 
     ``lam=None`` (one ``g`` for all): exact. A state is ``(d, t)``, ``d`` falls so far (NOTE
-    [ waste telescopes ]), with ``sigma[t] + g * d <= w_max``. Otherwise ``rows`` is 1 and the
-    cost is crop plus ``lam`` per wasted sample, each bucket's waste modulo its own ``g``: the
-    relaxation of NOTE [ dynamic G ].
+    [ waste telescopes ]), with ``sigma[t] + g * d <= w_max``. Otherwise the cost is crop plus
+    ``lam`` per wasted sample, each bucket's waste modulo its own ``g``: the relaxation of NOTE
+    [ dynamic G ]; ``lam`` is one multiplier per row (``rows`` of them, each row its own
+    programme) or a float for ``rows == 1``.
 
     For one candidate, the allowed starts of an end ``t'`` are a prefix ``t <= L`` with a
     residue condition, so the best start is a prefix (no fall) or suffix (fall) minimum over
@@ -492,14 +599,16 @@ def _forward(
     m, width = cost.shape
     end = width - 1
     exact = lam is None
-    lam_v = 0.0 if lam is None else lam
+    lam_v = np.zeros((rows, 1)) if lam is None else np.broadcast_to(lam, (rows,))[:, None]
     valid = np.ones((rows, width), dtype=bool)
+    best = np.full((rows, width), np.inf)
     if exact:
         r0 = mods[0]
         dmax = np.where(r0.sigma <= w_max, (w_max - r0.sigma) // r0.g, -1)
         valid = np.arange(rows)[:, None] <= dmax[None, :]
-    best = np.full((rows, width), np.inf)
-    best[0, 0] = 0.0
+        best[0, 0] = 0.0
+    else:  # every row is a programme of its own multiplier
+        best[:, 0] = 0.0
     stored: list[tuple[int, FloatArray]] = []
     for c in range(m):
         rc = mods[c]
@@ -513,45 +622,104 @@ def _forward(
         lim_f = np.minimum(rc.limit_fall[lo:], hi)
         base = best[:, : hi + 1] - cost[c, : hi + 1]
         if not exact:
-            base -= lam_v * rc.sigma[: hi + 1]
+            base -= lam_v * rc.sigma[None, : hi + 1]
         base[:, :first] = np.inf
         ut = rc.u[lo:]
         f = np.full((rows, width - lo), np.inf)
-        per_rank = np.full((rows, rc.n_ranks), np.inf)
-        prev_lim = -1
-        for lim in np.unique(np.concatenate((lim_r, lim_f))).tolist():
-            if lim < 0:
-                continue
-            # Fold positions (prev_lim, lim] into the per-rank minimum of the prefix.
-            seg = rc.order[(rc.order > prev_lim) & (rc.order <= lim)]
-            if seg.size:
-                r = rc.u[seg]
-                cut = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))
-                mins = np.minimum.reduceat(base[:, seg], cut, axis=1)
-                np.minimum(per_rank[:, r[cut]], mins, out=mins)
-                per_rank[:, r[cut]] = mins
-            prev_lim = lim
-            cols = np.flatnonzero(lim_r == lim)
-            if cols.size:
-                le = np.minimum.accumulate(per_rank, axis=1)
-                f[:, cols] = np.minimum(f[:, cols], le[:, ut[cols]])
-            cols = np.flatnonzero(lim_f == lim)
-            if cols.size and (rows > 1 or not exact):
-                gt = np.full_like(per_rank, np.inf)
-                gt[:, :-1] = np.minimum.accumulate(per_rank[:, ::-1], axis=1)[:, ::-1][:, 1:]
-                if exact:
-                    f[1:, cols] = np.minimum(f[1:, cols], gt[:-1, ut[cols]])
-                else:
-                    f[:, cols] = np.minimum(f[:, cols], gt[:, ut[cols]] + lam_v * rc.g)
+        lims = np.unique(np.concatenate((lim_r, lim_f)))
+        if lims.size > _DENSE_LIMITS and rows * (hi + 1) * rc.n_ranks <= _DENSE_CELLS:
+            _dense_pass(f, base, rc, ut, lim_r, lim_f, exact, rows, lam_v)
+        else:
+            _sparse_pass(f, base, rc, ut, lim_r, lim_f, lims, exact, rows, lam_v)
         f += cost[c, lo:]
         f[:, last + 1 - lo :] = np.inf
         if exact:
             f[~valid[:, lo:]] = np.inf
         else:
-            f += lam_v * rc.sigma[lo:]
+            f += lam_v * rc.sigma[None, lo:]
         np.minimum(best[:, lo:], f, out=best[:, lo:])
         stored.append((lo, f))
     return best[:, end].copy(), stored
+
+
+def _sparse_pass(
+    f: FloatArray,
+    base: FloatArray,
+    rc: _Residues,
+    ut: IntArray,
+    lim_r: IntArray,
+    lim_f: IntArray,
+    lims: IntArray,
+    exact: bool,
+    rows: int,
+    lam_v: FloatArray,
+) -> None:
+    """One candidate's best starts, a few limits at a time (:func:`_forward`): fold the starts
+    up to each limit into per-rank minima, then answer the ends that have that limit."""
+    per_rank = np.full((rows, rc.n_ranks), np.inf)
+    prev_lim = -1
+    # the ends whose limit is each lim, by a stable sort of the limits (ascending ends)
+    by_r, by_f = np.argsort(lim_r, kind="stable"), np.argsort(lim_f, kind="stable")
+    cut_r = np.searchsorted(lim_r[by_r], lims, side="right")
+    cut_f = np.searchsorted(lim_f[by_f], lims, side="right")
+    for i, lim in enumerate(lims.tolist()):
+        if lim < 0:
+            continue
+        # Fold positions (prev_lim, lim] into the per-rank minimum of the prefix.
+        span = np.arange(prev_lim + 1, lim + 1)
+        seg = span[np.argsort(rc.u[span], kind="stable")]
+        if seg.size:
+            r = rc.u[seg]
+            cut = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))
+            mins = np.minimum.reduceat(base[:, seg], cut, axis=1)
+            np.minimum(per_rank[:, r[cut]], mins, out=mins)
+            per_rank[:, r[cut]] = mins
+        prev_lim = lim
+        cols = by_r[(cut_r[i - 1] if i else 0) : cut_r[i]]
+        if cols.size:
+            le = np.minimum.accumulate(per_rank, axis=1)
+            f[:, cols] = np.minimum(f[:, cols], le[:, ut[cols]])
+        cols = by_f[(cut_f[i - 1] if i else 0) : cut_f[i]]
+        if cols.size and (rows > 1 or not exact):
+            gt = np.full_like(per_rank, np.inf)
+            gt[:, :-1] = np.minimum.accumulate(per_rank[:, ::-1], axis=1)[:, ::-1][:, 1:]
+            if exact:
+                f[1:, cols] = np.minimum(f[1:, cols], gt[:-1, ut[cols]])
+            else:
+                f[:, cols] = np.minimum(f[:, cols], gt[:, ut[cols]] + lam_v * rc.g)
+
+
+def _dense_pass(
+    f: FloatArray,
+    base: FloatArray,
+    rc: _Residues,
+    ut: IntArray,
+    lim_r: IntArray,
+    lim_f: IntArray,
+    exact: bool,
+    rows: int,
+    lam_v: FloatArray,
+) -> None:
+    """The same answers as :func:`_sparse_pass` from one ``(rows, starts, ranks)`` table of
+    running minima, for candidates with many distinct limits (a chain over clip lengths, whose
+    buckets may start anywhere): a few array passes instead of one per limit."""
+    top = base.shape[1]
+    table = np.full((rows, top, rc.n_ranks), np.inf)
+    table[:, np.arange(top), rc.u[:top]] = base
+    np.minimum.accumulate(table, axis=1, out=table)  # best start <= t of each rank
+    ends = np.flatnonzero(lim_r >= 0)
+    if ends.size:
+        le = np.minimum.accumulate(table, axis=2)  # ranks <= r: no fall
+        f[:, ends] = np.minimum(f[:, ends], le[:, lim_r[ends], ut[ends]])
+    ends = np.flatnonzero(lim_f >= 0)
+    if ends.size and (rows > 1 or not exact):
+        gt = np.full_like(table, np.inf)  # ranks > r: a fall
+        gt[:, :, :-1] = np.minimum.accumulate(table[:, :, ::-1], axis=2)[:, :, ::-1][:, :, 1:]
+        found = gt[:, lim_f[ends], ut[ends]]
+        if exact:
+            f[1:, ends] = np.minimum(f[1:, ends], found[:-1])
+        else:
+            f[:, ends] = np.minimum(f[:, ends], found + lam_v * rc.g)
 
 
 def _backtrack(
@@ -578,13 +746,13 @@ def _backtrack(
         chain.append((c, t_end))
         rc = mods[c]
         top = int(hi_start[c])
-        # rows: the state a start has with no fall here (d), and with a fall (d - 1; the same
-        # state d = 0 in the relaxation, where a fall costs lam * g instead)
+        # rows: the state a start has with no fall here (d), and with a fall (d - 1; in the
+        # relaxation the same row d, its own programme, where a fall costs lam * g instead)
         prev = np.full((2, top + 1), np.inf)
-        fall_row = d - 1 if exact else 0
-        if d == 0:
-            prev[0, 0] = 0.0  # the empty start: d = 0 at position 0
-        if fall_row == 0:
+        fall_row = d - 1 if exact else d
+        if d == 0 or not exact:
+            prev[0, 0] = 0.0  # the empty start at position 0
+        if fall_row == 0 or not exact:
             prev[1, 0] = 0.0
         for b in range(c):
             lo_b, f_b = stored[b]

@@ -246,7 +246,7 @@ class Band:
         self.structures: list[tuple[Chain, AspectProgramme, list[ClassChoice], Front]] = []
         self.entries: list[tuple[int, int, int, int]] | None = None
 
-    def one(self, cand: int, begin: int, end: int, crop: int) -> ClassChoice:
+    def one(self, cand: int, begin: int, end: int) -> ClassChoice:
         """The class of candidate ``cand`` over bins ``[begin, end)`` (cached)."""
         key = (cand, begin, end)
         if key not in self.classes:
@@ -254,6 +254,12 @@ class Band:
             members = (self.column >= begin) & (self.column < end)
             shed, first = self._hand_down(members)
             members[shed] = False
+            # its crop: of the clips it keeps, each rounded to the fixed point, summed exactly
+            kept = self.axis.order[members]
+            bw, bh = self.space.cands[cand]
+            x, y = self.w[kept] * bh, self.h[kept] * bw
+            loss = 1.0 - np.minimum(x, y) / np.maximum(x, y)
+            crop = int(np.rint(loss * a.fine).astype(np.int64).sum())
             sizes = {g: int(self.space.gs[g][cand]) for g in self.frame_counts}
             time = time_programme(self.axis, members, sizes, a.drop, a.keep_all)
             opts = chain_options(time.prog, a.fine, a.w_max, a.n_total)
@@ -296,12 +302,8 @@ class Band:
         single = len(self.frame_counts) == 1
         entries: list[tuple[int, int, int, int]] = []
         for chain, prog in self.space.structures(self.g, a.drop, a.fine, single):
-            cost = prog.fixed(a.fine)
             begins = [0, *[e for _, e in chain[:-1]]]
-            classes = [
-                self.one(c, b, e, int(cost[c, e] - cost[c, b]))
-                for (c, e), b in zip(chain, begins, strict=True)
-            ]
+            classes = [self.one(c, b, e) for (c, e), b in zip(chain, begins, strict=True)]
             if any(not k.options for k in classes):
                 continue
             front = Front.of([[(o.waste, o.trim) for o in k.options] for k in classes], a.n_total)

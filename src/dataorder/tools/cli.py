@@ -13,7 +13,8 @@ Subcommands:
 * ``dataorder plan MANIFEST --num-replicas 64 --batch-size 8``: what an epoch of the bucket
   sampler looks like on that layout: samples per bucket, crop loss (and trim loss for clips),
   dropped or padded samples, steps (:mod:`dataorder.diffusion.stats`); ``--fit`` adds a bucket
-  set fitted to the manifest, beside its own (:mod:`dataorder.diffusion.fit`);
+  set fitted to the manifest, beside its own (:mod:`dataorder.diffusion.fit`; for a video
+  manifest, ``--video --fit``: :mod:`dataorder.diffusion.video_fit`);
 * ``dataorder inspect STATE.json``: what a saved sampler state means, and the next batch.
 
 Tables use rich when it is installed (``pip install 'dataorder[cli]'``) and plain text otherwise
@@ -468,8 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fit",
         action="store_true",
-        help="also fit a bucket set to the manifest for this layout, shown beside (images)",
+        help="also fit a bucket set to the manifest for this layout, shown beside its own",
     )
+    p.add_argument("--video", action="store_true", help="the manifest is a video one (checked)")
     p.add_argument(
         "--max-waste",
         type=_share,

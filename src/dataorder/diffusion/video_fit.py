@@ -263,6 +263,13 @@ def fit_video_to_data(
     if found is None or found[1] > w_max:
         least = n if found is None else found[1]
         what = "dropped" if drop else "padded"
+        if least >= n:  # not a budget problem: too few clips for the global batches
+            fail(
+                "global_batch_size",
+                f"small enough for the clips: every bucket set this fit searches {what} at "
+                f"least {least} for n={n} clips that have a bucket",
+                global_batch_size,
+            )
         fail(
             "max_waste",
             f">= {least / n:.6g}, the least waste of the bucket sets this fit searches "

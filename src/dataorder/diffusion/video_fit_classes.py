@@ -235,6 +235,9 @@ class ClassSpace:
             rho = int(prog.per_cand[0].sigma[-1])
             for _, _, chain in prog.frontier(cost, falls + 1, rho + g * (falls + 2)):
                 add(chain, prog)
+        if not out:  # too few clips for a class of a whole batch: the least crop
+            prog = self.aspect(g, drop, None)
+            add(prog.solve(prog.fixed(fine), 1, prog.waste_bound(), lam=0.0), prog)
         return out
 
 

@@ -229,8 +229,7 @@ class FittedVideoSet:
         bands: The :class:`VideoBand` s (or their configs), ascending in clip length: every
             frame count of a band below every frame count of the next.
         band_starts: ``B - 1`` keys ``(F, W, H)``, strictly increasing: band ``b`` holds the
-            keys from ``band_starts[b - 1]`` on, and its least frame count is at most that
-            key's length.
+            keys from ``band_starts[b - 1]`` on (and those the bands above hand down).
         fit: What the set was fitted to (``VideoFitResult.summary``), recorded by
             :meth:`config`; None for a set made by hand. It must survive ``json.dumps``.
 
@@ -275,12 +274,6 @@ class FittedVideoSet:
                     f"bands[{i}]",
                     f"a band whose frame counts all exceed band {i - 1}'s {list(low)}",
                     list(high),
-                )
-            if min(high) > starts[i - 1][0]:
-                fail(
-                    f"band_starts[{i - 1}]",
-                    f"a key whose length is at least band {i}'s first frame count {min(high)}",
-                    starts[i - 1],
                 )
         if fit is not None and not isinstance(fit, Mapping):
             fail("fit", "a mapping or None", fit, TypeError)

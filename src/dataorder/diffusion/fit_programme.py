@@ -627,8 +627,8 @@ def _forward(
         ut = rc.u[lo:]
         f = np.full((rows, width - lo), np.inf)
         lims = np.unique(np.concatenate((lim_r, lim_f)))
-        if lims.size > _DENSE_LIMITS and rows * (hi + 1) * rc.n_ranks <= _DENSE_CELLS:
-            _dense_pass(f, base, rc, ut, lim_r, lim_f, exact, rows, lam_v)
+        if lims.size > _DENSE_LIMITS and rows * (hi + 1 - first) * rc.n_ranks <= _DENSE_CELLS:
+            _dense_pass(f, base, rc, ut, lim_r, lim_f, exact, rows, lam_v, first)
         else:
             _sparse_pass(f, base, rc, ut, lim_r, lim_f, lims, exact, rows, lam_v)
         f += cost[c, lo:]
@@ -699,23 +699,33 @@ def _dense_pass(
     exact: bool,
     rows: int,
     lam_v: FloatArray,
+    first: int,
 ) -> None:
-    """The same answers as :func:`_sparse_pass` from one ``(rows, starts, ranks)`` table of
+    """The same answers as :func:`_sparse_pass` from one ``(rows, ranks, starts)`` table of
     running minima, for candidates with many distinct limits (a chain over clip lengths, whose
-    buckets may start anywhere): a few array passes instead of one per limit."""
+    buckets may start anywhere): a few array passes instead of one per limit. Starts before
+    ``first`` are not allowed, so the table begins there."""
     top = base.shape[1]
-    table = np.full((rows, top, rc.n_ranks), np.inf)
-    table[:, np.arange(top), rc.u[:top]] = base
-    np.minimum.accumulate(table, axis=1, out=table)  # best start <= t of each rank
-    ends = np.flatnonzero(lim_r >= 0)
+    # (rows, ranks, starts): the running minimum over starts runs along contiguous memory
+    table = np.full((rows, rc.n_ranks, top - first), np.inf)
+    table[:, rc.u[first:top], np.arange(top - first)] = base[:, first:]
+    np.minimum.accumulate(table, axis=2, out=table)  # best start <= t of each rank
+    ends = np.flatnonzero(lim_r >= first)
     if ends.size:
-        le = np.minimum.accumulate(table, axis=2)  # ranks <= r: no fall
-        f[:, ends] = np.minimum(f[:, ends], le[:, lim_r[ends], ut[ends]])
-    ends = np.flatnonzero(lim_f >= 0)
+        seen = table[:, :, lim_r[ends] - first]  # the ranks at each end's limit
+        np.minimum.accumulate(seen, axis=1, out=seen)  # ranks <= r: no fall
+        f[:, ends] = np.minimum(f[:, ends], seen[:, ut[ends], np.arange(ends.size)])
+    ends = np.flatnonzero(lim_f >= first)
     if ends.size and (rows > 1 or not exact):
-        gt = np.full_like(table, np.inf)  # ranks > r: a fall
-        gt[:, :, :-1] = np.minimum.accumulate(table[:, :, ::-1], axis=2)[:, :, ::-1][:, :, 1:]
-        found = gt[:, lim_f[ends], ut[ends]]
+        seen = table[:, ::-1, lim_f[ends] - first]  # ranks descending
+        np.minimum.accumulate(seen, axis=1, out=seen)
+        # ranks > r: a fall; rank r sits at n - 1 - r in the descending order, so n - 2 - r
+        above = rc.n_ranks - 2 - ut[ends]
+        found = np.where(
+            above[None, :] >= 0,
+            seen[:, np.maximum(above, 0), np.arange(ends.size)],
+            np.inf,
+        )
         if exact:
             f[1:, ends] = np.minimum(f[1:, ends], found[:-1])
         else:

@@ -90,9 +90,10 @@ from dataorder.diffusion.video_fit_bands import (
     BandPick,
     BandSpec,
     FitSettings,
-    at_least,
+    band_layouts,
     band_spans,
     fit_bands,
+    picks_loss,
 )
 from dataorder.diffusion.video_fit_classes import checked_batch
 from dataorder.diffusion.video_fit_rule import (
@@ -235,15 +236,6 @@ def fit_video_to_data(
     # own buckets, the most common); one band for a fixed batch
     typical = [int(np.bincount([batch(g, a, b) for a, b in own]).argmax()) for g in legal]
     spans = band_spans(fk, legal, typical)
-    starts = [(legal[lo], 1, 1) for lo, _ in spans[1:]]
-    key = (fk, wk, hk)
-    own_clips = []
-    for b in range(len(spans)):
-        inside = np.ones(n, dtype=bool) if b == 0 else at_least(key, starts[b - 1])
-        if b + 1 < len(spans):
-            inside &= ~at_least(key, starts[b])
-        own_clips.append(np.flatnonzero(inside))
-    spec = BandSpec(legal, spans, starts, own_clips, wk, hk, fk, typical)
     args = FitSettings(
         budgets[0],
         base.quantization,
@@ -259,7 +251,20 @@ def fit_video_to_data(
         n,
         dict(zip(legal, typical, strict=True)),
     )
-    found = fit_bands(spec, args)
+    found = None
+    key = (fk, wk, hk)
+    shared: dict[Any, Any] = {}
+    for layout in band_layouts(spans, fk, legal, typical):
+        spec = BandSpec.of(layout, legal, key, typical, shared)
+        tried = fit_bands(spec, args)
+        if tried is None:
+            continue
+        if found is None or (found[1] > w_max, picks_loss(found[0]), found[1]) > (
+            tried[1] > w_max,
+            picks_loss(tried[0]),
+            tried[1],
+        ):
+            found = tried
     if found is None or found[1] > w_max:
         least = n if found is None else found[1]
         what = "dropped" if drop else "padded"

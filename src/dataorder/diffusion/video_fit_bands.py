@@ -34,17 +34,23 @@ from dataorder.diffusion.video_fit_classes import ClassSpace, Front, Option, cha
 from dataorder.diffusion.video_fit_time import TimeAxis, TimeProgramme, time_programme
 
 __all__ = [
+    "BAND_BATCHES",
     "Band",
     "BandPick",
     "BandSpec",
     "ClassChoice",
     "FitSettings",
     "at_least",
+    "band_layouts",
     "band_spans",
     "descend",
     "fit_bands",
     "picks_loss",
 ]
+
+
+#: A band with fewer global batches of clips than this is also tried merged into a neighbour.
+BAND_BATCHES = 16
 
 
 def band_spans(f: IntArray, legal: tuple[int, ...], typical: list[int]) -> list[tuple[int, int]]:
@@ -53,6 +59,36 @@ def band_spans(f: IntArray, legal: tuple[int, ...], typical: list[int]) -> list[
     hi = int(np.searchsorted(np.array(legal), int(f.max()), side="right"))
     cuts = [i for i in range(1, hi) if typical[i] != typical[i - 1]]
     return list(zip([0, *cuts], [*cuts, hi], strict=True))
+
+
+def band_layouts(
+    spans: list[tuple[int, int]], f: IntArray, legal: tuple[int, ...], typical: list[int]
+) -> list[list[tuple[int, int]]]:
+    """The band layouts :func:`~dataorder.diffusion.video_fit.fit_video_to_data` tries, distinct:
+    one band per batch size (``spans``); the same with every band of fewer than
+    :data:`BAND_BATCHES` global batches of clips merged into its neighbour below (the first band
+    into the one above)."""
+    counts = np.bincount(
+        np.searchsorted(np.array(legal), np.minimum(f, legal[-1]), side="right") - 1,
+        minlength=len(legal),
+    )
+    merged = [list(span) for span in spans]
+    i = len(merged) - 1
+    while len(merged) > 1 and i >= 0:
+        lo, top = merged[i]
+        if int(counts[lo:top].sum()) >= BAND_BATCHES * typical[top - 1]:
+            i -= 1
+            continue
+        if i > 0:  # into the band below
+            merged[i - 1][1] = top
+        else:  # the first band: into the one above
+            merged[1][0] = lo
+        del merged[i]
+        i = min(i, len(merged) - 1)
+    out: list[list[tuple[int, int]]] = [spans]
+    if [(a, b) for a, b in merged] != spans:
+        out.append([(a, b) for a, b in merged])
+    return out
 
 
 def at_least(key: tuple[IntArray, IntArray, IntArray], start: tuple[int, int, int]) -> Any:
@@ -74,14 +110,36 @@ class BandSpec:
     h: IntArray
     f: IntArray
     typical: list[int]
-    fitted: dict[tuple[int, bytes], Band] = field(default_factory=dict)
+    fitted: dict[tuple[int, int, bytes], Band] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        spans: list[tuple[int, int]],
+        legal: tuple[int, ...],
+        key: tuple[IntArray, IntArray, IntArray],
+        typical: list[int],
+        fitted: dict[tuple[int, int, bytes], Band] | None = None,
+    ) -> BandSpec:
+        """The bands ``spans`` of the clips ``key = (frames, widths, heights)``: each band's own
+        clips are the keys from its first frame count to the next band's. ``fitted``: bands
+        already fitted (by another layout), shared."""
+        f, w, h = key
+        starts = [(legal[lo], 1, 1) for lo, _ in spans[1:]]
+        own = []
+        for b in range(len(spans)):
+            inside = np.ones(f.size, dtype=bool) if b == 0 else at_least(key, starts[b - 1])
+            if b + 1 < len(spans):
+                inside &= ~at_least(key, starts[b])
+            own.append(np.flatnonzero(inside))
+        return cls(legal, spans, starts, own, w, h, f, typical, {} if fitted is None else fitted)
 
     def band(self, b: int, idx: IntArray, args: FitSettings) -> Band:
-        """Band ``b`` over the clips ``idx`` (cached: a descent that hands a band the same
-        clips finds it fitted)."""
-        key = (b, idx.tobytes())
+        """Band ``b`` over the clips ``idx`` (cached: a descent, or a layout, that gives a band of
+        the same frame counts the same clips finds it fitted)."""
+        lo, hi = self.spans[b]
+        key = (lo, hi, idx.tobytes())
         if key not in self.fitted:
-            lo, hi = self.spans[b]
             self.fitted[key] = Band(
                 self.legal[lo:hi],
                 self.starts[b - 1] if b else None,
@@ -246,20 +304,20 @@ class Band:
         self.structures: list[tuple[Chain, AspectProgramme, list[ClassChoice], Front]] = []
         self.entries: list[tuple[int, int, int, int]] | None = None
 
-    def one(self, cand: int, begin: int, end: int) -> ClassChoice:
-        """The class of candidate ``cand`` over bins ``[begin, end)`` (cached)."""
+    def one(self, cand: int, begin: int, end: int, crop: int) -> ClassChoice:
+        """The class of candidate ``cand`` over bins ``[begin, end)``, whose clips crop ``crop``
+        (fixed point; cached)."""
         key = (cand, begin, end)
         if key not in self.classes:
             a = self.args
             members = (self.column >= begin) & (self.column < end)
             shed, first = self._hand_down(members)
             members[shed] = False
-            # its crop: of the clips it keeps, each rounded to the fixed point, summed exactly
-            kept = self.axis.order[members]
+            # its crop: of the clips it keeps (those it hands down crop in the band below)
+            gone = self.axis.order[shed]
             bw, bh = self.space.cands[cand]
-            x, y = self.w[kept] * bh, self.h[kept] * bw
-            loss = 1.0 - np.minimum(x, y) / np.maximum(x, y)
-            crop = int(np.rint(loss * a.fine).astype(np.int64).sum())
+            x, y = self.w[gone] * bh, self.h[gone] * bw
+            crop -= int(np.rint((1.0 - np.minimum(x, y) / np.maximum(x, y)) * a.fine).sum())
             sizes = {g: int(self.space.gs[g][cand]) for g in self.frame_counts}
             time = time_programme(self.axis, members, sizes, a.drop, a.keep_all)
             opts = chain_options(time.prog, a.fine, a.w_max, a.n_total)
@@ -303,7 +361,11 @@ class Band:
         entries: list[tuple[int, int, int, int]] = []
         for chain, prog in self.space.structures(self.g, a.drop, a.fine, single):
             begins = [0, *[e for _, e in chain[:-1]]]
-            classes = [self.one(c, b, e) for (c, e), b in zip(chain, begins, strict=True)]
+            cost = prog.fixed(a.fine)
+            classes = [
+                self.one(c, b, e, int(cost[c, e] - cost[c, b]))
+                for (c, e), b in zip(chain, begins, strict=True)
+            ]
             if any(not k.options for k in classes):
                 continue
             front = Front.of([[(o.waste, o.trim) for o in k.options] for k in classes], a.n_total)

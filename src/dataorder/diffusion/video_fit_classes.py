@@ -59,7 +59,7 @@ __all__ = [
 
 #: Falls of the residue per class the exact frontier looks at (each costs one global batch of
 #: waste).
-MAX_FALLS = 8
+MAX_FALLS = 5
 
 #: Multipliers of the relaxation (per wasted sample, in units of one clip's whole loss) whose
 #: chains a class with several batch sizes offers, besides its least-waste chain: one pass.
@@ -290,14 +290,17 @@ def chain_options(
     add(prog.solve(cost, 1, big, lam=0.0))  # the least trim
     if least:
         return found
-    add(prog.least_waste_chain(big))  # whatever the budget, so the least waste is reachable
     if prog.uniform:
         g = int(prog.gs[0])
         rho = int(prog.per_cand[0].sigma[-1])
         rows = min(max(0, (w_max - rho) // g), MAX_FALLS) + 1
-        for _, _, chain in prog.frontier(cost, rows, rho + g * (rows + 1)):
+        frontier = prog.frontier(cost, rows, rho + g * (rows + 1))
+        for _, _, chain in frontier:
             add(chain)
+        if not frontier or frontier[0][0] > 0:  # no chain without a fall: the least, exactly
+            add(prog.least_waste_chain(big))
     else:
+        add(prog.least_waste_chain(big))  # whatever the budget, so the least is reachable
         scale = prog.relaxed_scale(n_total)
         lams = np.floor(np.array(RELAXATION_LADDER) * scale)
         for relaxed in prog.relaxed(prog.fixed(scale), lams):

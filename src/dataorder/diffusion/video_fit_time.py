@@ -40,7 +40,7 @@ __all__ = ["LENGTH_CAP_FACTOR", "SIZE_RUNS", "TimeAxis", "TimeProgramme", "time_
 
 #: A class's clips of one length are split by size into at most this many runs, the places a
 #: threshold may fall within that length (NOTE [ thresholds in time ]).
-SIZE_RUNS = 8
+SIZE_RUNS = 6
 
 #: Thresholds in time go up to this many times the longest legal frame count (NOTE [ thresholds
 #: in time ]): clips longer than that are trimmed by at most half to any frame count, and keeping

@@ -53,6 +53,12 @@ NOTE [ too small: drop, not upscale ]
 batch sizes ] in :mod:`dataorder.diffusion.cost`): :meth:`VideoBucketCalculator.batch_sizes`
 gives every bucket the largest per-rank batch within the cost of the full-budget bucket.
 
+**Fitted sets.** :meth:`VideoBucketCalculator.fit_to_data` fits the buckets to a dataset and a
+job layout within these rules (NOTE [ video fit ] in :mod:`dataorder.diffusion.video_fit`); the
+calculator then runs the fitted rule (:mod:`dataorder.diffusion.video_fit_rule`) after the
+generated one's too short and too small, and its :meth:`~VideoBucketCalculator.config` records
+the set (``bucket_set``).
+
 Example:
     >>> from dataorder.diffusion.video import VideoBucketCalculator
     >>> calc = VideoBucketCalculator.from_preset("wan2.1-480p")

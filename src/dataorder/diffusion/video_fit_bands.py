@@ -378,6 +378,9 @@ class Band:
                 zip(front.waste.tolist(), front.value.tolist(), strict=True)
             ):
                 entries.append((w, v + crop, index, i))
+        if a.keep_all:  # every clip trained: no class that cannot fill a batch, if avoidable
+            whole = [e for e in entries if all(k.whole for k in self.structures[e[2]][2])]
+            entries = whole or entries
         entries.sort()
         kept: list[tuple[int, int, int, int]] = []
         for e in entries:

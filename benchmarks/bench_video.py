@@ -555,7 +555,10 @@ def bench_fitted(
         "`(1 - dropped) x mean((1 - crop) (1 - trim))` over the clips that have a bucket (trim "
         "includes cutting clips longer than 81 frames, the same for every set). *step cost "
         "max/mean*: a step's cost on one rank (batch x cost of its tokens) over an epoch. *fit s*: "
-        "wall time of the fit (with a least that is above 1 %, both fits)."
+        "wall time of the fit (where 1 % is out of reach, of the failed fit and the fit at the "
+        "least waste, which the note gives). A fitted set's frame counts are some of the preset's "
+        "legal ones and no clip gets more frames than the preset gives it, so its trim is never "
+        "below the preset's: the fit buys the waste with trim and crop."
     )
     return "\n\n".join(parts) + note
 

@@ -23,6 +23,12 @@ Sections:
    space, trim loss in time, and the samples a lock-step sampler drops (``drop_last=True``) or
    pads (``drop_last=False``), computed with the sampler's own partition
    (``dataorder.core.partition.plan_segments``), with a fixed batch and with cost-model batches.
+4. Fitted sets (``VideoBucketCalculator.fit_to_data``) beside the preset on the same population
+   (``generate_clips.clip_population``, frame counts at 16 fps) and layouts, with cost-model
+   batches: crop, trim, samples dropped or padded by the sampler's own partition, steps, the
+   spread of per-step cost, the share of the data's content an epoch trains, and the fit's
+   time; the curve of loss against ``max_waste``; the fitted set on clips it was not fitted to;
+   the time to fit 10^6 clips.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import argparse
 import importlib.util
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -44,7 +51,7 @@ import numpy.typing as npt
 import dataorder
 from dataorder.core.partition import plan_segments
 from dataorder.diffusion.cost import CostModel
-from dataorder.diffusion.stats import crop_loss
+from dataorder.diffusion.stats import bucket_stats, crop_loss
 from dataorder.diffusion.video import (
     TOO_SHORT,
     TOO_SMALL,
@@ -358,6 +365,204 @@ def bench_waste(sizes: tuple[int, ...]) -> str:
     return "\n\n".join(parts) + note
 
 
+# -- 4. fitted sets ------------------------------------------------------------------------------
+
+FIT_LAYOUTS = ((8, 2), (64, 1), (256, 1))
+_LEAST = re.compile(r"\((\d+) of n=(\d+) clips")
+
+
+def fit_base() -> VideoBucketCalculator:
+    """wan2.1-480p with Wan 2.1 14B's cost model (default clamp: 4x the full-budget batch)."""
+    return VideoBucketCalculator.from_preset(
+        "wan2.1-480p", cost_model=CostModel.for_transformer(5120, 13824)
+    )
+
+
+def measure(
+    calc: VideoBucketCalculator, w: Ints, h: Ints, f: Ints, ranks: int, per_rank: int, drop: bool
+) -> dict[str, float]:
+    """What the bucket sampler's own partition does with ``calc`` on these clips."""
+    ids = calc.assign(w, h, f)
+    ok = ids >= 0
+    stats = bucket_stats(w[ok], h[ok], calc, frames=f[ok], num_replicas=ranks,
+                         batch_size=calc.batch_sizes(per_rank), drop_last=drop)  # fmt: skip
+    o = stats.overall
+    n = o["images"]
+    bw, bh = calc.resolutions[ids[ok]].T
+    kept = (1 - crop_loss(w[ok], h[ok], bw, bh)) * (
+        1 - trim_loss(f[ok], calc.bucket_frames[ids[ok]])
+    )
+    return {
+        "used": float((stats.counts > 0).sum()),
+        "crop": o["mean_crop_loss"],
+        "trim": o["mean_trim_loss"],
+        "dropped": o["dropped"] / n,
+        "padded": o["padded"] / n,
+        "steps": o["batches"],
+        "spread": o["step_cost_max_over_mean"],
+        "content": (1 - o["dropped"] / n) * float(kept.mean()),
+    }
+
+
+def fit_or_least(
+    w: Ints, h: Ints, f: Ints, base: VideoBucketCalculator, g: Any, drop: bool, budget: float
+) -> tuple[Any, float, str]:
+    """The fit at ``budget``, or at the least waste it reaches when that is above; its time."""
+    from dataorder.diffusion.video_fit import fit_video_to_data
+
+    start = time.perf_counter()
+    try:
+        fit = fit_video_to_data(w, h, f, base, global_batch_size=g, max_waste=budget,
+                                drop_last=drop)  # fmt: skip
+        return fit, time.perf_counter() - start, ""
+    except ValueError as exc:
+        found = _LEAST.search(str(exc))
+        if found is None:
+            raise
+        least = int(found.group(1)) / int(found.group(2))
+        fit = fit_video_to_data(w, h, f, base, global_batch_size=g, max_waste=least,
+                                drop_last=drop)  # fmt: skip
+        note = f"{budget:.0%} impossible: at the least, {least:.2%}"
+        return fit, time.perf_counter() - start, note
+
+
+def _pct(x: float, digits: int = 2) -> str:
+    return f"{100 * x:.{digits}f}"
+
+
+def fitted_row(label: str, m: dict[str, float], extra: list[str]) -> list[str]:
+    return [
+        label,
+        f"{int(m['used'])}",
+        _pct(m["crop"]),
+        _pct(m["trim"]),
+        _pct(m["dropped"]),
+        _pct(m["padded"]),
+        f"{int(m['steps']):,}",
+        f"{m['spread']:.2f}",
+        _pct(m["content"], 1),
+        *extra,
+    ]
+
+
+def bench_fitted(
+    sizes: tuple[int, ...],
+    curve: tuple[float, ...],
+    timing_n: int,
+    layouts: tuple[tuple[int, int], ...] = FIT_LAYOUTS,
+) -> str:
+    base = fit_base()
+    parts = []
+    headers = ["N", "R x b", "drop_last", "bucket set", "used", "crop %", "trim %", "dropped %",
+               "padded %", "steps", "step cost max/mean", "content / epoch %", "fit s",
+               "note"]  # fmt: skip
+    rows = []
+    for n in sizes:
+        w, h, f = GEN.clip_population(n, seed=2)
+        for ranks, per_rank in layouts:
+            for drop in (True, False):
+                # the sampler's own waste: drop_last drops n mod (b R) per bucket (b from the
+                # cost model); without it the last batch shrinks and pads (-n) mod R
+                g = base.global_batch_size(ranks, per_rank) if drop else ranks
+                fit, seconds, note = fit_or_least(w, h, f, base, g, drop, 0.01)
+                lead = [f"{n:,}", f"{ranks} x {per_rank}", str(drop)]
+                preset = measure(base, w, h, f, ranks, per_rank, drop)
+                rows.append([*lead, *fitted_row(f"wan2.1-480p ({len(base)})", preset, ["", ""])])
+                mine = measure(fit.calculator(), w, h, f, ranks, per_rank, drop)
+                label = f"**fitted ({fit.num_buckets})**"
+                rows.append([*lead, *fitted_row(label, mine, [f"{seconds:.2f}", note])])
+    parts.append(
+        "### 4.1 Preset and fitted sets, max_waste = 1 %, cost-model batches\n\n"
+        + table(headers, rows)
+    )
+
+    n = sizes[0]
+    w, h, f = GEN.clip_population(n, seed=2)
+    g = base.global_batch_size(64, 1)
+    curve_rows = []
+    for budget in curve:
+        fit, seconds, note = fit_or_least(w, h, f, base, g, True, budget)
+        m = measure(fit.calculator(), w, h, f, 64, 1, True)
+        curve_rows.append([
+            _pct(budget, 1), f"{fit.num_buckets}", _pct(fit.waste_share), _pct(m["crop"]),
+            _pct(m["trim"]), _pct(m["crop"] + m["trim"]), _pct(m["content"], 1),
+            f"{seconds:.2f}", note,
+        ])  # fmt: skip
+    preset = measure(base, w, h, f, 64, 1, True)
+    curve_rows.append([
+        "preset", f"{len(base)}", _pct(preset["dropped"]), _pct(preset["crop"]),
+        _pct(preset["trim"]), _pct(preset["crop"] + preset["trim"]), _pct(preset["content"], 1),
+        "", "",
+    ])  # fmt: skip
+    parts.append(
+        f"### 4.2 Loss against max_waste, N = {n:,}, 64 x 1, drop_last\n\n"
+        + table(
+            [
+                "max_waste %",
+                "buckets",
+                "dropped %",
+                "crop %",
+                "trim %",
+                "crop + trim %",
+                "content / epoch %",
+                "fit s",
+                "note",
+            ],
+            curve_rows,
+        )
+    )
+
+    fit, _, note = fit_or_least(w, h, f, base, g, True, 0.01)
+    calc = fit.calculator()
+    held = []
+    for seed in (3, 4)[: len(sizes) + 1]:
+        for m_n in (n, 10 * n):
+            hw, hh, hf = GEN.clip_population(m_n, seed=seed)
+            for label, c in (
+                ("wan2.1-480p", base),
+                (f"fitted on seed 2 ({fit.num_buckets})", calc),
+            ):
+                m = measure(c, hw, hh, hf, 64, 1, True)
+                held.append([str(seed), f"{m_n:,}", label, _pct(m["dropped"]), _pct(m["crop"]),
+                             _pct(m["trim"]), _pct(m["content"], 1)])  # fmt: skip
+    parts.append(
+        f"### 4.3 The set fitted to N = {n:,} (seed 2, 64 x 1, drop_last) on clips it never saw\n\n"
+        + table(
+            ["seed", "clips", "bucket set", "dropped %", "crop %", "trim %", "content / epoch %"],
+            held,
+        )
+    )
+
+    w, h, f = GEN.clip_population(timing_n, seed=2)
+    times = []
+    for ranks, per_rank in layouts:
+        g = base.global_batch_size(ranks, per_rank)
+        t = best_of(2, lambda g=g: fit_or_least(w, h, f, base, g, True, 0.01))  # type: ignore[misc]
+        times.append([f"{ranks} x {per_rank}", f"{t:.2f}"])
+    parts.append(
+        f"### 4.4 Time to fit N = {timing_n:,} clips (drop_last, cost-model batches, best of 2)\n\n"
+        + table(["R x b", "fit s"], times)
+    )
+    note = (
+        "\n\nPopulation: `generate_clips.clip_population(N, seed)` (phone, camera and cinema "
+        "aspect ratios in both orientations, log-normal durations, 24 to 60 fps resampled to "
+        "Wan's 16 fps). Base: `wan2.1-480p` with `CostModel.for_transformer(5120, 13824)` (Wan "
+        "2.1 14B) and its default clamp (4x the full-budget batch), so a global batch is 1 to 4 "
+        "clips per rank. *dropped* and *padded* are the sampler's own partition "
+        "(`bucket_stats`): with `drop_last`, `n mod (b R)` per bucket; without, the last batch "
+        "shrinks and pads `(-n) mod R`, which is what the set is fitted to (`global_batch_size=R`)."
+        " *content / epoch*: the share of the clips' pixels x frames one epoch trains, "
+        "`(1 - dropped) x mean((1 - crop) (1 - trim))` over the clips that have a bucket (trim "
+        "includes cutting clips longer than 81 frames, the same for every set). *step cost "
+        "max/mean*: a step's cost on one rank (batch x cost of its tokens) over an epoch. *fit s*: "
+        "wall time of the fit (where 1 % is out of reach, of the failed fit and the fit at the "
+        "least waste, which the note gives). A fitted set's frame counts are some of the preset's "
+        "legal ones and no clip gets more frames than the preset gives it, so its trim is never "
+        "below the preset's: the fit buys the waste with trim and crop."
+    )
+    return "\n\n".join(parts) + note
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--smoke", action="store_true", help="tiny inputs, for CI")
@@ -367,6 +572,11 @@ def main(argv: list[str] | None = None) -> None:
         if args.smoke
         else (4_000_000, 20_000, 400, 24, (1_000_000, 50_000))
     )
+    fitted_sizes, curve, timing_n, layouts = (
+        ((3_000,), (0.1,), 3_000, ((8, 2),))
+        if args.smoke
+        else ((50_000, 1_000_000), (0.005, 0.01, 0.02, 0.05, 0.1, 0.2), 1_000_000, FIT_LAYOUTS)
+    )
     print(f"# bench_video{' (smoke)' if args.smoke else ''}\n")
     print(f"Python {sys.version.split()[0]}, numpy {np.__version__}, {os.cpu_count()} CPUs\n")
     print("## 1. Video bucket assignment (one core)\n")
@@ -375,6 +585,8 @@ def main(argv: list[str] | None = None) -> None:
     print(bench_scan(files, big_frames) + "\n")
     print("## 3. Waste, crop and trim on a synthetic camera population\n")
     print(bench_waste(waste) + "\n")
+    print("## 4. Bucket sets fitted to the clips and the job\n")
+    print(bench_fitted(fitted_sizes, curve, timing_n, layouts) + "\n")
 
 
 if __name__ == "__main__":

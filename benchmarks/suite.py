@@ -1011,7 +1011,7 @@ def _feature_scripts(args: argparse.Namespace) -> list[tuple[str, str, list[str]
     return [
         ("bench_blend.py", "Data mixtures: BlendedSampler beside Megatron's blend index", helpers),
         ("bench_fit.py", "Buckets fitted to the data and the job layout", []),
-        ("bench_video.py", "Video buckets: assignment, header scans, waste", []),
+        ("bench_video.py", "Video buckets: assignment, header scans, waste, fitted sets", []),
     ]
 
 

@@ -15,6 +15,7 @@ import argparse
 import importlib
 import inspect
 import pkgutil
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -55,7 +56,7 @@ def _default(value: Any) -> str:
     """A default as source would show it: a function by its name, not its address."""
     if inspect.isfunction(value) or inspect.isclass(value):
         return str(value.__qualname__)
-    return repr(value)
+    return re.sub(r" at 0x[0-9a-f]+", "", repr(value))  # nested functions: no address
 
 
 def signature(obj: Any) -> str:

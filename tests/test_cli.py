@@ -737,10 +737,12 @@ def test_scan_plan_and_inspect_a_video_folder(
     code, out, err = run(capsys, "inspect", str(state), "--manifest", str(manifest), "--plain")
     assert code == 0, err
     assert "480x832x37f" in out  # the bucket being read, frames included
-    code, _, err = run(capsys, "plan", str(manifest), "--num-replicas", "2", "--batch-size", "1",
-                       "--fit")  # fmt: skip
+    # --fit: two clips of two shapes cannot share a global batch (tests/test_video_fit.py
+    # fits real populations)
+    code, _, err = run(capsys, "plan", str(manifest), "--num-replicas", "2", "--batch-size",
+                       "1", "--video", "--fit", "--max-waste", "0.5", "--plain")  # fmt: skip
     assert code == EXIT_USAGE
-    assert_user_error(err, "--fit fits image bucket sets", "is a video manifest")
+    assert_user_error(err, "global_batch_size must be small enough for the clips")
 
 
 def test_scan_video_without_pyav_is_one_line(

@@ -3,7 +3,8 @@
 The table covers shuffling on and off, drop_last on and off, dynamic batch sizes, NeMo's
 compatibility mode, skewed bucket sizes (buckets of one sample, buckets smaller than one global
 batch, one bucket holding most of the data), video buckets (a bucket is a ``(w, h, frames)``
-shape, batches sized by a cost model) and several data-parallel sizes, with elastic resumes
+shape, batches sized by a cost model; and a set fitted to the clips, with the loop recipes) and
+several data-parallel sizes, with elastic resumes
 where the mode allows them (``compat="nemo"`` refuses another ``num_replicas``).
 """
 
@@ -48,6 +49,21 @@ def video_dataset(n: int, seed: int) -> BaseMultiresolutionDataset:
 
 
 VIDEO = video_dataset(150, seed=5)
+
+
+def fitted_video_dataset(n: int, seed: int) -> BaseMultiresolutionDataset:
+    """Camera clips in a bucket set fitted to them for 2 ranks x 1 clip (fit_to_data)."""
+    rng = np.random.default_rng(seed)
+    sizes = np.array([(1280, 720), (720, 1280), (960, 960), (1920, 1080), (1920, 800)])
+    w, h = sizes[rng.integers(0, len(sizes), n)].T
+    frames = rng.integers(1, 120, n)
+    calc = VideoBucketCalculator.fit_to_data(
+        w, h, frames, global_batch_size=2, max_waste=0.05, preset="wan2.1-480p"
+    )
+    return BaseMultiresolutionDataset.from_video_sizes(w, h, frames, calc)
+
+
+FITTED_VIDEO = fitted_video_dataset(40, seed=6)  # short epochs: the loop recipes run on it
 
 
 def make(ds: BaseMultiresolutionDataset, **kw: Any) -> Callable[[int, int], Any]:
@@ -176,6 +192,7 @@ CASES: list[tuple[str, BaseMultiresolutionDataset, dict[str, Any], int, tuple[in
         False,
     ),
     ("video-drop-sequential", VIDEO, {"base_batch_size": 1, "seed": 3}, 2, (1,), False),
+    ("video-fitted-drop", FITTED_VIDEO, {"base_batch_size": 1, "seed": 4}, 2, (1,), False),
     (
         "nemo-keep-dynamic-sorted",
         MANY,
@@ -197,7 +214,12 @@ CASES: list[tuple[str, BaseMultiresolutionDataset, dict[str, Any], int, tuple[in
 # The loop-recipe matrix (dataorder.testing.recipes) resumes at every batch of a 3-epoch run
 # under each training-loop recipe: it runs on the cases with short epochs, at least one per
 # mode; the direct checks run on every case.
-RECIPE_CASES = {"small-keep-shuffled", "small-nemo-keep", "small-interleaved-keep"}
+RECIPE_CASES = {
+    "small-keep-shuffled",
+    "small-nemo-keep",
+    "small-interleaved-keep",
+    "video-fitted-drop",
+}
 # the recipes with worker processes cost seconds each: they run on one case
 WORKER_CASE = "small-keep-shuffled"
 

@@ -206,8 +206,8 @@ def test_bins_follow_the_exact_split_predicates(seed: int) -> None:
     cands = sorted(cands | {(64, 64), (128, 64), (64, 128)}, key=lambda wh: Fraction(*wh))
     sizes = adversarial_sizes(rng, cands)
     w, h = sizes[:, 0].copy(), sizes[:, 1].copy()
-    splits, _ = FB._splits(cands)
-    bins = FB._bin_images(w, h, splits, *FB._ratio_range(w, h))
+    splits, _ = FB.candidate_splits(cands)
+    bins = FB.bin_images(w, h, splits, *FB.ratio_range(w, h)).select(0, 1)
     sub = bins.sub.astype(np.int64).tolist()
     for s in splits:
         if s.bound in (0, bins.total):
@@ -681,7 +681,7 @@ def test_thinning_spreads_the_candidates() -> None:
     pool = pool[(r > 1 / 3) & (r < 3)]
     required = np.zeros(len(pool), dtype=bool)
     required[[0, len(pool) - 1]] = True
-    kept = FC._thin(pool, required, 20)
+    kept = FC.thin_candidates(pool, required, 20)
     assert kept.size == 22
     assert {0, len(pool) - 1} <= set(kept.tolist())
     gaps = np.diff(np.log(pool[kept, 0] / pool[kept, 1]))
@@ -1010,13 +1010,13 @@ def _stepped_waste_budget(share: float, n: int) -> int:
     share=st.one_of(st.floats(0.0, 1000.0), st.integers(0, 10**6).map(lambda k: k / 10**4)),
 )
 def test_the_waste_budget_is_the_most_that_compares_within_the_share(n: int, share: float) -> None:
-    assert FP._waste_budget(share, n) == _stepped_waste_budget(share, n)
+    assert FP.waste_budget(share, n) == _stepped_waste_budget(share, n)
 
 
 def test_the_waste_budget_is_exact_at_the_largest_values() -> None:
     # Stepping would take share * n / 2**53 steps here: 2**18 for the first, forever for 1e300.
     for share, n in [(2.0**31, 2**40), (2.0**31 - 1, 2**62 - 1), (0.1, 2**62 - 1), (1e300, 7)]:
-        w = FP._waste_budget(share, n)
+        w = FP.waste_budget(share, n)
         assert w / n <= share < (w + 1) / n
 
 

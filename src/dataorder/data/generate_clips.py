@@ -6,8 +6,8 @@ bucket calculator and the bucket sampler only need these numbers. The file is fu
 by the constants below: numpy's PCG64 seeded with :data:`SEED`, and nothing else (no clock, no
 network, no global RNG). Running the script again rewrites it byte for byte.
 
-How a clip is drawn (:func:`make_clip_sizes`, also used by ``benchmarks/bench_video.py`` for its
-larger populations):
+How a clip is drawn (:func:`make_clip_sizes`; :func:`clip_population` draws a seeded population
+at the model's frame rate for ``benchmarks/bench_video.py`` and the video fit's tests):
 
 * **Aspect ratio** (:data:`ASPECTS`): 16:9 landscape 50 %, 9:16 phone portrait 20 %, 4:3 8 %,
   3:4 3 %, 1:1 6 %, cinema 2.39:1 4 % and 1.85:1 3 %, and 6 % log-uniform in [0.5, 2.4]
@@ -102,6 +102,34 @@ def make_clip_sizes(rng: np.random.Generator, n: int) -> tuple[Ints, Ints, Ints,
     frames = np.maximum(1, np.rint(seconds * rates)).astype(np.int64)
     frames[rng.random(n) < STILL_SHARE] = 1
     return widths, heights, frames, rate_index
+
+
+def clip_population(
+    n: int, seed: int, *, target_fps: int | Fraction | None = 16
+) -> tuple[Ints, Ints, Ints]:
+    """``n`` synthetic clips drawn as :func:`make_clip_sizes` draws them, from numpy's PCG64
+    seeded with ``seed`` and nothing else: widths, heights and frame counts, the frame counts
+    as a pipeline that samples at ``target_fps`` keeps them (None: the clips' own).
+
+    The population the video bucket fit is measured on (BENCHMARKS.md, section 8): phone,
+    camera and cinema aspect ratios in both orientations, log-normal durations, 24 to 60 fps
+    resampled to the model's rate (Wan: 16 fps); its shape was fixed before the fit, which
+    never sees it while being built (a held-out population, not one tuned to the fit).
+
+    Example:
+        >>> w, h, f = clip_population(5, seed=1)
+        >>> w.tolist(), h.tolist(), f.tolist()
+        ([1080, 1318, 1280, 1278, 1280], [1920, 720, 720, 1080, 720], [97, 73, 350, 263, 6])
+    """
+    rng = np.random.Generator(np.random.PCG64(seed))
+    widths, heights, frames, rate_index = make_clip_sizes(rng, n)
+    if target_fps is None:
+        return widths, heights, frames
+    # the library's own rule (imported here so writing the CSV needs only numpy)
+    from dataorder.diffusion.video_frames import resample_frame_counts
+
+    rates = np.array([float(r) for r, _ in FRAME_RATES])[rate_index]
+    return widths, heights, resample_frame_counts(frames, rates, target_fps)
 
 
 def write(directory: Path) -> Path:

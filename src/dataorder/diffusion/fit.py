@@ -60,28 +60,28 @@ from dataorder._validate import check_bool, check_int, fail
 from dataorder.core.partition import MAX_BATCH_SIZE, plan_segments
 from dataorder.diffusion.buckets import MultiTierBucketCalculator
 from dataorder.diffusion.cost import CostModel
-from dataorder.diffusion.fit_bins import IntArray, _ratio_range
+from dataorder.diffusion.fit_bins import IntArray, ratio_range
 from dataorder.diffusion.fit_candidates import (
     DEFAULT_MAX_CANDIDATES,
     DEFAULT_MIN_SHARE,
     _budget,
     _digest,
     _merge,
-    _points,
     _preset_resolutions,
-    _prune,
-    _share,
     _sizes,
-    _thin,
+    check_points,
+    check_share,
     lattice_candidates,
+    prune_candidates,
     size_digest,
+    thin_candidates,
 )
 from dataorder.diffusion.fit_programme import (
     _batch_sizes,
     _check_least_waste,
     _fit,
-    _waste_budget,
     check_global_batch_size,
+    waste_budget,
 )
 from dataorder.diffusion.fit_rule import FIT_VERSION, FittedBucketRule, ThresholdAssigner
 from dataorder.diffusion.lookup import as_size_array
@@ -184,14 +184,14 @@ def fit_to_data(
         fixed_g = check_global_batch_size("global_batch_size", fixed_g)
     # Padding wastes less than G <= 2**31 per bucket, and there are at most N buckets: a share
     # above MAX_WASTE never binds, and the range keeps the waste budget's arithmetic exact.
-    share = _share("max_waste", max_waste, low=0.0, high=MAX_WASTE, open_low=False)
+    share = check_share("max_waste", max_waste, low=0.0, high=MAX_WASTE, open_low=False)
     budget, q = _budget(max_pixels, quantization)
     drop = check_bool("drop_last", drop_last)
     keep_all = check_bool("keep_every_image", keep_every_image)
     with_presets = check_bool("include_presets", include_presets)
     limit = check_int("max_candidates", max_candidates, min_value=2)
-    min_share = _share("min_share", min_share, low=0.0, high=1.0, open_low=True)
-    w_max = _waste_budget(share, n_img)
+    min_share = check_share("min_share", min_share, low=0.0, high=1.0, open_low=True)
+    w_max = waste_budget(share, n_img)
     if fixed_g is not None:
         _check_least_waste(n_img, fixed_g, drop, w_max, max_waste)
 
@@ -200,16 +200,16 @@ def fit_to_data(
         given: list[tuple[int, int]] = []
         pool = lattice_candidates(budget, q, min_share=min_share, extra=preset or None)
     else:
-        given = _points("candidates", candidates, budget, q)
+        given = check_points("candidates", candidates, budget, q)
         if not given:
             fail("candidates", "a non-empty (M, 2) array", candidates)
         pool = _merge(given + preset)
     always = {Fraction(a, b) for a, b in given + preset}
-    x_lo, x_hi = _ratio_range(w, h)
+    x_lo, x_hi = ratio_range(w, h)
     gs_pool = _batch_sizes(global_batch_size, [(int(a), int(b)) for a, b in pool.tolist()])
-    kept, at_ends = _prune(pool, gs_pool, x_lo, x_hi)
+    kept, at_ends = prune_candidates(pool, gs_pool, x_lo, x_hi)
     required = at_ends | np.array([Fraction(int(a), int(b)) in always for a, b in pool[kept]])
-    kept = kept[_thin(pool[kept], required, limit)]
+    kept = kept[thin_candidates(pool[kept], required, limit)]
     cands = [(int(a), int(b)) for a, b in pool[kept].tolist()]
     chosen = _fit(w, h, cands, gs_pool[kept], drop, w_max, max_waste, x_lo, x_hi, keep_all)
 

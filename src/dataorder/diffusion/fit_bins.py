@@ -1,9 +1,10 @@
 """Exact binning of image aspect ratios for the bucket fit (:mod:`dataorder.diffusion.fit`).
 
 One pass over the images cuts the aspect-ratio axis into bins that no candidate bucket, and no
-threshold the fit may choose, ever splits: :func:`_bin_images` gives each bin its count and the
-fixed-point sums the crop loss needs, and :func:`_gap_bounds` reads back the exact ratios either
-side of a chosen boundary, from which the thresholds are made.
+threshold the fit may choose, ever splits: :func:`bin_images` gives each bin its count and the
+fixed-point sums the crop loss needs (per label, so the video fit bins every clip once and reads
+the bins of any range of frame counts as a sum), and :func:`gap_bounds` reads back the exact
+ratios either side of a chosen boundary, from which the thresholds are made.
 
 NOTE [ exact bins ]
     Image aspect ratios are binned in one pass, without sorting the images. The top 24 bits of
@@ -31,7 +32,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__: list[str] = []
+__all__ = [
+    "Bins",
+    "LabelledBins",
+    "Split",
+    "bin_images",
+    "candidate_splits",
+    "gap_bounds",
+    "ratio_range",
+]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -47,8 +56,8 @@ _CHUNK = 1 << 16
 
 
 @dataclass
-class _Split:
-    """A cut inside a cell: above it iff ``r >= v`` (kind 0) or ``r > v`` (kind 1).
+class Split:
+    """A cut of the aspect axis: above it iff ``r >= v`` (kind 0) or ``r > v`` (kind 1).
 
     ``v**2 = n2 / d2`` (reduced), so a log-midpoint ``sqrt(s_a * s_b)`` is exact too.
     """
@@ -80,7 +89,7 @@ def _cell_of(value: float) -> int:
     return int(np.array(value, dtype=np.float64).view(np.int64)) >> _SHIFT
 
 
-def _locate(s: _Split) -> None:
+def _locate(s: Split) -> None:
     """Set ``s.cell``, the cell ``(e_c, e_{c+1}]`` that holds ``v``, and ``s.on_edge``."""
     v = s.value()
     c = _cell_of(v)
@@ -93,21 +102,24 @@ def _locate(s: _Split) -> None:
     s.on_edge = s.kind == 1 and s.above_edge(c + 1) == 0
 
 
-def _order(a: _Split, b: _Split) -> int:
+def _order(a: Split, b: Split) -> int:
     lhs, rhs = a.n2 * b.d2, b.n2 * a.d2
     return (lhs > rhs) - (lhs < rhs) or a.kind - b.kind
 
 
-def _splits(cands: list[tuple[int, int]]) -> tuple[list[_Split], dict[tuple[int, ...], int]]:
-    """Candidate ratios (both kinds) and pairwise log-midpoints, deduplicated, by value.
+def candidate_splits(
+    cands: list[tuple[int, int]],
+) -> tuple[list[Split], dict[tuple[int, ...], int]]:
+    """Candidate ratios (both kinds) and pairwise log-midpoints, deduplicated, by value: the cuts
+    :func:`bin_images` makes (NOTE [ exact bins ]).
 
     The keys: ``(0, i, kind)`` for candidate ``i``'s ratio, ``(1, i, j, kind)`` for the
     log-midpoint of candidates ``i < j``; values index the returned list.
     """
-    found: dict[tuple[int, int, int], _Split] = {}
+    found: dict[tuple[int, int, int], Split] = {}
     keys: dict[tuple[int, ...], tuple[int, int, int]] = {}
 
-    def add(key: tuple[int, ...], s: _Split) -> None:
+    def add(key: tuple[int, ...], s: Split) -> None:
         k = (s.n2, s.d2, s.kind)
         found.setdefault(k, s)
         keys[key] = k
@@ -115,7 +127,7 @@ def _splits(cands: list[tuple[int, int]]) -> tuple[list[_Split], dict[tuple[int,
     reduced = [(w // math.gcd(w, h), h // math.gcd(w, h)) for w, h in cands]
     for i, (a, b) in enumerate(reduced):
         for kind in (0, 1):
-            add((0, i, kind), _Split(a * a, b * b, kind, p=a, q=b))
+            add((0, i, kind), Split(a * a, b * b, kind, p=a, q=b))
     for i, (wa, ha) in enumerate(reduced):
         for j in range(i + 1, len(reduced)):
             wb, hb = reduced[j]
@@ -124,9 +136,9 @@ def _splits(cands: list[tuple[int, int]]) -> tuple[list[_Split], dict[tuple[int,
             rn, rd = math.isqrt(n2), math.isqrt(d2)
             if rn * rn == n2 and rd * rd == d2:
                 for kind in (0, 1):
-                    add((1, i, j, kind), _Split(n2, d2, kind, p=rn, q=rd))
+                    add((1, i, j, kind), Split(n2, d2, kind, p=rn, q=rd))
             else:  # irrational: no image lies on it, one cut serves both kinds
-                s = _Split(n2, d2, 1)
+                s = Split(n2, d2, 1)
                 add((1, i, j, 0), s)
                 add((1, i, j, 1), s)
     ordered = sorted(found.values(), key=functools.cmp_to_key(_order))
@@ -136,8 +148,8 @@ def _splits(cands: list[tuple[int, int]]) -> tuple[list[_Split], dict[tuple[int,
     return ordered, {key: index[k] for key, k in keys.items()}
 
 
-def _ratio_range(w: IntArray, h: IntArray) -> tuple[float, float]:
-    """Least and greatest float ``W / H``, in cache-sized chunks."""
+def ratio_range(w: IntArray, h: IntArray) -> tuple[float, float]:
+    """Least and greatest float ``W / H`` of 1-D int64 arrays, in cache-sized chunks."""
     lo, hi = math.inf, 0.0
     buf = np.empty(min(w.size, _CHUNK))
     for s in range(0, w.size, _CHUNK):
@@ -148,20 +160,104 @@ def _ratio_range(w: IntArray, h: IntArray) -> tuple[float, float]:
 
 
 @dataclass
-class _Bins:
-    """Non-empty bins in ascending aspect ratio, and where each split falls among them."""
+class Bins:
+    """Non-empty bins in ascending aspect ratio, and where each split falls among them.
 
-    counts: IntArray  # (S,)
-    sum_r: FloatArray  # (S,) sum of W / H
-    sum_inv: FloatArray  # (S,) sum of H / W
-    split_pos: IntArray  # (num_splits,) compacted boundary index of each split
-    sub: npt.NDArray[np.integer[Any]]  # (N,) uncompacted bin of every image (int32 or int64)
-    keep: IntArray  # (S,) uncompacted index of each non-empty bin
-    total: int  # number of uncompacted bins
+    Attributes:
+        counts: ``(S,)`` images per bin.
+        sum_r: ``(S,)`` sum of ``W / H`` over the bin's images (exact, see NOTE [ exact bins ]).
+        sum_inv: ``(S,)`` sum of ``H / W``.
+        split_pos: ``(num_splits,)`` the boundary index (in ``[0, S]``) of each split.
+        sub: Uncompacted bin of every image binned (int32 or int64), for :func:`gap_bounds`.
+        keep: ``(S,)`` uncompacted index of each non-empty bin.
+        total: Number of uncompacted bins.
+    """
+
+    counts: IntArray
+    sum_r: FloatArray
+    sum_inv: FloatArray
+    split_pos: IntArray
+    sub: npt.NDArray[np.integer[Any]]
+    keep: IntArray
+    total: int
 
 
-def _bin_images(w: IntArray, h: IntArray, splits: list[_Split], x_lo: float, x_hi: float) -> _Bins:
-    """One chunked pass: every image's bin, and per-bin count and fixed-point sums."""
+@dataclass
+class LabelledBins:
+    """The bins of images that carry a label each (a clip's frame count, say), kept per label so
+    that the bins of any range of labels are a sum of rows (:meth:`select`).
+
+    Counts and the fixed-point sums of NOTE [ exact bins ] are integers held in float64 below
+    ``2**53`` for all images together, so summing rows is exact in any order.
+
+    Attributes:
+        counts: ``(L, U)`` images per label and bin, over the ``U`` bins some image falls in.
+        sum_a: ``(L, U)`` fixed-point sums of the offsets of ``W / H`` within their cell.
+        sum_b: ``(L, U)`` fixed-point sums of the offsets of ``H / W``.
+        keep: ``(U,)`` uncompacted index of each of those bins.
+        edge: ``(U,)`` the lower edge of each one's cell.
+        bound: ``(num_splits,)`` each split's boundary among the ``U`` bins, in ``[0, U]``.
+        sub: ``(N,)`` uncompacted bin of every image.
+        labels: ``(N,)`` label of every image (None: all 0).
+        total: Number of uncompacted bins.
+        shift: The fixed point of ``sum_a``: ``r = e + spacing(e) * 2**shift * a``.
+        kb: The fixed point of ``sum_b``: ``1 / r = (1 - b / 2**kb) / e``.
+    """
+
+    counts: IntArray
+    sum_a: FloatArray
+    sum_b: FloatArray
+    keep: IntArray
+    edge: FloatArray
+    bound: IntArray
+    sub: npt.NDArray[np.integer[Any]]
+    labels: IntArray | None
+    total: int
+    shift: int
+    kb: int
+
+    def select(self, lo: int, hi: int) -> Bins:
+        """The bins of the images whose label is in ``[lo, hi)``."""
+        counts = self.counts[lo:hi].sum(axis=0)
+        nonzero = counts > 0
+        cols = np.flatnonzero(nonzero)
+        nk = counts[cols].astype(np.float64)
+        eb = self.edge[cols]
+        sum_r = nk * eb + np.spacing(eb) * 2.0**self.shift * self.sum_a[lo:hi, cols].sum(axis=0)
+        sum_inv = (nk - self.sum_b[lo:hi, cols].sum(axis=0) * 2.0**-self.kb) / eb
+        compact = np.concatenate(([0], np.cumsum(nonzero))).astype(np.int64)
+        if self.labels is None or (lo <= 0 and hi >= self.counts.shape[0]):
+            sub = self.sub
+        else:
+            sub = self.sub[(self.labels >= lo) & (self.labels < hi)]
+        return Bins(
+            counts[cols], sum_r, sum_inv, compact[self.bound], sub, self.keep[cols], self.total
+        )
+
+
+def bin_images(
+    w: IntArray,
+    h: IntArray,
+    splits: list[Split],
+    x_lo: float,
+    x_hi: float,
+    labels: IntArray | None = None,
+    num_labels: int = 1,
+) -> LabelledBins:
+    """One chunked pass: every image's bin, and per label and bin the count and fixed-point sums.
+
+    Args:
+        w: Image widths, 1-D int64.
+        h: Image heights, the same shape.
+        splits: The cuts of :func:`candidate_splits` (their ``bound`` is set here).
+        x_lo: The least ``W / H`` as a float (:func:`ratio_range`).
+        x_hi: The greatest.
+        labels: Optional label of every image, ints in ``[0, num_labels)``.
+        num_labels: ``L``.
+
+    Returns:
+        The :class:`LabelledBins`; ``select(0, num_labels)`` are the bins of all the images.
+    """
     n_img = w.size
     cmin, cmax = _cell_of(x_lo) - 1, _cell_of(x_hi)  # one spare cell below: edge images
     ncells = cmax - cmin + 1
@@ -192,9 +288,10 @@ def _bin_images(w: IntArray, h: IntArray, splits: list[_Split], x_lo: float, x_h
     shift = max(0, n_img.bit_length() - 13)
     kb = min(52, 64 - n_img.bit_length())
     full = float((1 << _SHIFT) >> shift)
-    counts = np.zeros(total, dtype=np.int64)
-    sum_a = np.zeros(total)
-    sum_b = np.zeros(total)
+    width = num_labels * total
+    counts = np.zeros(width, dtype=np.int64)
+    sum_a = np.zeros(width)
+    sum_b = np.zeros(width)
     sub_all: npt.NDArray[np.integer[Any]] = np.empty(
         n_img, dtype=np.int32 if total < 2**31 else np.int64
     )
@@ -215,26 +312,36 @@ def _bin_images(w: IntArray, h: IntArray, splits: list[_Split], x_lo: float, x_h
         a = (low >> shift).astype(np.float64)
         a[down] = full
         b = np.floor((1.0 - edges[rel] / x) * 2.0**kb)
-        counts += np.bincount(sub, minlength=total)
-        sum_a += np.bincount(sub, weights=a, minlength=total)
-        sum_b += np.bincount(sub, weights=b, minlength=total)
+        key = sub if labels is None else labels[start : start + _CHUNK] * total + sub
+        counts += np.bincount(key, minlength=width)
+        sum_a += np.bincount(key, weights=a, minlength=width)
+        sum_b += np.bincount(key, weights=b, minlength=width)
 
+    per_label = counts.reshape(num_labels, total)
+    used = per_label.any(axis=0)
+    keep = np.flatnonzero(used)
     bin_cell = np.repeat(np.arange(ncells), 1 + nsplit)
-    keep = np.flatnonzero(counts)
-    nk = counts[keep].astype(np.float64)
-    eb = edges[bin_cell[keep]]
-    sum_r = nk * eb + np.spacing(eb) * 2.0**shift * sum_a[keep]
-    sum_inv = (nk - sum_b[keep] * 2.0**-kb) / eb
-    compact = np.concatenate(([0], np.cumsum(counts > 0))).astype(np.int64)
-    split_pos = np.array([compact[s.bound] for s in splits], dtype=np.int64)
-    return _Bins(counts[keep], sum_r, sum_inv, split_pos, sub_all, keep, total)
+    compact = np.concatenate(([0], np.cumsum(used))).astype(np.int64)
+    return LabelledBins(
+        counts=per_label[:, keep],
+        sum_a=sum_a.reshape(num_labels, total)[:, keep],
+        sum_b=sum_b.reshape(num_labels, total)[:, keep],
+        keep=keep,
+        edge=edges[bin_cell[keep]],
+        bound=np.array([compact[s.bound] for s in splits], dtype=np.int64),
+        sub=sub_all,
+        labels=labels,
+        total=total,
+        shift=shift,
+        kb=kb,
+    )
 
 
 class _CellSplits:
     """The splits inside cells, as arrays: how many of its own cell's splits an image is above."""
 
     def __init__(
-        self, splits: list[_Split], inside: list[int], first: IntArray, nsplit: IntArray
+        self, splits: list[Split], inside: list[int], first: IntArray, nsplit: IntArray
     ) -> None:
         self.splits = [splits[i] for i in inside]
         self.first, self.nsplit = first, nsplit
@@ -279,12 +386,13 @@ def _extreme(w: IntArray, h: IntArray, largest: bool) -> Fraction:
         i = int(beyond[0])
 
 
-def _gap_bounds(
-    bins: _Bins, w: IntArray, h: IntArray, positions: list[int]
+def gap_bounds(
+    bins: Bins, w: IntArray, h: IntArray, positions: list[int]
 ) -> list[tuple[Fraction, Fraction]]:
     """For each boundary position, the largest ratio below it and the smallest above it.
 
-    Only the images of the bins next to a boundary are looked at (a radix sort of small ids).
+    ``w`` and ``h`` are the images ``bins`` were made of (``bins.sub`` is their bins). Only the
+    images of the bins next to a boundary are looked at (a radix sort of small ids).
     """
     wanted = sorted(
         {int(bins.keep[t - 1]) for t in positions} | {int(bins.keep[t]) for t in positions}

@@ -2,9 +2,10 @@
 
 :func:`lattice_candidates` lists the candidate buckets: for each aspect ratio of the lattice the
 presets are built on, its largest point within the pixel budget. The fit keeps the candidates
-within the data's aspect range (:func:`_prune`) and thins the rest evenly in log aspect ratio
-(:func:`_thin`). :func:`size_digest` identifies the data a set was fitted to. The input checks
-that the fit and the fitted rule share live here too.
+within the data's aspect range (:func:`prune_candidates`) and thins the rest evenly in log aspect
+ratio (:func:`thin_candidates`). :func:`size_digest` (:func:`clip_digest` for clips) identifies
+the data a set was fitted to. The input checks that the fits and the fitted rules share live here
+too.
 """
 
 from __future__ import annotations
@@ -26,8 +27,14 @@ __all__ = [
     "DEFAULT_MAX_CANDIDATES",
     "DEFAULT_MIN_SHARE",
     "MAX_LATTICE_STEPS",
+    "check_pairs",
+    "check_points",
+    "check_share",
+    "clip_digest",
     "lattice_candidates",
+    "prune_candidates",
     "size_digest",
+    "thin_candidates",
 ]
 
 #: Least share of ``max_pixels`` a generated candidate uses: just under the lowest share in the
@@ -81,7 +88,7 @@ def lattice_candidates(
 (960, 64), (1024, 64)]
     """
     budget, q = _budget(max_pixels, quantization)
-    share = Fraction(_share("min_share", min_share, low=0.0, high=1.0, open_low=True))
+    share = Fraction(check_share("min_share", min_share, low=0.0, high=1.0, open_low=True))
     units = budget // (q * q)
     least = max(1, math.ceil(share * budget / (q * q)))  # a b >= least: at least min_share
     _check_lattice_steps(units, least, budget, q, min_share)
@@ -98,7 +105,7 @@ def lattice_candidates(
             best[ratio] = (k * a1 * q, k * b1 * q)
     points = list(best.values())
     if extra is not None:
-        points += _points("extra", extra, budget, q)
+        points += check_points("extra", extra, budget, q)
     return _merge(points)
 
 
@@ -150,7 +157,9 @@ def _preset_resolutions(budget: int, q: int) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def _prune(pool: IntArray, gs: IntArray, x_lo: float, x_hi: float) -> tuple[IntArray, BoolArray]:
+def prune_candidates(
+    pool: IntArray, gs: IntArray, x_lo: float, x_hi: float
+) -> tuple[IntArray, BoolArray]:
     """Candidates within the data's aspect range and, beyond each end, the nearest one of each
     global batch size; and which of those are the ends' (they must be kept).
 
@@ -171,7 +180,7 @@ def _prune(pool: IntArray, gs: IntArray, x_lo: float, x_hi: float) -> tuple[IntA
     return kept, ends[kept]
 
 
-def _thin(pool: IntArray, required: BoolArray, limit: int) -> IntArray:
+def thin_candidates(pool: IntArray, required: BoolArray, limit: int) -> IntArray:
     """Indices of the required candidates and at most ``limit`` others, spread evenly in log
     aspect ratio (each next one the farthest from those already taken; ties to the lowest).
 
@@ -227,6 +236,29 @@ def size_digest(widths: npt.ArrayLike, heights: npt.ArrayLike) -> str:
     return _digest(*_sizes(widths, heights))
 
 
+def clip_digest(widths: IntArray, heights: IntArray, frames: IntArray) -> str:
+    """A digest of the multiset of clip sizes and frame counts, as :func:`size_digest` is of
+    image sizes: equal for the same clips in any order (1-D int64 arrays of equal length).
+
+    Example:
+        >>> w, h, f = (np.array(v) for v in ([640, 480], [480, 640], [81, 5]))
+        >>> clip_digest(w, h, f) == clip_digest(w[::-1], h[::-1], f[::-1])
+        True
+        >>> clip_digest(w, h, f) == clip_digest(w, h, f[::-1])
+        False
+    """
+    sums = [0, 0]
+    for s in range(0, widths.size, _CHUNK):
+        key = (widths[s : s + _CHUNK].astype(np.uint64) << np.uint64(32)) | heights[
+            s : s + _CHUNK
+        ].astype(np.uint64)
+        with np.errstate(over="ignore"):  # words wrap modulo 2**64 by design
+            word = _mix(_mix(key ^ _SALT[0]) + frames[s : s + _CHUNK].astype(np.uint64))
+        for i, salt in enumerate(_SALT):
+            sums[i] = (sums[i] + int(np.add.reduce(_mix(word ^ salt), dtype=np.uint64))) % 2**64
+    return f"{sums[0]:016x}{sums[1]:016x}"
+
+
 def _digest(w: IntArray, h: IntArray) -> str:
     sums = [0, 0]
     for s in range(0, w.size, _CHUNK):
@@ -251,7 +283,13 @@ def _sizes(widths: npt.ArrayLike, heights: npt.ArrayLike) -> tuple[IntArray, Int
     return w.ravel(), h.ravel()
 
 
-def _share(name: str, value: object, *, low: float, high: float, open_low: bool) -> float:
+def check_share(name: str, value: object, *, low: float, high: float, open_low: bool) -> float:
+    """``value`` as a float in ``[low, high]`` (``(low, high]`` with ``open_low``).
+
+    Raises:
+        TypeError: If it is not an int or a float (a bool included).
+        ValueError: If it is not finite or out of range.
+    """
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         fail(name, "a float", value, TypeError)
     v = float(value)
@@ -262,11 +300,18 @@ def _share(name: str, value: object, *, low: float, high: float, open_low: bool)
     return v
 
 
-def _points(name: str, values: object, budget: int | None, q: int | None) -> list[tuple[int, int]]:
+def check_points(
+    name: str, values: object, budget: int | None, q: int | None
+) -> list[tuple[int, int]]:
     """``(K, 2)`` int ``(w, h)`` pairs; on the lattice and within budget when those are given.
 
     A numpy array is checked whole; any other sequence pair by pair, so a bad entry is named
     (``name[i]``) rather than left to numpy's shape errors.
+
+    Raises:
+        TypeError: If ``values`` is not an int array or a sequence of int pairs.
+        ValueError: If its shape is not ``(K, 2)`` or a point is out of range, off the lattice
+            of ``q`` or over ``budget``.
     """
     what = "a (width, height) pair of ints"
     if isinstance(values, np.ndarray):
@@ -304,8 +349,13 @@ def _points(name: str, values: object, budget: int | None, q: int | None) -> lis
     return out
 
 
-def _pairs(name: str, values: object) -> list[tuple[int, int]]:
-    """A sequence of ``(p, q)`` pairs of ints in ``[1, MAX_IMAGE_SIDE]``."""
+def check_pairs(name: str, values: object) -> list[tuple[int, int]]:
+    """A sequence of ``(p, q)`` pairs of ints in ``[1, MAX_IMAGE_SIDE]``.
+
+    Raises:
+        TypeError: If it is not a sequence of pairs of ints.
+        ValueError: If a pair has another length or a term is out of range.
+    """
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
         fail(name, "a sequence of (p, q) int pairs", values, TypeError)
     out = []

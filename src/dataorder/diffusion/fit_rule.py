@@ -19,7 +19,7 @@ import numpy.typing as npt
 from dataorder._validate import fail
 from dataorder.diffusion.bucket_rules import DefaultBucketRule
 from dataorder.diffusion.fit_bins import FloatArray, IntArray
-from dataorder.diffusion.fit_candidates import _pairs, _points
+from dataorder.diffusion.fit_candidates import check_pairs, check_points
 from dataorder.diffusion.lookup import Lookup
 
 __all__ = ["FIT_VERSION", "FittedBucketRule", "ThresholdAssigner"]
@@ -57,7 +57,7 @@ class ThresholdAssigner:
     """
 
     def __init__(self, thresholds: Sequence[tuple[int, int]]) -> None:
-        pairs = _pairs("thresholds", thresholds)
+        pairs = check_pairs("thresholds", thresholds)
         for i in range(1, len(pairs)):
             if pairs[i][0] * pairs[i - 1][1] <= pairs[i - 1][0] * pairs[i][1]:
                 fail("thresholds", "strictly increasing as fractions p / q", thresholds)
@@ -149,13 +149,13 @@ class FittedBucketRule:
         thresholds: Sequence[tuple[int, int]],
         fit: Mapping[str, Any] | None = None,
     ) -> None:
-        res = _points("resolutions", resolutions, None, None)
+        res = check_points("resolutions", resolutions, None, None)
         if not res:
             fail("resolutions", "a non-empty (K, 2) array", resolutions)
         for i in range(1, len(res)):
             if res[i][0] * res[i - 1][1] <= res[i - 1][0] * res[i][1]:
                 fail("resolutions", "strictly ascending in aspect ratio w / h", resolutions)
-        pairs = _pairs("thresholds", thresholds)
+        pairs = check_pairs("thresholds", thresholds)
         if len(pairs) != len(res) - 1:
             fail("thresholds", f"{len(res) - 1} pairs, one between each two buckets", thresholds)
         for k, (p, q) in enumerate(pairs):
@@ -184,7 +184,7 @@ class FittedBucketRule:
 
     def resolutions(self, budget: int, quantization: int) -> list[tuple[int, int]]:
         """The buckets, after checking that they are on the lattice and within the budget."""
-        return _points("resolutions", self._res, budget, quantization)
+        return check_points("resolutions", self._res, budget, quantization)
 
     def assigner(
         self, resolutions: Sequence[tuple[int, int]], quantization: int

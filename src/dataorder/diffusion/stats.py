@@ -22,7 +22,11 @@ measures per bucket:
   when ``drop_last`` (the remainder is **dropped**) and ``tail="shrink"`` otherwise (one smaller
   final batch, **padded** by fewer than ``num_replicas`` repeated samples);
 * the **longest run** of steps that read one shape, for the sampler's ``bucket_order``
-  (sequential: the largest bucket's steps; interleaved: NOTE [ Interleaved buckets ]).
+  (sequential: the largest bucket's steps; interleaved: NOTE [ Interleaved buckets ]);
+* for clips, the **spread of per-step cost**: a step's cost on a rank is its batch times the
+  calculator's cost model of the bucket's tokens (:mod:`dataorder.diffusion.cost`); with
+  cost-model batch sizes every step should cost about the same, and ``step_cost_max_over_mean``
+  (and ``..._min_...``) over an epoch's steps say how far it is from that.
 
 :func:`format_bucket_table` renders the result as markdown, :func:`rich_bucket_table` as a rich
 table, and :func:`plot_bucket_stats` as a PNG (matplotlib, imported only there, drawn on an Agg
@@ -52,7 +56,7 @@ import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_choice, check_int, fail
 from dataorder.core.keys import MAX_SEED
-from dataorder.core.partition import MAX_BATCH_SIZE
+from dataorder.core.partition import MAX_BATCH_SIZE, SegmentPlan
 from dataorder.core.topology import MAX_DP_SIZE
 from dataorder.diffusion.bucket_plan import (
     BUCKET_ORDERS,
@@ -62,6 +66,7 @@ from dataorder.diffusion.bucket_plan import (
     plan_sampler_epoch,
 )
 from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.cost import CostModel
 from dataorder.diffusion.manifest import Manifest
 from dataorder.diffusion.scan_files import path_arg
 from dataorder.diffusion.table import group_by_bucket, sort_key
@@ -130,7 +135,10 @@ class BucketStats:
             ``|budget_ratio - 1|``), ``budget_max_over`` (largest ``budget_ratio - 1`` over
             buckets, 0 if none is over), ``batches``, ``dropped``, ``padded``,
             ``empty_buckets``, ``buckets_below_one_global_batch``, ``longest_run`` (steps of one
-            shape in a row, epoch 0); for clips also ``mean_trim_loss`` and ``p95_trim_loss``.
+            shape in a row, epoch 0); for clips also ``mean_trim_loss``, ``p95_trim_loss``,
+            ``step_cost_max_over_mean`` and ``step_cost_min_over_mean`` (a step's cost on one
+            rank, its batch times the cost model's cost of the bucket's tokens, largest and
+            smallest over the epoch's steps, over their mean; NaN without a step).
         mean_trim_loss: Clips only: mean share of each bucket's clips' frames trimmed away
             (NaN for an empty bucket); None for images.
         p95_trim_loss: Clips only: 95th percentile of the same; None for images.
@@ -181,6 +189,7 @@ class _Source:
     ) -> None:
         self.frames: npt.NDArray[np.int64] | None = None
         self.max_tokens: int | None = None
+        self.cost: CostModel | None = None
         if isinstance(source, Manifest):
             if heights is not None or calculator is not None or frames is not None:
                 raise TypeError("with a Manifest, pass neither heights nor calculator (nor frames)")
@@ -191,6 +200,7 @@ class _Source:
             self.max_pixels: int | None = config.get("max_pixels")
             if self.frames is not None:
                 self.max_tokens = int(config["max_tokens"])
+                self.cost = CostModel.from_config(config["cost_model"])
             return
         if isinstance(source, str | bytes) or np.ndim(source) == 0:  # type: ignore[arg-type]
             fail("source", "a Manifest or an array of widths", source, TypeError)
@@ -217,6 +227,7 @@ class _Source:
                     "build_video_scan(paths, widths, heights, frames, calculator).assigned()"
                 )
             self.max_tokens = calculator.max_tokens
+            self.cost = calculator.cost_model
         else:
             self.ids = calculator.assign(self.widths, self.heights)
         self.buckets = calculator.get_all_buckets()
@@ -337,6 +348,7 @@ def bucket_stats(
     batches = np.zeros(k, dtype=np.int64)
     covered = np.zeros(k, dtype=np.int64)
     longest = 0
+    runs: tuple[SegmentPlan, npt.NDArray[np.int64]] | None = None  # each run's bucket
     if rows.size:
         plan = plan_sampler_epoch(
             KeyedBucketOrder(seed),
@@ -352,6 +364,7 @@ def bucket_stats(
         np.add.at(batches, bucket, np.diff(plan.segments.offsets))
         np.add.at(covered, bucket, plan.segments.total_positions())
         longest = longest_shape_run(plan)
+        runs = (plan.segments, bucket)
     dropped = np.maximum(counts - covered, 0)
     padded = np.maximum(covered - counts, 0)
     n = int(counts.sum())
@@ -371,11 +384,15 @@ def bucket_stats(
         "longest_run": float(longest),
     }
     trim_mean = trim_p95 = None
-    if src.frames is not None and bucket_frames is not None:
+    if src.frames is not None and bucket_frames is not None and tokens is not None:
         trim = trim_loss(src.frames, bucket_frames[ids])
         trim_mean, trim_p95 = _per_bucket(trim, ids, counts)
         overall["mean_trim_loss"] = float(trim.mean()) if n else float("nan")
         overall["p95_trim_loss"] = float(np.percentile(trim, 95)) if n else float("nan")
+        spread = (float("nan"), float("nan"))
+        if runs is not None:
+            spread = _step_cost_spread(runs[0], tokens[runs[1]], src.cost or CostModel())
+        overall["step_cost_max_over_mean"], overall["step_cost_min_over_mean"] = spread
     return BucketStats(
         buckets=[dict(b) for b in buckets],
         max_pixels=src.max_pixels,
@@ -396,6 +413,27 @@ def bucket_stats(
         p95_trim_loss=trim_p95,
         max_tokens=src.max_tokens,
     )
+
+
+def _step_cost_spread(
+    segments: SegmentPlan, tokens: npt.NDArray[np.int64], cost: CostModel
+) -> tuple[float, float]:
+    """Largest and smallest per-step cost on one rank over the epoch's steps, over their mean.
+
+    Run ``j`` of the sampler's plan gives ``full_blocks[j]`` steps of ``per_rank[j]`` samples
+    and, with ``drop_last=False``, one more of ``tail_per_rank[j]``; a sample costs
+    ``cost(tokens[j])``, ``tokens`` being each run's bucket's.
+    """
+    unit = np.array([float(cost.cost(int(t))) for t in tokens.tolist()])
+    full, tail = segments.full_blocks, segments.tail_per_rank
+    step_full = segments.per_rank * unit
+    step_tail = tail * unit
+    steps = int(full.sum() + (tail > 0).sum())
+    if steps == 0:
+        return float("nan"), float("nan")
+    mean = float((full * step_full).sum() + step_tail.sum()) / steps
+    costs = np.concatenate((step_full[full > 0], step_tail[tail > 0]))
+    return float(costs.max()) / mean, float(costs.min()) / mean
 
 
 _HEADERS = (
@@ -486,7 +524,7 @@ def _summary(stats: BucketStats) -> str:
     if stats.is_video:
         trim = (
             f"trim loss mean {_pct(o['mean_trim_loss'])} %, p95 {_pct(o['p95_trim_loss'])} % "
-            "of frames; "
+            f"of frames; per-step cost max / mean {o['step_cost_max_over_mean']:.2f}; "
         )
     budget = "tokens" if stats.is_video else "pixels"
     return (

@@ -53,6 +53,12 @@ NOTE [ too small: drop, not upscale ]
 batch sizes ] in :mod:`dataorder.diffusion.cost`): :meth:`VideoBucketCalculator.batch_sizes`
 gives every bucket the largest per-rank batch within the cost of the full-budget bucket.
 
+**Fitted sets.** :meth:`VideoBucketCalculator.fit_to_data` fits the buckets to a dataset and a
+job layout within these rules (NOTE [ video fit ] in :mod:`dataorder.diffusion.video_fit`); the
+calculator then runs the fitted rule (:mod:`dataorder.diffusion.video_fit_rule`) after the
+generated one's too short and too small, and its :meth:`~VideoBucketCalculator.config` records
+the set (``bucket_set``).
+
 Example:
     >>> from dataorder.diffusion.video import VideoBucketCalculator
     >>> calc = VideoBucketCalculator.from_preset("wan2.1-480p")
@@ -68,9 +74,10 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from numbers import Rational
 from typing import Any
@@ -90,6 +97,8 @@ from dataorder.diffusion.lattice import (
 )
 from dataorder.diffusion.lookup import as_size_array
 from dataorder.diffusion.video_assign import TOO_SHORT, TOO_SMALL, Tier, VideoAssigner
+from dataorder.diffusion.video_fit import fit_video_to_data
+from dataorder.diffusion.video_fit_rule import FittedVideoAssigner, FittedVideoSet
 from dataorder.diffusion.video_frames import (
     MAX_VIDEO_SIZE,
     causal_frame_counts,
@@ -167,6 +176,10 @@ class VideoBucketCalculator:
             ``CostModel()`` (cost proportional to tokens).
         max_batch_size: Upper clamp of :meth:`batch_sizes`, at most ``2**31``; None means 4
             times the reference batch size.
+        bucket_set: A :class:`~dataorder.diffusion.video_fit_rule.FittedVideoSet` (what
+            :meth:`fit_to_data` fits) instead of the generated buckets: its frame counts must be
+            legal under the frame rule above and its buckets on the lattice and within each
+            frame count's budget; ``aspect_ratios`` then plays no part.
 
     Raises:
         TypeError: For an argument of the wrong type (a bool where an int is meant included).
@@ -204,6 +217,7 @@ class VideoBucketCalculator:
         max_upscale: Rational | int | float | str | None = DEFAULT_MAX_UPSCALE,
         cost_model: CostModel | None = None,
         max_batch_size: int | None = None,
+        bucket_set: FittedVideoSet | None = None,
     ) -> None:
         self._max_tokens = check_int("max_tokens", max_tokens, min_value=1)
         if self._max_tokens > MAX_TOKENS:
@@ -243,7 +257,7 @@ class VideoBucketCalculator:
         self._max_pixels = check_optional_int("max_pixels", max_pixels, min_value=1)
         if self._max_pixels is not None and self._max_pixels > MAX_PIXELS:
             fail("max_pixels", f"at most 2**40 = {MAX_PIXELS} or None", max_pixels)
-        self._frames = frame_counts_arg(frame_counts, max_frames, min_frames, frame_step, tc)
+        self._legal = frame_counts_arg(frame_counts, max_frames, min_frames, frame_step, tc)
 
         given = DEFAULT_ASPECT_RATIOS if aspect_ratios is None else aspect_ratios
         if isinstance(given, str | bytes) or not isinstance(given, Sequence):
@@ -264,71 +278,115 @@ class VideoBucketCalculator:
         self._max_batch_size = check_optional_int("max_batch_size", max_batch_size, min_value=1)
         if self._max_batch_size is not None and self._max_batch_size > MAX_BATCH_SIZE:
             fail("max_batch_size", f"at most 2**31 = {MAX_BATCH_SIZE} or None", max_batch_size)
+        if bucket_set is not None and not isinstance(bucket_set, FittedVideoSet):
+            fail("bucket_set", "a FittedVideoSet or None", bucket_set, TypeError)
+        self._set = bucket_set
         self._build()
 
     # -- construction -----------------------------------------------------------------------
 
-    def _build(self) -> None:
+    def _frame_budget(self, f: int) -> tuple[int, int, int]:
+        """``(P(f), latent frames, temporal tokens)`` of frame count ``f``: its per-frame pixel
+        budget (module docstring), checked to hold one lattice cell."""
         _, ph, pw = self._patch
         cell = self._sc * self._sc * ph * pw  # pixels per spatial token
-        tier_of_budget: dict[int, int] = {}
+        latent = 1 + (f - 1) // self._tc
+        temporal = -(-latent // self._patch[0])
+        budget = (self._max_tokens // temporal) * cell
+        capped = False
+        if self._max_pixels is not None and self._max_pixels <= budget:
+            budget, capped = self._max_pixels, True
+        if budget > MAX_PIXELS:  # only without max_pixels (which is at most MAX_PIXELS)
+            most = temporal * (MAX_PIXELS // cell + 1) - 1
+            fail(
+                "max_tokens",
+                f"at most {most} for frames={f} when max_pixels is None (frames of at most "
+                "2**40 pixels; set max_pixels to cap them)",
+                self._max_tokens,
+            )
+        if budget < self._q * self._q:
+            if capped:
+                fail(
+                    "max_pixels",
+                    f"at least {self._q * self._q} (one {self._q}x{self._q} cell)",
+                    self._max_pixels,
+                )
+            need = temporal * (self._q * self._q // cell)
+            fail(
+                "max_tokens",
+                f"at least {need} for frames={f} (one {self._q}x{self._q} cell)",
+                self._max_tokens,
+            )
+        return budget, latent, temporal
+
+    def _bucket(self, f: int, w: int, h: int) -> VideoBucket:
+        _, ph, pw = self._patch
+        _, latent, temporal = self._frame_budget(f)
+        return {
+            "id": -1,
+            "frames": f,
+            "resolution": (w, h),
+            "aspect_ratio": w / h,
+            "pixels": w * h,
+            "latent_frames": latent,
+            "tokens": temporal * (w // (self._sc * pw)) * (h // (self._sc * ph)),
+        }
+
+    def _build(self) -> None:
         self._tiers: list[Tier] = []
         buckets: list[VideoBucket] = []
         frame_tier: list[int] = []
         frame_base: list[int] = []
-        for f in self._frames:
-            latent = 1 + (f - 1) // self._tc
-            temporal = -(-latent // self._patch[0])
-            budget = (self._max_tokens // temporal) * cell
-            capped = False
-            if self._max_pixels is not None and self._max_pixels <= budget:
-                budget, capped = self._max_pixels, True
-            if budget > MAX_PIXELS:  # only without max_pixels (which is at most MAX_PIXELS)
-                most = temporal * (MAX_PIXELS // cell + 1) - 1
-                fail(
-                    "max_tokens",
-                    f"at most {most} for frames={f} when max_pixels is None (frames of at most "
-                    "2**40 pixels; set max_pixels to cap them)",
-                    self._max_tokens,
-                )
-            if budget < self._q * self._q:
-                if capped:
-                    fail(
-                        "max_pixels",
-                        f"at least {self._q * self._q} (one {self._q}x{self._q} cell)",
-                        self._max_pixels,
-                    )
-                need = temporal * (self._q * self._q // cell)
-                fail(
-                    "max_tokens",
-                    f"at least {need} for frames={f} (one {self._q}x{self._q} cell)",
-                    self._max_tokens,
-                )
+        tier_of_budget: dict[int, int] = {}
+        for f in self._legal:
+            budget, _, _ = self._frame_budget(f)
             if budget not in tier_of_budget:
                 tier_of_budget[budget] = len(self._tiers)
                 res = default_resolutions(self._ratios, budget, self._q)
                 self._tiers.append(Tier(budget, res, self._u))
-            t = tier_of_budget[budget]
-            frame_tier.append(t)
+            frame_tier.append(tier_of_budget[budget])
+        for j, f in enumerate(self._legal):
             frame_base.append(len(buckets))
-            for w, h in self._tiers[t].res:
-                buckets.append(
-                    {
-                        "id": len(buckets),
-                        "frames": f,
-                        "resolution": (w, h),
-                        "aspect_ratio": w / h,
-                        "pixels": w * h,
-                        "latent_frames": latent,
-                        "tokens": temporal * (w // (self._sc * pw)) * (h // (self._sc * ph)),
-                    }
-                )
-        self._buckets = buckets
+            for w, h in self._tiers[frame_tier[j]].res:
+                bucket = self._bucket(f, w, h)
+                bucket["id"] = len(buckets)
+                buckets.append(bucket)
         self._frame_tier = np.array(frame_tier, dtype=np.intp)
         self._frame_base = np.array(frame_base, dtype=np.int64)
         self._assigner = VideoAssigner(
-            self._tiers, self._frames, self._frame_tier, self._frame_base, self._u
+            self._tiers, self._legal, self._frame_tier, self._frame_base, self._u
         )
+        self._frames = self._legal
+        self._fitted: FittedVideoAssigner | None = None
+        if self._set is not None:  # the generated set still says what is too short or small
+            self._frames = self._set.frame_counts
+            for b, band in enumerate(self._set.bands):
+                for k, c in enumerate(band.classes):
+                    where = f"bucket_set.bands[{b}].classes[{k}]"
+                    w, h = c.resolution
+                    for f in c.frames:
+                        if f not in self._legal:
+                            fail(
+                                f"{where}.frames",
+                                f"legal frame counts of this calculator {list(self._legal)}",
+                                list(c.frames),
+                            )
+                        budget, _, _ = self._frame_budget(f)
+                        if w % self._q or h % self._q or w * h > budget:
+                            fail(
+                                f"{where}.resolution",
+                                f"a (w, h) with both sides multiples of quantization={self._q} "
+                                f"and w * h <= {budget} (the pixel budget of {f} frames)",
+                                (w, h),
+                            )
+            buckets = []
+            for f, w, h in self._set.buckets():
+                bucket = self._bucket(f, w, h)
+                bucket["id"] = len(buckets)
+                buckets.append(bucket)
+            self._fitted = FittedVideoAssigner(self._set, self._u)
+        self._buckets = buckets
+        self._by_shape = {(b["frames"], *b["resolution"]): b["id"] for b in buckets}
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> VideoBucketCalculator:
@@ -356,11 +414,96 @@ class VideoBucketCalculator:
         kwargs.update(overrides)
         return cls(**kwargs)
 
+    @classmethod
+    def fit_to_data(
+        cls,
+        widths: npt.ArrayLike,
+        heights: npt.ArrayLike,
+        frames: npt.ArrayLike,
+        *,
+        global_batch_size: int | Callable[[VideoBucket], int],
+        max_waste: float = 0.01,
+        drop_last: bool = True,
+        preset: str | None = None,
+        **settings: Any,
+    ) -> VideoBucketCalculator:
+        """A calculator over a bucket set fitted to these clips and this job layout.
+
+        :func:`dataorder.diffusion.video_fit.fit_video_to_data` (NOTE [ video fit ] there):
+        the frame counts, the spatial buckets per frame count and the thresholds between them
+        of least mean loss of content (crop in space plus trim in time) such that at most
+        ``max_waste`` of the clips that have a bucket are dropped (``drop_last``) or padded by
+        whole global batches per bucket. The calculator's ``config()`` records the set
+        (``bucket_set``), so :meth:`from_config` and a manifest rebuild it without the data.
+        Clips the preset's own buckets call too short or too small keep those ids.
+
+        Args:
+            widths: Clip widths (any shape).
+            heights: Clip heights, the same shape.
+            frames: Clip frame counts, the same shape (at the model's rate if the pipeline
+                resamples: :func:`resample_frame_counts`).
+            global_batch_size: ``G`` = per-rank batch x ranks, or a callable of the bucket
+                dict (``frames``, ``resolution``, ``tokens`` ...) giving each bucket its own:
+                ``calc.global_batch_size(ranks, batch)`` for cost-model batches.
+            max_waste: Budget for dropped (or padded) clips, a share in ``[0, 1)`` of the
+                clips that have a bucket.
+            drop_last: Drop each bucket's remainder (else pad its last global batch).
+            preset: A name of :data:`PRESETS` whose token budget, VAE compression, patch, frame
+                rule and ``max_upscale`` the set keeps; None: ``settings`` say them all.
+            **settings: Constructor arguments, over the preset's.
+
+        Raises:
+            TypeError: For an argument of the wrong type, or an unknown setting.
+            ValueError: For a value out of range or an unknown preset, or when no bucket set
+                the fit searches meets ``max_waste``: the message gives the least waste it
+                found.
+
+        Example:
+            >>> rng = np.random.default_rng(0)
+            >>> h = rng.choice([720, 1080], 5_000)
+            >>> w = np.where(rng.random(5_000) < 0.7, h * 16 // 9, h * 9 // 16)
+            >>> f = rng.integers(17, 200, 5_000)
+            >>> calc = VideoBucketCalculator.fit_to_data(
+            ...     w, h, f, global_batch_size=64, preset="wan2.1-480p")
+            >>> VideoBucketCalculator.from_config(calc.config()) == calc
+            True
+        """
+        allowed = set(inspect.signature(cls).parameters) - {"bucket_set"}
+        unknown = sorted(set(settings) - allowed)
+        if unknown:
+            fail(
+                "settings",
+                "keyword arguments of VideoBucketCalculator (" + ", ".join(sorted(allowed)) + ")",
+                unknown,
+                TypeError,
+            )
+        if preset is None:
+            if "max_tokens" not in settings:
+                fail("max_tokens", "an int when preset is None", None, TypeError)
+            base = cls(**settings)
+        else:
+            if not isinstance(preset, str) or preset not in PRESETS:
+                fail("preset", "one of " + ", ".join(repr(k) for k in PRESETS), preset)
+            base = cls.from_preset(preset, **settings)
+        fit = fit_video_to_data(
+            widths,
+            heights,
+            frames,
+            base,
+            global_batch_size=global_batch_size,
+            max_waste=max_waste,
+            drop_last=drop_last,
+        )
+        return cls.from_config({**base.config(), "bucket_set": fit.bucket_set.config()})
+
     def config(self) -> dict[str, Any]:
         """Everything needed to rebuild this calculator, as a JSON-serialisable dict.
 
         ``kind`` is ``"video"``, which tells it apart from an image calculator's config in a
-        manifest. Frame counts are always listed explicitly.
+        manifest. Frame counts are always listed explicitly: the frame rule's legal counts
+        (for a fitted set, its groups use some of them). A calculator over a fitted set adds
+        ``bucket_set``, the set's :meth:`~dataorder.diffusion.video_fit_rule.FittedVideoSet.
+        config` (groups and what they were fitted to), so it is rebuilt without the data.
 
         Example:
             >>> VideoBucketCalculator(4096, frame_counts=[1, 5], max_upscale="4/3").config()
@@ -376,7 +519,7 @@ class VideoBucketCalculator:
             "kind": CONFIG_KIND,
             "version": VIDEO_BUCKETS_VERSION,
             "max_tokens": self._max_tokens,
-            "frame_counts": list(self._frames),
+            "frame_counts": list(self._legal),
             "spatial_compression": self._sc,
             "temporal_compression": self._tc,
             "patch_size": list(self._patch),
@@ -386,6 +529,7 @@ class VideoBucketCalculator:
             "max_upscale": None if self._u is None else str(self._u),
             "cost_model": self._cost.config(),
             "max_batch_size": self._max_batch_size,
+            **({} if self._set is None else {"bucket_set": self._set.config()}),
         }
 
     @classmethod
@@ -395,13 +539,15 @@ class VideoBucketCalculator:
         Raises:
             TypeError: If ``config`` is not a mapping, or a field has the wrong type.
             ValueError: If keys are missing or unknown, ``kind`` is not ``"video"``, the config
-                was written by another bucket algorithm version, or a field is out of range.
-                A field's error names it as the constructor's would name the argument, e.g.
-                ``config['frame_counts'][1]``.
+                was written by another bucket algorithm version, a field is out of range, or its
+                fitted set is invalid. A field's error names it as the constructor's would name
+                the argument, e.g. ``config['frame_counts'][1]``.
         """
         if not isinstance(config, Mapping):
             fail("config", "a mapping", config, TypeError)
         expected = set(cls(64, frame_counts=[1], max_pixels=256).config())
+        if "bucket_set" in config:  # a fitted set (the key is absent otherwise)
+            expected.add("bucket_set")
         missing, unknown = expected - set(config), set(config) - expected
         if missing or unknown:
             raise ValueError(
@@ -417,6 +563,8 @@ class VideoBucketCalculator:
             kwargs["patch_size"] = tuple(kwargs["patch_size"])
         kwargs["cost_model"] = cost_model_from_field(kwargs["cost_model"], "config['cost_model']")
         try:  # the constructor checks every field; its messages then name them as fields
+            if "bucket_set" in kwargs:
+                kwargs["bucket_set"] = FittedVideoSet.from_config(kwargs["bucket_set"])
             return cls(**kwargs)
         except (TypeError, ValueError) as error:
             raise as_field(error, {k: f"config[{k!r}]" for k in kwargs}) from None
@@ -430,8 +578,47 @@ class VideoBucketCalculator:
 
     @property
     def frame_counts(self) -> tuple[int, ...]:
-        """The legal frame counts, ascending."""
+        """The frame counts of the buckets, ascending: the legal frame counts, or a fitted
+        set's (some of them)."""
         return self._frames
+
+    @property
+    def legal_frame_counts(self) -> tuple[int, ...]:
+        """The frame rule's frame counts (``config()["frame_counts"]``), ascending."""
+        return self._legal
+
+    @property
+    def bucket_set(self) -> FittedVideoSet | None:
+        """The fitted set the buckets come from, or None for generated buckets."""
+        return self._set
+
+    def frame_budget(self, frames: int) -> int:
+        """The pixel budget per frame of ``frames``, a legal frame count (module docstring).
+
+        Raises:
+            ValueError: If ``frames`` is not a legal frame count.
+
+        Example:
+            >>> VideoBucketCalculator(4096, max_frames=17).frame_budget(17)  # 5 latent frames
+            209664
+        """
+        f = check_int("frames", frames, min_value=1, max_value=MAX_VIDEO_SIZE)
+        if f not in self._legal:
+            fail("frames", f"a legal frame count {list(self._legal)}", frames)
+        return self._frame_budget(f)[0]
+
+    def shape_info(self, width: int, height: int, frames: int) -> VideoBucket:
+        """What a bucket of this shape would be (``id`` -1): frames, resolution, tokens and the
+        rest of :meth:`get_all_buckets`' keys, for any legal frame count and size.
+
+        Example:
+            >>> VideoBucketCalculator.from_preset("wan2.1-480p").shape_info(640, 480, 41)["tokens"]
+            13200
+        """
+        w = check_int("width", width, min_value=1, max_value=MAX_VIDEO_SIZE)
+        h = check_int("height", height, min_value=1, max_value=MAX_VIDEO_SIZE)
+        self.frame_budget(frames)
+        return self._bucket(frames, w, h)
 
     @property
     def spatial_compression(self) -> int:
@@ -506,7 +693,9 @@ class VideoBucketCalculator:
             f"VideoBucketCalculator(max_tokens={self._max_tokens}, frames={self._frames[0]}.."
             f"{self._frames[-1]} ({len(self._frames)} counts), quantization={self._q}, "
             f"max_upscale={None if self._u is None else str(self._u)}, "
-            f"tiers={len(self._tiers)}, num_buckets={len(self)})"
+            f"tiers={len(self._tiers)}, num_buckets={len(self)}"
+            + ("" if self._set is None else ", fitted")
+            + ")"
         )
 
     def __eq__(self, other: object) -> bool:
@@ -536,13 +725,28 @@ class VideoBucketCalculator:
         w = check_int("width", width, min_value=1)
         h = check_int("height", height, min_value=1)
         f = check_int("frames", frames, min_value=1)
-        if f not in self._frames:
-            return None
-        j = self._frames.index(f)
-        tier = self._tiers[int(self._frame_tier[j])]
-        if (w, h) not in tier.res:
-            return None
-        return dict(self._buckets[int(self._frame_base[j]) + tier.res.index((w, h))])
+        i = self._by_shape.get((f, w, h))
+        return None if i is None else dict(self._buckets[i])
+
+    def global_batch_size(self, num_replicas: int, batch_size: int) -> Callable[[VideoBucket], int]:
+        """``bucket -> num_replicas * b``, ``b`` the bucket's cost-model batch at ``batch_size``
+        per rank for the full budget: a bucket's global batch as :meth:`batch_sizes` gives it,
+        for any bucket dict (``fit_to_data``'s ``global_batch_size=`` for cost-model batches).
+
+        Example:
+            >>> calc = VideoBucketCalculator.from_preset("wan2.1-480p")
+            >>> g = calc.global_batch_size(64, 1)
+            >>> g(calc.shape_info(832, 480, 81)), g(calc.shape_info(832, 480, 17))
+            (64, 256)
+        """
+        r = check_int("num_replicas", num_replicas, min_value=1)
+        b = check_int("batch_size", batch_size, min_value=1)
+        cost, ref, cap = self._cost, self._max_tokens, self._max_batch_size
+
+        def of(bucket: VideoBucket) -> int:
+            return r * cost.batch_size(bucket["tokens"], ref, b, cap)
+
+        return of
 
     def batch_sizes(
         self, reference_batch_size: int, *, reference_tokens: int | None = None
@@ -571,17 +775,17 @@ class VideoBucketCalculator:
         return self._cost.batch_sizes(self.tokens, ref, reference_batch_size, self._max_batch_size)
 
     def summary(self) -> str:
-        """A text table: per frame count its ids, tier (pixel budget) and token range."""
+        """A text table: per frame count its ids, pixel budget and token range."""
         lines = [
             f"{len(self)} buckets, max_tokens={self._max_tokens}, quantization={self._q}, "
             f"max_upscale={None if self._u is None else str(self._u)}"
+            + ("" if self._set is None else f", fitted: {self._set!r}")
         ]
-        for j, f in enumerate(self._frames):
-            t = self._tiers[int(self._frame_tier[j])]
-            base = int(self._frame_base[j])
-            toks = [self._buckets[base + k]["tokens"] for k in range(t.k)]
+        for f in self._frames:
+            ids = [b["id"] for b in self._buckets if b["frames"] == f]
+            toks = [self._buckets[i]["tokens"] for i in ids]
             lines.append(
-                f"  frames {f:5d}  ids {base}-{base + t.k - 1}  <= {t.budget} px/frame  "
+                f"  frames {f:5d}  ids {ids[0]}-{ids[-1]}  <= {self._frame_budget(f)[0]} px/frame  "
                 f"tokens {min(toks)}-{max(toks)}"
             )
         return "\n".join(lines)
@@ -602,13 +806,17 @@ class VideoBucketCalculator:
         h = check_int("height", height, min_value=1, max_value=MAX_VIDEO_SIZE)
         f = check_int("frames", frames, min_value=1, max_value=MAX_VIDEO_SIZE)
         j = -1
-        for i, g in enumerate(self._frames):  # the largest legal count <= f: trim, never stretch
+        for i, g in enumerate(self._legal):  # the largest legal count <= f: trim, never stretch
             if g <= f:
                 j = i
         if j < 0:
             return TOO_SHORT
         pos = self._tiers[int(self._frame_tier[j])].position(w, h)
-        return TOO_SMALL if pos < 0 else int(self._frame_base[j]) + pos
+        if pos < 0:
+            return TOO_SMALL
+        if self._set is not None:  # the generated set's too short and too small, then the fit
+            return self._set.choose(w, h, f, self._u)
+        return int(self._frame_base[j]) + pos
 
     def get_bucket_for_video(self, width: int, height: int, frames: int) -> VideoBucket | None:
         """The bucket of one clip (a copy), or None if it is too short or too small.
@@ -651,4 +859,8 @@ class VideoBucketCalculator:
                 "widths, heights and frames must have the same shape; got "
                 f"{w.shape}, {h.shape} and {f.shape}"
             )
-        return self._assigner.assign(w.ravel(), h.ravel(), f.ravel()).reshape(w.shape)
+        ids = self._assigner.assign(w.ravel(), h.ravel(), f.ravel())
+        if self._fitted is not None:  # the generated set's too short and too small, then the fit
+            ok = np.flatnonzero(ids >= 0)
+            ids[ok] = self._fitted.assign(w.ravel()[ok], h.ravel()[ok], f.ravel()[ok])
+        return ids.reshape(w.shape)

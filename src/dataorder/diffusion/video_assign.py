@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder.diffusion.lookup import _SHIFT, LogTable, Lookup
+from dataorder.diffusion.lookup import _SHIFT, LogTable, Lookup, Rule
 
 __all__ = ["TOO_SHORT", "TOO_SMALL", "Tier", "VideoAssigner"]
 
@@ -37,15 +37,30 @@ _FIT_TABLE_LIMIT = 1 << 22  # upscale-limit tables up to this many entries over 
 
 
 class Tier:
-    """The spatial buckets of one pixel budget, with the tables that assign clips to them."""
+    """The spatial buckets of one pixel budget, with the tables that assign clips to them.
 
-    def __init__(self, budget: int, res: list[tuple[int, int]], u: Fraction | None) -> None:
+    Args:
+        budget: The pixel budget per frame.
+        res: The buckets ``(w, h)``, ascending in aspect ratio.
+        u: The upscale limit (None: no limit).
+        table: Where a clip's ``W / H`` puts it before the upscale limit; None means the nearest
+            bucket in log aspect ratio (the generated sets' rule). A fitted set gives its
+            thresholds (:class:`~dataorder.diffusion.video_fit_rule.ThresholdTier`).
+    """
+
+    def __init__(
+        self,
+        budget: int,
+        res: list[tuple[int, int]],
+        u: Fraction | None,
+        table: Rule | None = None,
+    ) -> None:
         self.budget = budget
         self.res = res
         self.u = u
         self.k = len(res)
         every = np.arange(self.k, dtype=np.int64)
-        self.table = LogTable(every, res)
+        self.table: Rule = LogTable(every, res) if table is None else table
         self.lookup = Lookup(self.table, every)
         if u is None:
             self.wmin = np.ones(self.k, dtype=np.int64)
@@ -87,7 +102,9 @@ class VideoAssigner:
 
     Args:
         tiers: The spatial tiers, in order of first use.
-        frames: The legal frame counts, ascending.
+        frames: The least frame count of a clip in each frame index, ascending: the legal frame
+            counts of a generated set (a clip takes the largest it holds), a fitted set's
+            thresholds in time.
         frame_tier: Shape ``(F,)``, the tier of each frame count.
         frame_base: Shape ``(F,)``, the first bucket id of each frame count.
         max_upscale: The upscale limit (None: no limit).

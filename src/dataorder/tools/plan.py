@@ -5,11 +5,14 @@ dropped or padded by lock-step global batches on that layout. Steps, drops and p
 sampler's own plan (:mod:`dataorder.diffusion.bucket_plan`); ``bucket_stats`` adds the crop loss
 and the per-bucket view over the same partition.
 
-With ``--fit`` (image manifests) it also fits a bucket set to the manifest's sizes for this
-layout (:func:`dataorder.diffusion.fit.fit_to_data`, at most ``--max-waste`` of the samples
-wasted) and prints it beside the manifest's set, crop loss and waste for both;
+With ``--fit`` it also fits a bucket set to the manifest's sizes for this layout (images:
+:func:`dataorder.diffusion.fit.fit_to_data`; clips: :func:`dataorder.diffusion.video_fit.
+fit_video_to_data`, within the manifest's calculator's token budget and frame rule; at most
+``--max-waste`` of the samples wasted) and prints it beside the manifest's set: crop loss (and
+trim loss and the spread of per-step cost for clips), steps and waste for both.
 ``--write-manifest PATH`` saves the manifest re-bucketed by the fitted set, whose calculator
-config records it, for the training run to read.
+config records it, for the training run to read. ``--video`` says the manifest is a video one
+(checked).
 """
 
 from __future__ import annotations
@@ -94,8 +97,9 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
     p.add_argument(
         "--fit",
         action="store_true",
-        help="also fit a bucket set to the manifest for this layout, shown beside (images)",
+        help="also fit a bucket set to the manifest for this layout, shown beside its own",
     )
+    p.add_argument("--video", action="store_true", help="the manifest is a video one (checked)")
     p.add_argument(
         "--max-waste",
         type=float_arg("a number in [0, 1]", 0, 1),
@@ -117,11 +121,8 @@ def _check_args(args: argparse.Namespace, manifest: Any) -> None:
     if len(manifest) == 0:
         what = "clip" if manifest.is_video else "image"
         raise ValueError(f"{args.manifest} lists no {what}; nothing to plan")
-    if manifest.is_video and (args.fit or args.write_manifest):
-        raise ValueError(
-            "--fit fits image bucket sets; "
-            f"{args.manifest} is a video manifest (its buckets come from a video model's preset)"
-        )
+    if args.video and not manifest.is_video:
+        raise ValueError(f"--video plans a video manifest; {args.manifest} is an image manifest")
     if args.write_manifest and not args.fit:
         raise ValueError("--write-manifest writes the fitted set's manifest: add --fit")
 
@@ -143,7 +144,9 @@ def run(args: argparse.Namespace, out: Output) -> int:
         drop_last=args.drop_last,
     )
     plan = (len(sampler), sampler.samples_dropped, sampler.samples_padded)
-    fitted = _Fitted.build(manifest, calc, args) if args.fit else None
+    fitted: _Fitted | _VideoFitted | None = None
+    if args.fit:
+        fitted = (_VideoFitted if manifest.is_video else _Fitted).build(manifest, calc, args)
     if args.json:
         out.json(_as_json(args, stats, plan, fitted))
         return 0
@@ -159,7 +162,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
 
 def _as_json(
-    args: argparse.Namespace, stats: Any, plan: tuple[int, int, int], fitted: _Fitted | None
+    args: argparse.Namespace,
+    stats: Any,
+    plan: tuple[int, int, int],
+    fitted: _Fitted | _VideoFitted | None,
 ) -> dict[str, Any]:
     import numpy as np
 
@@ -360,5 +366,123 @@ def _side_row(name: str, stats: Any, plan: tuple[int, int, int]) -> list[object]
         f"{100 * o['mean_crop_loss']:.2f}",
         f"{100 * o['p95_crop_loss']:.2f}",
         f"{100 * o['share_over_10']:.2f}",
+        *plan,
+    ]
+
+
+class _VideoFitted:
+    """A video bucket set fitted to a manifest for one layout, and what the sampler does."""
+
+    def __init__(self, fit: Any, stats: Any, sampler: Any, written: str | None) -> None:
+        self.fit, self.stats, self.sampler, self.written = fit, stats, sampler, written
+
+    @classmethod
+    def build(cls, manifest: Any, calc: Any, args: argparse.Namespace) -> _VideoFitted:
+        """Fit for the sampler's own waste on this layout: ``drop_last`` drops ``n mod (b R)``
+        per bucket (``b`` from the cost model with ``--dynamic-batch-size``); without it the
+        last batch shrinks and pads ``(-n) mod R``."""
+        from dataorder.diffusion.manifest import build_manifest, write_manifest
+        from dataorder.diffusion.multires import BaseMultiresolutionDataset
+        from dataorder.diffusion.stats import bucket_stats
+        from dataorder.diffusion.video import VideoBucketCalculator
+        from dataorder.diffusion.video_fit import fit_video_to_data
+
+        base = calc
+        if calc.bucket_set is not None:  # refit from the same rules
+            config = {k: v for k, v in calc.config().items() if k != "bucket_set"}
+            base = VideoBucketCalculator.from_config(config)
+        r = args.num_replicas
+        g: Any = r  # no drop_last: the last batch shrinks and pads (-n) mod R
+        if args.drop_last:
+            dynamic = args.dynamic_batch_size
+            g = base.global_batch_size(r, args.batch_size) if dynamic else r * args.batch_size
+        w, h, f = manifest.widths, manifest.heights, manifest.frames
+        fit = fit_video_to_data(w, h, f, base, global_batch_size=g, max_waste=args.max_waste,
+                                drop_last=args.drop_last)  # fmt: skip
+        fitted = fit.calculator()
+        sizes = (
+            [int(b) for b in fitted.batch_sizes(args.batch_size)]
+            if args.dynamic_batch_size
+            else args.batch_size
+        )
+        stats = bucket_stats(w, h, fitted, frames=f, num_replicas=r, batch_size=sizes,
+                             drop_last=args.drop_last)  # fmt: skip
+        sampler, _ = _sampler(
+            None, args, BaseMultiresolutionDataset.from_video_sizes(w, h, f, fitted)
+        )
+        written = None
+        if args.write_manifest:
+            rebucketed = build_manifest(manifest.paths, w, h, fitted, frames=f,
+                                        errors=manifest.errors)  # fmt: skip
+            write_manifest(rebucketed, args.write_manifest)
+            written = args.write_manifest
+        return cls(fit, stats, sampler, written)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "config": self.sampler.dataset.calculator.config(),
+            "steps_per_epoch": len(self.sampler),
+            "samples_dropped": self.sampler.samples_dropped,
+            "samples_padded": self.sampler.samples_padded,
+            "overall": self.stats.overall,
+            "written": self.written,
+        }
+
+    def print(self, out: Output, stats: Any, plan: tuple[int, int, int]) -> None:
+        mine = (len(self.sampler), self.sampler.samples_dropped, self.sampler.samples_padded)
+        rows = [
+            _video_side_row(f"manifest's ({len(stats.buckets)} buckets)", stats, plan),
+            _video_side_row(f"fitted ({self.fit.num_buckets} buckets)", self.stats, mine),
+        ]
+        head = ["bucket set", "used", "clips", "crop % mean", "trim % mean", "step cost max/mean",
+                "steps", "dropped", "padded"]  # fmt: skip
+        out.table("bucket sets on this layout", head, rows)
+        kind = "dropped" if self.fit.drop_last else "padded"
+        bands = self.fit.bucket_set.bands
+        out.line(
+            f"fitted: {self.fit.waste} clips {kind} ({100 * self.fit.waste_share:.2f} % <= "
+            f"{100 * self.fit.max_waste:.2f} %), mean crop loss "
+            f"{100 * self.fit.mean_crop_loss:.2f} %, mean trim loss "
+            f"{100 * self.fit.mean_trim_loss:.2f} %; {len(bands)} bands, "
+            f"{sum(len(b.classes) for b in bands)} aspect classes, frame counts "
+            f"{list(self.fit.bucket_set.frame_counts)}"
+        )
+        s = self.stats
+        fitted_rows = [
+            [j, f"{w}x{h}", b["frames"], int(s.counts[j]), f"{100 * s.mean_crop_loss[j]:.1f}",
+             f"{100 * s.mean_trim_loss[j]:.1f}", int(s.batch_sizes[j]), int(s.batches[j]),
+             int(s.dropped[j]), int(s.padded[j])]
+            for j, b in enumerate(s.buckets)
+            for w, h in [b["resolution"]]
+        ]  # fmt: skip
+        out.table(
+            "fitted buckets",
+            [
+                "id",
+                "bucket",
+                "frames",
+                "clips",
+                "crop % mean",
+                "trim % mean",
+                "batch",
+                "steps",
+                "dropped",
+                "padded",
+            ],
+            fitted_rows,
+        )
+        if self.written:
+            out.line(f"wrote {self.written}: the manifest re-bucketed by the fitted set")
+
+
+def _video_side_row(name: str, stats: Any, plan: tuple[int, int, int]) -> list[object]:
+    o = stats.overall
+    return [
+        name,
+        int((stats.counts > 0).sum()),
+        int(o["images"]),
+        f"{100 * o['mean_crop_loss']:.2f}",
+        f"{100 * o['mean_trim_loss']:.2f}",
+        f"{o['step_cost_max_over_mean']:.2f}",
         *plan,
     ]

@@ -217,28 +217,8 @@ def resolve_topology(
         # with the size known, the message gives the whole range, whatever is wrong
         top = None if num_replicas is None else num_replicas - 1
         rank = check_int(rank_name, rank, min_value=0, max_value=top)
-    if topology is not None:
-        if not isinstance(topology, Topology):
-            fail("topology", "a dataorder Topology", topology, TypeError)
-        if mesh is not None:
-            raise ValueError("pass topology= or mesh=, not both; got both")
-        topo = topology
-    elif mesh is not None:
-        topo = data_parallel_topology(mesh, dp_dims)
-    else:
-        topo = None
-    if topo is not None:
-        where = "the topology" if topology is not None else "the mesh"
-        if num_replicas is not None and num_replicas != topo.dp_size:
-            raise ValueError(
-                f"{size_name}={num_replicas} contradicts {where}'s data-parallel size "
-                f"{topo.dp_size}" + (f" (dims {dp_dims or 'auto'})" if mesh is not None else "")
-            )
-        if rank is not None and rank != topo.dp_rank:
-            raise ValueError(
-                f"{rank_name}={rank} contradicts {where}'s data-parallel rank {topo.dp_rank}"
-            )
-        return topo
+    if topology is not None or mesh is not None:
+        return _agreed(num_replicas, rank, mesh, dp_dims, topology, names)
     if dp_dims is not None:
         raise ValueError(f"dp_dims needs a mesh; got dp_dims={dp_dims!r} and mesh=None")
     if num_replicas is not None and rank is not None:
@@ -247,6 +227,58 @@ def resolve_topology(
                 f"{rank_name} must be an int in [0, {num_replicas - 1}]; got {rank_name}={rank}"
             )
         return Topology(rank, num_replicas)
+    g_rank, g_size, source = _detected()
+    if rank is None:
+        if num_replicas is None:
+            return Topology(g_rank, g_size, source=source)
+        # only num_replicas given: the global rank is its DP rank only if the world is all DP
+        if g_size != num_replicas:
+            raise ValueError(
+                f"{rank_name} is None and cannot be inferred: {size_name}={num_replicas} but the "
+                f"{source} world size is {g_size}; pass {rank_name}= (the data-parallel rank) or "
+                "mesh="
+            )
+        return Topology(g_rank, num_replicas, source=source)
+    # only rank given: the world must be all data-parallel
+    if rank >= g_size:
+        raise ValueError(f"{rank_name} must be an int in [0, {g_size - 1}]; got {rank_name}={rank}")
+    return Topology(rank, g_size, source=source)
+
+
+def _agreed(
+    num_replicas: int | None,
+    rank: int | None,
+    mesh: Any,
+    dp_dims: Sequence[str] | str | None,
+    topology: Topology | None,
+    names: tuple[str, str],
+) -> Topology:
+    """The topology given, or the mesh's, checked against an explicit rank and size."""
+    size_name, rank_name = names
+    if topology is not None:
+        if not isinstance(topology, Topology):
+            fail("topology", "a dataorder Topology", topology, TypeError)
+        if mesh is not None:
+            raise ValueError("pass topology= or mesh=, not both; got both")
+        topo = topology
+    else:
+        topo = data_parallel_topology(mesh, dp_dims)
+    where = "the topology" if topology is not None else "the mesh"
+    if num_replicas is not None and num_replicas != topo.dp_size:
+        raise ValueError(
+            f"{size_name}={num_replicas} contradicts {where}'s data-parallel size "
+            f"{topo.dp_size}" + (f" (dims {dp_dims or 'auto'})" if mesh is not None else "")
+        )
+    if rank is not None and rank != topo.dp_rank:
+        raise ValueError(
+            f"{rank_name}={rank} contradicts {where}'s data-parallel rank {topo.dp_rank}"
+        )
+    return topo
+
+
+def _detected() -> tuple[int, int, str]:
+    """``(rank, world size, source)`` from the process group, else the environment, else
+    ``(0, 1, "default")``, checked."""
     found: tuple[int, int, str] | None = None
     pg = _process_group()
     if pg is not None:
@@ -267,18 +299,4 @@ def resolve_topology(
             f"the {source} rank and world size must satisfy 0 <= rank < world size; got "
             f"rank={g_rank}, world size={g_size}"
         )
-    if rank is None:
-        if num_replicas is None:
-            return Topology(g_rank, g_size, source=source)
-        # only num_replicas given: the global rank is its DP rank only if the world is all DP
-        if g_size != num_replicas:
-            raise ValueError(
-                f"{rank_name} is None and cannot be inferred: {size_name}={num_replicas} but the "
-                f"{source} world size is {g_size}; pass {rank_name}= (the data-parallel rank) or "
-                "mesh="
-            )
-        return Topology(g_rank, num_replicas, source=source)
-    # only rank given: the world must be all data-parallel
-    if rank >= g_size:
-        raise ValueError(f"{rank_name} must be an int in [0, {g_size - 1}]; got {rank_name}={rank}")
-    return Topology(rank, g_size, source=source)
+    return found

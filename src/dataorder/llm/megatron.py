@@ -66,7 +66,7 @@ from dataorder.core.assembly import (
 from dataorder.core.blockplan import BlockPlan
 from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import MAX_SEED
-from dataorder.core.partition import MAX_POSITIONS, EpochBlocks
+from dataorder.core.partition import EpochBlocks
 from dataorder.core.permutation import MAX_DOMAIN
 from dataorder.core.state import MAX_EPOCH
 from dataorder.core.topology import Topology
@@ -77,6 +77,7 @@ from dataorder.llm.orders import (
     IdentityOrder,
     MegatronOrder,
     MicroBatch,
+    check_epoch_end,
     default_order,
     micro_batches,
     plan_megatron_epoch,
@@ -203,33 +204,13 @@ class BaseMegatronSampler(
             dp_dims=dp_dims,
             topology=topology,
         )
-        self._drop_last = check_bool("drop_last", drop_last)
-        pad = (
-            False
-            if pad_samples_to_global_batch_size is None
-            else check_bool("pad_samples_to_global_batch_size", pad_samples_to_global_batch_size)
+        self._drop_last, gbs, pad = check_epoch_end(
+            drop_last,
+            global_batch_size,
+            pad_samples_to_global_batch_size,
+            micro_batch_size=self._mbs,
+            data_parallel_size=self._dp,
         )
-        block = self._mbs * self._dp
-        gbs: int | None = None
-        if global_batch_size is not None:
-            gbs = check_int(
-                "global_batch_size", global_batch_size, min_value=1, max_value=MAX_POSITIONS
-            )
-            if gbs % block:
-                fail(
-                    "global_batch_size",
-                    "a multiple of micro_batch_size x data_parallel_size = "
-                    f"{self._mbs} x {self._dp} = {block}",
-                    gbs,
-                )
-        if pad and gbs is None:
-            fail(
-                "global_batch_size",
-                "an int when pad_samples_to_global_batch_size=True",
-                global_batch_size,
-            )
-        if pad and self._drop_last:
-            fail("drop_last", "False when pad_samples_to_global_batch_size=True", drop_last)
         self._gbs = gbs
         self._pad = pad
         self._spec = EpochSpec(self._n, self._mbs, self._dp, self._drop_last, gbs, pad)
@@ -243,6 +224,7 @@ class BaseMegatronSampler(
             pad_samples_to_global_batch_size=pad,
         )
         if self._blocks.num_batches == 0:
+            block = self._mbs * self._dp
             what = (
                 f"at least one global batch (global_batch_size={gbs})"
                 if gbs is not None

@@ -56,8 +56,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from dataorder._validate import check_bool, check_int, fail
 from dataorder.core.keys import KEY_DERIVATION_VERSION, derive_key
-from dataorder.core.partition import EpochBlocks, plan_epoch
+from dataorder.core.partition import MAX_POSITIONS, EpochBlocks, plan_epoch
 from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
 from dataorder.core.state import Scalar
 
@@ -70,6 +71,7 @@ __all__ = [
     "MicroBatch",
     "SampleMap",
     "ShardedOrder",
+    "check_epoch_end",
     "default_order",
     "micro_batches",
     "plan_megatron_epoch",
@@ -148,6 +150,48 @@ def plan_megatron_epoch(
         tail="pad",
         unit=global_batch_size if pad_samples_to_global_batch_size else None,
     )
+
+
+def check_epoch_end(
+    drop_last: object,
+    global_batch_size: object,
+    pad_samples_to_global_batch_size: object,
+    *,
+    micro_batch_size: int,
+    data_parallel_size: int,
+) -> tuple[bool, int | None, bool]:
+    """Validate how an epoch ends (the table in the module docstring): ``(drop_last,
+    global_batch_size, pad)``, the global batch size a multiple of the block or None, and
+    padding to it only with ``drop_last=False`` (``None`` for ``pad`` means False, as in NeMo's
+    signature).
+
+    Raises:
+        TypeError, ValueError: Naming the argument, as the samplers' constructors do.
+    """
+    drop = check_bool("drop_last", drop_last)
+    pad = (
+        False
+        if pad_samples_to_global_batch_size is None
+        else check_bool("pad_samples_to_global_batch_size", pad_samples_to_global_batch_size)
+    )
+    block = micro_batch_size * data_parallel_size
+    gbs: int | None = None
+    if global_batch_size is not None:
+        gbs = check_int(
+            "global_batch_size", global_batch_size, min_value=1, max_value=MAX_POSITIONS
+        )
+        if gbs % block:
+            fail(
+                "global_batch_size",
+                "a multiple of micro_batch_size x data_parallel_size = "
+                f"{micro_batch_size} x {data_parallel_size} = {block}",
+                gbs,
+            )
+    if pad and gbs is None:
+        fail("global_batch_size", "an int when pad_samples_to_global_batch_size=True", None)
+    if pad and drop:
+        fail("drop_last", "False when pad_samples_to_global_batch_size=True", drop_last)
+    return drop, gbs, pad
 
 
 def shard_bounds(total_samples: int, data_parallel_size: int, rank: int) -> tuple[int, int]:

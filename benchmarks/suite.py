@@ -4,8 +4,8 @@
     python benchmarks/suite.py --smoke    # tiny sizes, a few seconds, writes nothing (CI)
 
 Five comparisons, each measured side by side in one run (ratios are what to compare), then the
-output of the feature scripts (sections 6-8: ``bench_blend.py``, ``bench_fit.py``,
-``bench_video.py``, each side by side in its own run):
+output of the feature scripts (sections 6-9: ``bench_blend.py``, ``bench_fit.py``,
+``bench_video.py``, ``bench_pack.py``, each side by side in its own run):
 
 1. The first batch of an epoch and its peak memory at N = 10^6, 10^8, 10^9: dataorder's
    ``MegatronPretrainingRandomSampler`` and ``DistributedSampler`` beside the torch.randperm-based
@@ -1008,10 +1008,16 @@ def build_config(smoke: bool) -> Config:
 def _feature_scripts(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
     """The per-feature benchmark scripts the suite embeds: (script, section title, options)."""
     helpers = ["--megatron-helpers", str(args.megatron_helpers)] if args.megatron_helpers else []
+    peers = ["--peer-python", str(args.peer_python)] if args.peer_python else []
     return [
         ("bench_blend.py", "Data mixtures: BlendedSampler beside Megatron's blend index", helpers),
         ("bench_fit.py", "Buckets fitted to the data and the job layout", []),
         ("bench_video.py", "Video buckets: assignment, header scans, waste, fitted sets", []),
+        (
+            "bench_pack.py",
+            "Packed sequences beside the packers in use: padding, splits, first rows, dealing",
+            peers,
+        ),
     ]
 
 
@@ -1147,7 +1153,7 @@ def run_suite(args: argparse.Namespace) -> str:
     )
     emit(section_waste(cfg))
 
-    # Sections 6-8: the feature scripts, each side by side in its own run, embedded verbatim.
+    # Sections 6-9: the feature scripts, each side by side in its own run, embedded verbatim.
     for number, (script, title, extra) in enumerate(_feature_scripts(args), start=6):
         options = [*extra, *(["--smoke"] if cfg.smoke else [])]
         emit(f"## {number}. {title}")
@@ -1211,6 +1217,12 @@ def main() -> None:
         type=Path,
         default=None,
         help="a folder with a compiled megatron-core helpers_cpp, for section 6 (bench_blend.py)",
+    )
+    parser.add_argument(
+        "--peer-python",
+        type=Path,
+        default=None,
+        help="an interpreter with megatron-core==0.16.1 and trl, for section 9 (bench_pack.py)",
     )
     parser.add_argument("--verbose", action="store_true", help="log each measurement to stderr")
     parser.add_argument("--worker", help=argparse.SUPPRESS)

@@ -61,7 +61,7 @@ import numpy.typing as npt
 from dataorder._validate import check_choice, check_int, fail
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
-from dataorder.core.state import MAX_EPOCH, Scalar
+from dataorder.core.state import Scalar
 from dataorder.llm.packing.fit import (
     LONG_DOCUMENTS,
     SPLITS,
@@ -80,6 +80,7 @@ __all__ = [
     "DEFAULT_WINDOW",
     "FILL_BINS",
     "MAX_CHUNK",
+    "MAX_PASS",
     "MAX_SEQ_LEN",
     "MAX_WINDOW",
     "PACKING_VERSION",
@@ -101,6 +102,11 @@ MAX_SEQ_LEN = 2**31
 MAX_CHUNK = 2**20
 #: Largest ``window``: window token totals stay below 2**55 (NOTE [ Length bounds ]).
 MAX_WINDOW = 2**24
+#: Largest epoch of a plan: 2**62 (``MAX_POSITIONS``), past a sampler's ``MAX_EPOCH``. A sampler's
+#: epochs stop at ``MAX_EPOCH``, the bound of its state; a mixture reads its ``j``-th row of a
+#: source from that source's pass ``j // rows_per_epoch``, and ``j`` reaches 2**62 in a long run
+#: over a small source. Nothing in a plan depends on the bound: epochs only enter keys.
+MAX_PASS = 2**62
 #: Default documents per chunk: 128 consecutive documents, one contiguous read.
 DEFAULT_CHUNK = 128
 #: Default documents per window, from benchmarks/bench_pack.py's curve on 2 x 10^5 lognormal(6.0,
@@ -378,7 +384,7 @@ class PackingPlan:
         """Window ``window`` packed for ``epoch`` and the keyed order of its rows (position
         ``r`` of the window's run is fit row ``order(r)``); the last :data:`CACHED_WINDOWS`
         are kept."""
-        epoch = check_int("epoch", epoch, min_value=0, max_value=MAX_EPOCH)
+        epoch = check_int("epoch", epoch, min_value=0, max_value=MAX_PASS)
         window = check_int("window", window, min_value=0, max_value=self.num_windows - 1)
         key = (epoch, window)
         hit = self._cache.get(key)
@@ -399,8 +405,8 @@ class PackingPlan:
         return hit
 
     def epoch(self, epoch: int) -> EpochRows:
-        """The rows of ``epoch``, an int in ``[0, 2**32 - 1]``."""
-        return EpochRows(self, check_int("epoch", epoch, min_value=0, max_value=MAX_EPOCH))
+        """The rows of ``epoch``, an int in ``[0, 2**62]`` (:data:`MAX_PASS`)."""
+        return EpochRows(self, check_int("epoch", epoch, min_value=0, max_value=MAX_PASS))
 
 
 class EpochRows:

@@ -261,7 +261,8 @@ def test_pack_window_puts_long_documents_in_full_rows_first() -> None:
     assert w.num_rows == -(-32 // 8)
     assert w.padding == 0
     assert (w.split_short, w.split_long, w.cut, w.dropped) == (0, 2, 0, 0)
-    assert w.costs.tolist() == [64, 64, 64, 1 + 9 + 16]
+    assert w.costs_of(np.arange(4)).tolist() == [64, 64, 64, 1 + 9 + 16]
+    assert w.tokens_of(np.arange(4)).tolist() == [8, 8, 8, 8]
     never = pack_window(docs, lengths, 8, split="never", long_documents="drop")
     assert [never.row(i) for i in range(never.num_rows)] == [((11, 0, 3),)]
     assert (never.cut, never.dropped) == (29, 2)
@@ -496,7 +497,10 @@ def test_many_rows_of_a_window_read_the_same_as_a_few() -> None:
     every = np.arange(w.num_rows, dtype=np.int64)
     assert w.rows(every) == [w.row(i) for i in range(w.num_rows)]
     assert w.rows(every[::-7][:5]) == [w.row(i) for i in every[::-7][:5].tolist()]
-    assert w.row_tokens.tolist() == [sum(b - a for _, a, b in w.row(i)) for i in every.tolist()]
+    assert w.tokens_of(every).tolist() == [
+        sum(b - a for _, a, b in w.row(i)) for i in every.tolist()
+    ]
+    assert w.costs_of(every).tolist() == [sum((b - a) ** 2 for _, a, b in w.row(i)) for i in every]
 
 
 @SETTINGS

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 
 from dataorder.core.state import MAX_EPOCH
 from dataorder.llm.mixture import MixtureSchedule
-from dataorder.llm.packing import PackedSampler, PackingPlan
+from dataorder.llm.packing import PackedSampler, PackingPlan, pack_window
 
 WEB = [5, 3, 9, 2, 7, 100, 1, 40] * 10
 CODE = [50, 30, 9, 20] * 10
@@ -118,3 +119,41 @@ def test_one_corpus_and_a_mixture_refuse_each_others_states_by_their_lengths() -
         _mixture().load_state_dict(one)
     with pytest.raises(ValueError, match=r"lengths is 'sources:[0-9a-f]{16}' in the state but"):
         PackedSampler(WEB, 16, 2, 0, 2, seed=5, chunk=4, window=8).load_state_dict(mix)
+
+
+# -- a window's packing costs its documents, not its rows ------------------------------------------
+def test_a_huge_document_at_seq_len_1_packs_without_a_row_per_token() -> None:
+    """One document of 2**31 - 1 tokens at ``seq_len=1`` materialised 2**31 spans (16 GB per
+    array): the sampler was accepted, then its first batch never came. NOTE [ Full rows are not
+    stored ]: its full rows are one entry."""
+    w = pack_window(np.array([7]), np.array([2**31 - 1]), 1)
+    assert w.num_rows == 2**31 - 1
+    assert (w.full_doc.tolist(), w.full_first.tolist()) == ([7], [0, 2**31 - 1])
+    last = np.array([0, 2**31 - 2])
+    assert w.rows(last) == [((7, 0, 1),), ((7, 2**31 - 2, 2**31 - 1),)]
+    assert w.costs_of(last).tolist() == w.tokens_of(last).tolist() == [1, 1]
+    s = PackedSampler([2**31 - 1, 5], 2, 2, 1, 2, seed=1)
+    assert len(s) == 2**28
+    assert [len(b) for b in (s.batch_at(0), s.batch_at(len(s) - 1), next(iter(s)))] == [2, 2, 2]
+    assert (s.tokens_dropped, s.tokens_padded, s.documents_split) == (4, 0, 2)
+
+
+def test_a_dropped_tail_of_2_40_rows_is_counted_from_window_totals() -> None:
+    """``tokens_dropped`` listed every row of the tail a global batch drops (a Python tuple per
+    row): 2**40 - 1024 rows here."""
+    s = PackedSampler([2**31 - 1] * 1024, 1, 2, 1, 2, seed=1, global_batch_size=2**40)
+    tokens = 1024 * (2**31 - 1)
+    assert s.tokens_dropped == tokens - 2**40
+    assert s.tokens_padded == 0
+
+
+@pytest.mark.parametrize("split", ["overflow", "never"])
+@pytest.mark.parametrize("seq_len", [1, 3, 16])
+def test_tokens_from_any_position_agree_with_the_rows(split: str, seq_len: int) -> None:
+    lengths = np.random.default_rng(seq_len).integers(0, 40, 37)
+    epoch = PackingPlan(lengths, seq_len, split=split, chunk=2, window=6, seed=4).epoch(2)
+    rows = epoch.rows(np.arange(epoch.num_rows))
+    tokens = [sum(b - a for _, a, b in row) for row in rows]
+    assert [epoch.tokens_from(p) for p in range(epoch.num_rows + 1)] == [
+        sum(tokens[p:]) for p in range(epoch.num_rows + 1)
+    ]

@@ -338,14 +338,15 @@ class PackingPlan:
         shorter = 0
         for w in range(self.num_windows):
             if self.split == "never":
-                tokens = self._never_row_tokens(w)
+                tokens, full = self._never_row_tokens(w), 0
             else:
                 packed = self._pack(w, None)
                 shorter += packed.split_short
-                tokens = packed.row_tokens
-            rows[w] = tokens.shape[0]
+                tokens, full = packed.fit_row_tokens, packed.num_full
+            rows[w] = tokens.shape[0] + full
             bins = np.minimum(tokens * FILL_BINS // self.seq_len, FILL_BINS - 1)
             fill += np.bincount(bins, minlength=FILL_BINS)
+            fill[FILL_BINS - 1] += full  # NOTE [ Full rows are not stored ]
         if self._rows is not None and not np.array_equal(rows, self._rows):
             raise RuntimeError("packing every window disagrees with the row-count formula")
         self._all = _EveryWindow(_frozen(rows), shorter, _frozen(fill))
@@ -489,9 +490,36 @@ class EpochRows:
                 out[i] = r
         return out
 
+    def tokens_from(self, position: int) -> int:
+        """Tokens in the rows at positions ``[position, num_rows)``, from window totals: the cost
+        is the packing of one window plus one step per window after it, never one per row (a
+        sampler's dropped tail may hold 2**40 rows of one token).
+
+        A row is full but for its padding, and only best-fit rows have any (NOTE [ Full rows
+        are not stored ]): the straddled window's tokens are its rows times ``seq_len`` less the
+        padding of the best-fit rows at or past ``position`` (one inverse of its row order per
+        best-fit row); each later window adds its tokens read.
+        """
+        position = check_int("position", position, min_value=0, max_value=self.num_rows)
+        if position == self.num_rows:
+            return 0
+        plan, s = self.plan, self.plan.seq_len
+        k = int(np.searchsorted(self.row_starts, position, side="right")) - 1
+        window = int(self.window_order[k])
+        packed, row_order = plan.packed_window(self.epoch, window)
+        off = position - int(self.row_starts[k])
+        fit_tokens = packed.fit_row_tokens
+        placed = row_order.inverse(packed.num_full + np.arange(fit_tokens.shape[0]))
+        padding = int((s - fit_tokens[placed >= off]).sum())
+        tokens = (packed.num_rows - off) * s - padding
+        later = self.window_order[k + 1 :]
+        if plan.split == "overflow":
+            return tokens + int(plan.window_tokens[later].sum())
+        return tokens + sum(int(plan._never_row_tokens(int(w)).sum()) for w in later.tolist())
+
     def costs(self, positions: npt.ArrayLike) -> IntArray:
         """The attention cost (sum of span lengths squared) of the rows at ``positions``."""
         out = np.zeros(int(np.size(positions)), dtype=np.int64)
         for sel, packed, fit_rows in self._each_window(positions):
-            out[sel] = packed.costs[fit_rows]
+            out[sel] = packed.costs_of(fit_rows)
         return out

@@ -705,10 +705,10 @@ class PackedSampler(
         plan, s = self.plans[0], self.seq_len
         lay = self._one_layout(self._mbs, self._dp)
         read = min(lay.n, lay.total_positions)
-        tail = np.arange(read, lay.n, dtype=np.int64)
-        tail_tokens = sum(b - a for row in plan.epoch(self._epoch).rows(tail) for _, a, b in row)
+        tail = lay.n - read
+        tail_tokens = plan.epoch(self._epoch).tokens_from(read)
         dropped = plan.tokens_cut_per_epoch + tail_tokens
-        padded = plan.tokens_padded_per_epoch - (tail.size * s - tail_tokens) + lay.padded * s
+        padded = plan.tokens_padded_per_epoch - (tail * s - tail_tokens) + lay.padded * s
         return dropped, padded
 
     def _count_mixture(self) -> tuple[int, int]:

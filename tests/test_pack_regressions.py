@@ -7,6 +7,10 @@ The sweeps that would have caught them are in ``tests/test_hostile_*.py``.
 from __future__ import annotations
 
 import json
+import os
+import re
+import struct
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,7 +18,14 @@ import pytest
 
 from dataorder.core.state import MAX_EPOCH
 from dataorder.llm.mixture import MixtureSchedule
-from dataorder.llm.packing import PackedSampler, PackingPlan, pack_window
+from dataorder.llm.packing import (
+    DocumentLengths,
+    PackedDataset,
+    PackedSampler,
+    PackingPlan,
+    pack_window,
+    write_megatron,
+)
 
 WEB = [5, 3, 9, 2, 7, 100, 1, 40] * 10
 CODE = [50, 30, 9, 20] * 10
@@ -157,3 +168,140 @@ def test_tokens_from_any_position_agree_with_the_rows(split: str, seq_len: int) 
     assert [epoch.tokens_from(p) for p in range(epoch.num_rows + 1)] == [
         sum(tokens[p:]) for p in range(epoch.num_rows + 1)
     ]
+
+
+# -- files ----------------------------------------------------------------------------------------
+def _special(tmp_path: Path, name: str, kind: str) -> Path:
+    path = tmp_path / name
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    return path
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+@pytest.mark.parametrize("name", ["x.idx", "x.bin", "x.npy", "x.arrow", "x.parquet"])
+def test_a_fifo_or_a_directory_named_like_a_corpus_is_refused_unopened(
+    tmp_path: Path, name: str, kind: str
+) -> None:
+    """A FIFO named x.idx, x.npy or x.arrow blocked open() forever (x.arrow inside pyarrow's C
+    code, where no signal reaches); a directory raised IsADirectoryError, or for x.bin said
+    'holds 4096 bytes'. Only os.stat looks at it now."""
+    if name == "x.bin":
+        write_megatron(tmp_path / "x", [[1, 2], [3]])
+        (tmp_path / "x.bin").unlink()
+    path = _special(tmp_path, name, kind)
+    what = "a FIFO (named pipe)" if kind == "fifo" else "a directory"
+    with pytest.raises(ValueError, match=re.escape(f"{path} is {what}, not a regular file")):
+        DocumentLengths.from_file(path)
+    if name in ("x.idx", "x.bin"):
+        with pytest.raises(ValueError, match=re.escape(f"{path} is {what}")):
+            PackedDataset.from_megatron(tmp_path / "x", 8)
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"", "No data left in file"),
+        (b"garbage" * 10, "pickled"),
+        (b"\x93NUMPY\x01\x00v\x00{'descr': '<i4', 'fortran_order': False, 'shape': (100,), }", ""),
+    ],
+    ids=["empty", "garbage", "truncated"],
+)
+def test_a_corrupt_npy_is_named(tmp_path: Path, content: bytes, fragment: str) -> None:
+    """np.load's own messages (or EOFError) did not name the file."""
+    path = tmp_path / "l.npy"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=re.escape(f"{path} is not a readable .npy file")) as info:
+        DocumentLengths.from_file(path)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("suffix", [".arrow", ".parquet"])
+def test_a_corrupt_arrow_or_parquet_file_is_named(tmp_path: Path, suffix: str) -> None:
+    pytest.importorskip("pyarrow")
+    path = tmp_path / f"t{suffix}"
+    path.write_bytes(b"garbage")
+    with pytest.raises(ValueError, match=re.escape(f"{path} is not a readable {suffix[1:]}")):
+        DocumentLengths.from_file(path)
+
+
+def test_a_pointer_swapped_inside_a_chunk_is_named_when_its_tokens_are_read(
+    tmp_path: Path,
+) -> None:
+    """Two pointers swapped inside one chunk keep every chunk's total: the sampler is right (it
+    reads lengths), but PackedDataset read document 1 from document 2's bytes, silently."""
+    write_megatron(tmp_path / "c", [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]])
+    raw = bytearray((tmp_path / "c.idx").read_bytes())
+    at = 34 + 4 * 4  # header, then 4 int32 lengths, then the int64 pointers
+    one, two = struct.unpack_from("<2q", raw, at + 8)
+    struct.pack_into("<2q", raw, at + 8, two, one)
+    (tmp_path / "c.idx").write_bytes(bytes(raw))
+    dataset = PackedDataset.from_megatron(tmp_path / "c", 4)
+    assert dataset.arrays(((3, 0, 1),))["input_ids"].tolist() == [10, 0, 0, 0]
+    with pytest.raises(ValueError, match="sequence 1 has length 2 at byte 20, but the next"):
+        dataset.arrays(((1, 0, 2),))  # read [6, 7] before
+    with pytest.raises(ValueError, match="sequence 0 has length 3 at byte 0, but the next"):
+        dataset.arrays(((0, 0, 3),))
+
+
+def test_float_tokens_are_not_token_ids(tmp_path: Path) -> None:
+    """A Megatron float dtype (codes 6, 7) and float tokens given to write_megatron were cast
+    to ids silently ([1.5] became 1)."""
+    write_megatron(tmp_path / "f", [[1.5, 2.5]], dtype=np.float64)
+    with pytest.raises(ValueError, match="holds float64 values, not token ids"):
+        PackedDataset.from_megatron(tmp_path / "f", 4)
+    with pytest.raises(ValueError, match=r"documents\[0\] must be a 1-D sequence of int32"):
+        write_megatron(tmp_path / "g", [[1.5]])
+    with pytest.raises(ValueError, match=r"documents\[0\] must hold ids in \[0, 255\]"):
+        write_megatron(tmp_path / "h", [[300]], dtype=np.uint8)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        write_megatron(tmp_path / "i", [[1]], dtype=None)  # np.dtype(None) is float64
+
+
+# -- Arrow ----------------------------------------------------------------------------------------
+def test_arrow_columns_must_hold_integer_ids_and_no_null_id() -> None:
+    """A null token id became -2**63 in input_ids, float ids were truncated, uint64 ids past
+    int64 wrapped to -1, and list<string> failed inside numpy ('invalid literal for int()')."""
+    pa = pytest.importorskip("pyarrow")
+    for values in ([["a"], ["b", "c"]], [[1.5, 2.5]], [[[1], [2]]]):
+        with pytest.raises(TypeError, match="column must be a list column of integer token ids"):
+            DocumentLengths.from_arrow(pa.table({"input_ids": values}))
+    nulls = pa.table({"input_ids": [[1, None], None, [4, 5, 6]]})
+    assert DocumentLengths.from_arrow(nulls).take([0, 1, 2]).tolist() == [2, 0, 3]  # null row
+    with pytest.raises(ValueError, match="row 0 of column 'input_ids' holds 1 null token ids"):
+        PackedDataset.from_arrow(nulls, 8).arrays(((0, 0, 2),))
+    huge = pa.table({"input_ids": pa.array([[2**64 - 1]], type=pa.list_(pa.uint64()))})
+    with pytest.raises(ValueError, match="must be token ids below 2\\*\\*63"):
+        PackedDataset.from_arrow(huge, 8).arrays(((0, 0, 1),))
+
+
+# -- small arguments ------------------------------------------------------------------------------
+def test_small_arguments_are_named() -> None:
+    """Each was accepted or refused in numpy's or Python's words."""
+    with pytest.raises(ValueError, match="lengths must be at least one document"):
+        DocumentLengths([])  # a float64 array: 'must be an integer array' before
+    with pytest.raises(ValueError, match="lengths must be a 1-D integer array"):
+        DocumentLengths([[1, 2], [3]])
+    with pytest.raises(ValueError, match="indices must be document indices in \\[0, 2\\]; got "):
+        DocumentLengths([1, 2, 3]).take([2**63])  # uint64, wrapped to -2**63 in the message
+    with pytest.raises(ValueError, match="pad_id must be an int in"):
+        PackedDataset([[1, 2]], 4, pad_id=2**63)  # accepted, then OverflowError in arrays()
+    with pytest.raises(ValueError, match="token_source must be at least one document"):
+        PackedDataset([], 4)
+    with pytest.raises(TypeError, match=r"prefix must be a str or os\.PathLike"):
+        DocumentLengths.from_megatron(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"path must be a str or os\.PathLike"):
+        DocumentLengths.from_file(3)  # type: ignore[arg-type]
+
+
+def test_collate_names_items_that_do_not_stack() -> None:
+    """torch.stack's RuntimeError and 'int object is not iterable'."""
+    pytest.importorskip("torch")
+    eight, four = PackedDataset([[1, 2, 3]], 8), PackedDataset([[1, 2, 3]], 4)
+    with pytest.raises(TypeError, match=r"items\[0\] must be a dict of input_ids"):
+        PackedDataset.collate([1, 2])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="items must be rows of one seq_len"):
+        PackedDataset.collate([eight[((0, 0, 3),)], four[()]])

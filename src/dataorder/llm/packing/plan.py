@@ -59,6 +59,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_choice, check_int, fail
+from dataorder.core.batching import coverage
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
 from dataorder.core.state import Scalar
@@ -163,6 +164,7 @@ class _EveryWindow:
     rows: IntArray
     split_shorter: int
     fill: IntArray
+    tokens: IntArray  # tokens read per window (window_tokens less what "never" cuts)
 
 
 class PackingPlan:
@@ -265,6 +267,70 @@ class PackingPlan:
         return self._rows
 
     @property
+    def tokens_per_window(self) -> IntArray:
+        """Tokens every window's rows hold, int64: its tokens under ``"overflow"``; under
+        ``"never"`` less what truncation or dropping cuts (counted once, cached)."""
+        if self.split == "overflow":
+            return self.window_tokens
+        return self._every_window().tokens
+
+    @property
+    def tokens_per_epoch(self) -> int:
+        """Tokens in the rows of an epoch: the corpus less what ``"never"`` cuts."""
+        return int(self.lengths.total_tokens) - self.tokens_cut_per_epoch
+
+    def tokens_covered(self, parts: list[tuple[int, int, int]]) -> int:
+        """Distinct tokens the rows of ``parts`` hold together: each part ``(epoch, start,
+        stop)`` is the rows at positions ``[start, stop)`` of that epoch; parts of one epoch do
+        not overlap.
+
+        Every epoch has the same windows (NOTE [ Packing keys ]), so a window whose rows a part
+        takes whole holds the same tokens in any epoch: the cost is a step per window, plus the
+        packing of the at most two windows each part takes in part; only a window that parts of
+        two epochs both take in part (their rows differ) is counted span by span, in its rows.
+        """
+        whole = np.zeros(self.num_windows, dtype=bool)
+        partial: dict[int, list[tuple[int, int, int]]] = {}
+        for epoch, start, stop in parts:
+            if stop <= start:
+                continue
+            rows = self.epoch(epoch)
+            k0 = int(np.searchsorted(rows.row_starts, start, side="right")) - 1
+            k1 = int(np.searchsorted(rows.row_starts, stop - 1, side="right")) - 1
+            for k in {k0, k1}:
+                w, first = int(rows.window_order[k]), int(rows.row_starts[k])
+                lo, hi = max(start, first) - first, min(stop, int(rows.row_starts[k + 1])) - first
+                if hi - lo == int(self.rows_per_window[w]):
+                    whole[w] = True
+                else:
+                    partial.setdefault(w, []).append((epoch, lo, hi))
+            whole[rows.window_order[k0 + 1 : k1]] = True
+        total = int(self.tokens_per_window[whole].sum())
+        for w, pieces in partial.items():
+            if whole[w]:
+                continue
+            if len({e for e, _, _ in pieces}) == 1:  # rows of one epoch: disjoint
+                total += sum(self._window_tokens_between(e, w, lo, hi) for e, lo, hi in pieces)
+                continue
+            spans = []
+            for e, lo, hi in pieces:
+                packed, order = self.packed_window(e, w)
+                spans += [x for row in packed.rows(order(np.arange(lo, hi))) for x in row]
+            table = np.array(spans, dtype=np.int64).reshape(-1, 3)
+            total += coverage((table[:, 0], table[:, 1], table[:, 2])).distinct
+        return total
+
+    def _window_tokens_between(self, epoch: int, window: int, lo: int, hi: int) -> int:
+        """Tokens in the rows at positions ``[lo, hi)`` of ``window``'s keyed row order: rows
+        are full but for the best-fit rows' room (NOTE [ Full rows are not stored ]), so this
+        inverts the order once per best-fit row, never once per row."""
+        packed, order = self.packed_window(epoch, window)
+        fit = packed.fit_row_tokens
+        placed = order.inverse(packed.num_full + np.arange(fit.shape[0], dtype=np.int64))
+        inside = (placed >= lo) & (placed < hi)
+        return (hi - lo) * self.seq_len - int((self.seq_len - fit[inside]).sum())
+
+    @property
     def rows_per_epoch(self) -> int:
         """Rows in an epoch."""
         return int(self.rows_per_window.sum())
@@ -334,6 +400,7 @@ class PackingPlan:
         if self._all is not None:
             return self._all
         rows = np.zeros(self.num_windows, dtype=np.int64)
+        read = np.zeros(self.num_windows, dtype=np.int64)
         fill = np.zeros(FILL_BINS, dtype=np.int64)
         shorter = 0
         for w in range(self.num_windows):
@@ -344,12 +411,13 @@ class PackingPlan:
                 shorter += packed.split_short
                 tokens, full = packed.fit_row_tokens, packed.num_full
             rows[w] = tokens.shape[0] + full
+            read[w] = int(tokens.sum()) + full * self.seq_len
             bins = np.minimum(tokens * FILL_BINS // self.seq_len, FILL_BINS - 1)
             fill += np.bincount(bins, minlength=FILL_BINS)
             fill[FILL_BINS - 1] += full  # NOTE [ Full rows are not stored ]
         if self._rows is not None and not np.array_equal(rows, self._rows):
             raise RuntimeError("packing every window disagrees with the row-count formula")
-        self._all = _EveryWindow(_frozen(rows), shorter, _frozen(fill))
+        self._all = _EveryWindow(_frozen(rows), shorter, _frozen(fill), _frozen(read))
         return self._all
 
     def _never_row_tokens(self, window: int) -> IntArray:
@@ -503,19 +571,12 @@ class EpochRows:
         position = check_int("position", position, min_value=0, max_value=self.num_rows)
         if position == self.num_rows:
             return 0
-        plan, s = self.plan, self.plan.seq_len
+        plan = self.plan
         k = int(np.searchsorted(self.row_starts, position, side="right")) - 1
         window = int(self.window_order[k])
-        packed, row_order = plan.packed_window(self.epoch, window)
-        off = position - int(self.row_starts[k])
-        fit_tokens = packed.fit_row_tokens
-        placed = row_order.inverse(packed.num_full + np.arange(fit_tokens.shape[0]))
-        padding = int((s - fit_tokens[placed >= off]).sum())
-        tokens = (packed.num_rows - off) * s - padding
-        later = self.window_order[k + 1 :]
-        if plan.split == "overflow":
-            return tokens + int(plan.window_tokens[later].sum())
-        return tokens + sum(int(plan._never_row_tokens(int(w)).sum()) for w in later.tolist())
+        off, count = position - int(self.row_starts[k]), int(plan.rows_per_window[window])
+        tokens = plan._window_tokens_between(self.epoch, window, off, count)
+        return tokens + int(plan.tokens_per_window[self.window_order[k + 1 :]].sum())
 
     def costs(self, positions: npt.ArrayLike) -> IntArray:
         """The attention cost (sum of span lengths squared) of the rows at ``positions``."""

@@ -48,7 +48,6 @@ from dataorder.core.assembly import (
     flag,
     recorded,
 )
-from dataorder.core.batching import coverage
 from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.partition import MAX_POSITIONS, EpochLayout, plan_epoch
@@ -504,11 +503,11 @@ class PackedSampler(
         self._gbs = gbs
         self._source = _OneCorpus(self.plans[0])
         if self._one_layout(self._mbs, self._dp).num_batches == 0:
+            unit = f"global batch of global_batch_size={gbs}" if gbs else f"block of {block}"
             fail(
                 "lengths",
-                f"enough tokens for one block of {block} rows of seq_len="
-                f"{self.plans[0].seq_len} when drop_last=True "
-                f"({self.plans[0].rows_per_epoch} rows)",
+                f"enough tokens for one {unit} rows of seq_len={self.plans[0].seq_len} when "
+                f"drop_last=True ({self.plans[0].rows_per_epoch} rows)",
                 f"<{len(self.plans[0].lengths)} documents>",
             )
 
@@ -558,6 +557,12 @@ class PackedSampler(
         self._batches = batches
         largest = max(seg.global_batch_size for seg in batches.segments)
         per_pass = [p.rows_per_epoch for p in self.plans]
+        if total_rows is None and sum(per_pass) < largest:
+            fail(
+                "global_batch_size",
+                f"at most total_rows (by default every source's rows of one pass, {sum(per_pass)})",
+                largest,
+            )
         total = sum(per_pass) if total_rows is None else total_rows
         self._total = check_int("total_rows", total, min_value=largest, max_value=MAX_POSITIONS)
         if min(per_pass) < 1:
@@ -712,13 +717,31 @@ class PackedSampler(
         return dropped, padded
 
     def _count_mixture(self) -> tuple[int, int]:
-        plan = self.blocks()
-        rows, _ = plan.blocks(0, plan.num_steps)
-        spans = PackedRows(self.seq_len).spans(rows)
-        covered = coverage(spans)
+        """NOTE [ Coverage ] of a mixture's epoch, per source, without listing its rows: source
+        ``d`` gives its draws ``[c_d(first), c_d(end))``, rows ``j mod P`` of passes ``j // P``,
+        so a run of whole passes, and at most a tail of one pass and a head of the next."""
+        first, end = self.order.epoch_bounds(self._epoch)
+        starts, stops = self.order.mixture.counts(first), self.order.mixture.counts(end)
+        units = distinct = 0
+        for plan, j0, j1 in zip(self.plans, starts.tolist(), stops.tolist(), strict=True):
+            if j1 <= j0:
+                continue
+            per_pass, tokens = plan.rows_per_epoch, plan.tokens_per_epoch
+            (p0, a), (p1, b) = divmod(j0, per_pass), divmod(j1, per_pass)
+            if p0 == p1:
+                part = plan.epoch(p0).tokens_from(a) - plan.epoch(p0).tokens_from(b)
+                units, distinct = units + part, distinct + part
+                continue
+            head = plan.epoch(p0).tokens_from(a)
+            tail = tokens - plan.epoch(p1).tokens_from(b) if b else 0
+            units += head + (p1 - p0 - 1) * tokens + tail
+            if p1 - p0 > 1 or a == 0:  # a whole pass read: every token it holds
+                distinct += tokens
+            else:
+                distinct += plan.tokens_covered([(p0, a, per_pass), (p1, 0, b)])
         universe = sum(int(p.lengths.total_tokens) for p in self.plans)
-        padding = self.seq_len * len(rows) - covered.units
-        return universe - covered.distinct, covered.repeated + padding
+        rows = end - first
+        return universe - distinct, (units - distinct) + rows * self.seq_len - units
 
     @property
     def tokens_dropped(self) -> int:

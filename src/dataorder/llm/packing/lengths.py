@@ -382,7 +382,8 @@ class DocumentLengths:
         cached totals of a finer block that divides ``block``; else one vectorised pass in slabs
         of about :data:`SLAB` documents, which also checks every length.
         """
-        block = check_int("block", block, min_value=1)
+        # a block of N or more documents is one block: the same totals as a block of N
+        block = min(check_int("block", block, min_value=1), self._n)
         cached = self._blocks.get(block)
         if cached is not None:
             return cached

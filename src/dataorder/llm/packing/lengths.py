@@ -222,16 +222,20 @@ class DocumentLengths:
             fail("path", "a str or os.PathLike", path, TypeError)
         p = Path(path)
         suffix = p.suffix.lower()
-        if suffix in (".idx", ".bin") or (not p.exists() and index_paths(p)[0].exists()):
+        known = (".npy", ".parquet", ".arrow", ".feather", ".ipc")
+        if suffix in (".idx", ".bin") or (
+            suffix not in known and not p.exists() and index_paths(p)[0].exists()
+        ):
             return cls.from_megatron(p)
-        if not p.exists():
-            raise FileNotFoundError(2, "No such file or directory", str(p))
-        if suffix not in (".npy", ".parquet", ".arrow", ".feather", ".ipc"):
+        if suffix not in known:
+            if not p.exists():
+                raise FileNotFoundError(2, "No such file or directory", str(p))
             raise ValueError(
                 "path must be a Megatron .idx/.bin or prefix, a .npy, a .parquet or an .arrow "
                 f"file; got path={os.fspath(path)!r}"
             )
-        require_regular_file(p)  # never opened otherwise: a FIFO would block
+        # os.stat only (a link loop, a missing file raise as such): a FIFO would block open()
+        require_regular_file(p)
         if suffix == ".npy":
             try:
                 values = np.load(p, mmap_mode="r", allow_pickle=False)

@@ -434,11 +434,14 @@ class PackingPlan:
     def _pack(self, window: int, tie_key: int | None) -> PackedWindow:
         docs = self.grid.documents(window)
         lens = self.lengths.take(docs)
-        if self._window_tokens is not None and int(lens.sum()) != int(self._window_tokens[window]):
+        # where the source stores cumulative counts (a Megatron index's pointers), they and the
+        # lengths are two records of one thing: a window's two totals must agree before any of
+        # its rows is handed out (the counts give the row count, the lengths the rows)
+        if self.lengths.has_cumulative and int(lens.sum()) != int(self.window_tokens[window]):
             raise ValueError(
                 f"lengths ({self.lengths.source}) disagree with its cumulative counts in window "
                 f"{window}: {int(lens.sum())} tokens by length, "
-                f"{int(self._window_tokens[window])} by count"
+                f"{int(self.window_tokens[window])} by count"
             )
         return pack_window(
             docs,

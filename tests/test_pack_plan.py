@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import doctest
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -412,14 +413,22 @@ def test_a_plan_holds_only_a_few_packed_windows() -> None:
     assert len(plan._cache) <= plan_module.CACHED_WINDOWS
 
 
-def test_a_window_whose_counts_disagree_with_its_lengths_is_refused() -> None:
-    lengths = DocumentLengths(np.array([5, 5, 5, 5]))
-    plan = PackingPlan(lengths, 8, window=2, chunk=1)
-    tokens = plan.window_tokens.copy()
-    tokens[0] += 1  # as if cumulative counts and lengths disagreed
-    plan._window_tokens = tokens
-    with pytest.raises(ValueError, match="disagree with its cumulative counts in window 0"):
-        plan.packed_window(0, 0)
+def test_a_window_whose_counts_disagree_with_its_lengths_is_refused(tmp_path: Path) -> None:
+    """A Megatron index whose length disagrees with its pointers: refused by the first packing
+    of its window, stats() (which packs before any row count) included."""
+    from dataorder.llm.packing import write_megatron
+
+    write_megatron(tmp_path / "x", [[1] * 5] * 4)
+    raw = bytearray((tmp_path / "x.idx").read_bytes())
+    raw[34:38] = (6).to_bytes(4, "little")  # lengths[0]: 6, its pointers still say 5
+    (tmp_path / "x.idx").write_bytes(bytes(raw))
+    for ask in ("packed_window", "stats"):
+        plan = PackingPlan(DocumentLengths.from_megatron(tmp_path / "x"), 8, window=2, chunk=1)
+        with pytest.raises(ValueError, match="disagree with its cumulative counts in window"):
+            if ask == "stats":
+                plan.stats()
+            for w in range(plan.num_windows):  # the window of document 0
+                plan.packed_window(0, w)
 
 
 def test_config_names_every_field_the_rows_depend_on() -> None:

@@ -19,8 +19,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import dataorder.core.batching as batching_module
+import dataorder.llm.packing.dataset as dataset_module
 import dataorder.llm.packing.fit as fit_module
 import dataorder.llm.packing.plan as plan_module
+import dataorder.llm.packing.rule as rule_module
+import dataorder.llm.packing.sampler as sampler_module
 import dataorder.llm.packing.windows as windows_module
 from dataorder.llm.packing.fit import best_fit, pack_window
 from dataorder.llm.packing.lengths import DocumentLengths
@@ -422,13 +426,15 @@ def test_a_window_whose_counts_disagree_with_its_lengths_is_refused(tmp_path: Pa
     raw = bytearray((tmp_path / "x.idx").read_bytes())
     raw[34:38] = (6).to_bytes(4, "little")  # lengths[0]: 6, its pointers still say 5
     (tmp_path / "x.idx").write_bytes(bytes(raw))
-    for ask in ("packed_window", "stats"):
+
+    def every_window(plan: PackingPlan) -> None:  # document 0's window among them
+        for w in range(plan.num_windows):
+            plan.packed_window(0, w)
+
+    for ask in (every_window, PackingPlan.stats):
         plan = PackingPlan(DocumentLengths.from_megatron(tmp_path / "x"), 8, window=2, chunk=1)
         with pytest.raises(ValueError, match="disagree with its cumulative counts in window"):
-            if ask == "stats":
-                plan.stats()
-            for w in range(plan.num_windows):  # the window of document 0
-                plan.packed_window(0, w)
+            ask(plan)
 
 
 def test_config_names_every_field_the_rows_depend_on() -> None:
@@ -442,7 +448,12 @@ def test_config_names_every_field_the_rows_depend_on() -> None:
     assert config["lengths"] == plan.lengths.fingerprint()
 
 
-@pytest.mark.parametrize("module", [plan_module, fit_module, windows_module])
+@pytest.mark.parametrize(
+    "module",
+    [plan_module, fit_module, windows_module, sampler_module, rule_module, dataset_module,
+     batching_module],
+    ids=lambda m: m.__name__,
+)  # fmt: skip
 def test_doctests(module: Any) -> None:
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0

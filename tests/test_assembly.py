@@ -128,3 +128,13 @@ def test_a_missing_extra_key_is_reported_after_the_configuration() -> None:
     del state["mixture"]
     with pytest.raises(ValueError, match=r"state is missing keys \['mixture'\]"):
         same.load_state_dict(state)
+
+
+def test_from_state_of_another_kind_says_which_class_rebuilds_it() -> None:
+    state = _state("megatron_random")
+    with pytest.raises(ValueError) as info:
+        PackedSampler.from_state(state, lengths=LENGTHS)
+    assert str(info.value) == (
+        "state['kind'] must be 'packed'; got state['kind']='megatron_random' (rebuild a "
+        "'megatron_random' state with MegatronPretrainingRandomSampler.from_state)"
+    )

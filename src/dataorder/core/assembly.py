@@ -598,8 +598,13 @@ class AssembledSampler(CursorSampler[T_co]):
         schema = cls.schema
         if not isinstance(state, Mapping):
             raise TypeError(f"state must be a dict; got {type(state).__name__}")
-        if state.get("kind") != schema.kind:
-            fail("state['kind']", repr(schema.kind), state.get("kind"))
+        kind = state.get("kind")
+        if kind != schema.kind:
+            other = SAMPLERS.get(kind) if isinstance(kind, str) else None
+            hint = f" (rebuild a {kind!r} state with {other.__name__}.from_state)" if other else ""
+            raise ValueError(
+                f"state['kind'] must be {schema.kind!r}; got state['kind']={kind!r}{hint}"
+            )
         allowed = {g.name for g in schema.given} | set(schema.layout.others)
         unknown = sorted(set(given) - allowed)
         if unknown:

@@ -54,7 +54,7 @@ from dataorder.core.partition import MAX_POSITIONS, EpochLayout, plan_epoch
 from dataorder.core.permutation import PERMUTATION_VERSION
 from dataorder.core.state import Scalar
 from dataorder.core.topology import Topology
-from dataorder.llm.blend import MIXTURE_STATE
+from dataorder.llm.blend import BATCH_SIZE_SCHEDULE, MIXTURE_STATE
 from dataorder.llm.blend_order import BLEND_VERSION, BlendOrder
 from dataorder.llm.mixture import Mixture, MixtureSchedule
 from dataorder.llm.orders import plan_megatron_epoch
@@ -391,14 +391,7 @@ class PackedSampler(
                 "the ([lengths, ...], weights) of the run (a state holds only digests)",
                 required=lambda config: _is_mixture_print(config.get("lengths")),
             ),
-            Given(
-                "global_batch_size",
-                lambda config: (
-                    "the BatchSizeSchedule of a state with global_batch_size="
-                    f"{config.get('global_batch_size')!r} (a state holds only its digest)"
-                ),
-                required=lambda config: isinstance(config.get("global_batch_size"), str),
-            ),
+            BATCH_SIZE_SCHEDULE,
         ),
         extras=(MIXTURE_STATE,),
         details=(

@@ -740,7 +740,8 @@ class PackedSampler(
     def tokens_dropped(self) -> int:
         """Tokens of the corpus the cursor's epoch does not read, summed over ranks: the tail
         rows ``drop_last`` drops, the tokens ``split="never"`` cuts; with a mixture, every token
-        its epoch does not reach (O(rows of the epoch) on first use)."""
+        its epoch does not reach. Counted from window totals on first use (a window's packing
+        or two, never a row at a time; under ``"never"`` every window's rows are counted once)."""
         return self._epoch_counts()[0]
 
     @property
@@ -751,8 +752,10 @@ class PackedSampler(
 
     @property
     def documents_split(self) -> int:
-        """Documents whose tokens are in more than one row, per epoch (the same every epoch;
-        packs every window once, on first use)."""
+        """Documents whose tokens are in more than one row of the packing of an epoch (the same
+        every epoch; packs every window once, on first use). A property of the packing, not of
+        what is read: a split document whose other rows fall in a dropped tail still counts,
+        and a mixture counts one pass of each source, however many passes its epoch reads."""
         return sum(sum(p.documents_split()) for p in self.plans)
 
     def __repr__(self) -> str:

@@ -348,3 +348,24 @@ def test_mixture_counters_agree_with_a_recount_without_listing_rows(trial: int) 
     s = _mixture(total_rows=2**62)
     assert s.tokens_dropped == 0  # every token of both sources is read many times over
     assert s.tokens_padded > 0
+
+
+def test_dealing_a_large_block_makes_at_most_max_swaps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 4096 ranks x 4 rows every rank spent 2.5 s per step improving the dealing (up to
+    per_rank x dp_size swaps, each a look at the whole block): NOTE [ Dealing cost ]."""
+    from dataorder.llm.packing import dealing
+
+    caps: list[int] = []
+    improve = dealing._improve
+
+    def spy(c: Any, own: Any, loads: Any, cap: int, owner: Any) -> None:
+        caps.append(cap)
+        improve(c, own, loads, cap, owner)
+
+    monkeypatch.setattr(dealing, "_improve", spy)
+    costs = np.random.default_rng(0).integers(1, 8192, 4 * 4096) ** 2
+    dealt = dealing.deal(costs, 4, 4096)
+    assert caps == [dealing.MAX_SWAPS]
+    loads = costs[dealt].sum(axis=1)
+    assert loads.max() <= 1.10 * dealing.deal_bounds(costs, 4, 4096)[0]
+    assert sorted(dealt.ravel().tolist()) == list(range(4 * 4096))

@@ -50,6 +50,8 @@ from dataorder.diffusion.video import VideoBucketCalculator
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 from dataorder.tools import cli
 
+monkeypatch_context = pytest.MonkeyPatch.context
+
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "setitimer") or not hasattr(os, "mkfifo"),
     reason="the hang guard needs signal.setitimer and FIFOs (POSIX)",
@@ -1026,6 +1028,184 @@ def test_mixture_schedule_json_round_trip() -> None:
 
 
 # -- the judges can fail --------------------------------------------------------------------------
+# -- (e) corpora for packing: special files and absurd indexes ---------------------------------
+# dataorder pack and DocumentLengths.from_file take one corpus file, an argument: what is not a
+# regular file is refused unopened (a ValueError naming it; one line and status 2 in the CLI),
+# what cannot be read is named, and nothing hangs.
+PACK_NAMES = ("x.idx", "x.bin", "x.npy", "x.arrow", "x.parquet")
+PACK_RUNNERS = ("DocumentLengths.from_file", "PackedDataset.from_megatron", "cli pack")
+
+
+def _pack_special(kind: str) -> Callable[[Path, str], Path]:
+    """A corpus path ``name`` in ``folder`` made into ``kind`` (a good ``x.idx``/``x.bin``
+    pair is written first, so a special ``x.bin`` sits beside a good index)."""
+
+    def make(folder: Path, name: str) -> Path:
+        from dataorder.llm.packing import write_megatron
+
+        write_megatron(folder / "x", [[1, 2, 3], [4, 5]])
+        path = folder / name
+        path.unlink(missing_ok=True)
+        if kind == "FIFO":
+            os.mkfifo(path)
+        elif kind == "socket":
+            _socket(folder, Path(name).suffix, b"")
+            os.rename(folder / f"sock{Path(name).suffix}", path)
+        elif kind == "directory":
+            path.mkdir()
+        elif kind.startswith("link to /dev/"):
+            os.symlink(kind.removeprefix("link to "), path)
+        elif kind == "link to a FIFO":
+            os.mkfifo(folder / "pipe.x")
+            os.symlink(folder / "pipe.x", path)
+        elif kind == "broken link":
+            os.symlink(folder / "nowhere", path)
+        elif kind == "link loop":
+            os.symlink(path, path)
+        else:  # file contents
+            good = {"zero bytes": b"", "garbage": bytes(range(256)) * 4}
+            path.write_bytes(good.get(kind, b"\x93NUMPY\x01\x00"))
+        return path
+
+    return make
+
+
+PACK_SPECIALS = {
+    "FIFO": "is a FIFO (named pipe), not a regular file",
+    "socket": "is a socket, not a regular file",
+    "directory": "is a directory, not a regular file",
+    "link to /dev/zero": "is a character device, not a regular file",
+    "link to /dev/null": "is a character device, not a regular file",
+    "link to a FIFO": "is a FIFO (named pipe), not a regular file",
+    "broken link": "No such file or directory",
+    "link loop": "Too many levels of symbolic links",
+    "zero bytes": "",
+    "garbage": "",
+    "cut header": "",
+}
+
+
+def _pack_load(
+    runner: str,
+    path: Path,
+    capsys: pytest.CaptureFixture[str],
+    *,
+    options: tuple[str, ...] = (),
+    seconds: float = HANG_SECONDS,
+) -> str:
+    """Load ``path`` with ``runner``; return the one-line refusal (``pytest.fail`` on a hang,
+    an acceptance, or a refusal that is not a ValueError / OSError one-liner)."""
+    from dataorder.llm.packing import DocumentLengths, PackedDataset
+
+    if runner == "cli pack":
+        argv = ["pack", str(path), "--seq-len", "4", "--plain", *options]
+        run = run_cli(capsys, argv, fifos=(path,), seconds=seconds)
+        expect_usage_error(run, f"dataorder pack {path.name}")
+        return run.err
+    load = (
+        DocumentLengths.from_file
+        if runner == "DocumentLengths.from_file"
+        else (lambda p: PackedDataset.from_megatron(p, 4).arrays(((0, 0, 3),)))
+    )
+    try:
+        with guard(seconds, fifos=(path,)) as fired:
+            load(path)
+    except Hang:
+        pytest.fail(f"{runner}({path.name}) hangs")
+    except (ValueError, OSError) as err:
+        if fired:
+            pytest.fail(f"{runner}({path.name}) opened the FIFO")
+        return f"{type(err).__name__}: {err}"
+    except BaseException as err:
+        pytest.fail(f"{runner}({path.name}): {type(err).__name__} instead of a ValueError: {err}")
+    pytest.fail(f"{runner}({path.name}) was accepted")
+
+
+def _pack_cases() -> Iterator[Any]:
+    for runner in PACK_RUNNERS:
+        names = ("x.idx", "x.bin") if runner == "PackedDataset.from_megatron" else PACK_NAMES
+        for name in names:
+            for kind in PACK_SPECIALS:
+                yield pytest.param(runner, name, kind, id=f"{runner}-{name}-{kind}")
+
+
+@pytest.mark.parametrize(("runner", "name", "kind"), list(_pack_cases()))
+def test_special_and_broken_corpus_files_for_packing(
+    runner: str, name: str, kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if name in (".arrow", ".parquet") or name.endswith((".arrow", ".parquet")):
+        pytest.importorskip("pyarrow")
+    path = _pack_special(kind)(tmp_path, name)
+    message = _pack_load(runner, path, capsys)
+    assert PACK_SPECIALS[kind] in message, message
+    if kind not in ("broken link", "link loop") or runner != "PackedDataset.from_megatron":
+        assert path.name in message, f"the refusal does not name the file: {message}"
+
+
+def _index_edit(at: int, fmt: str, value: int) -> Callable[[bytearray], None]:
+    return lambda raw: struct.pack_into(fmt, raw, at, value)
+
+
+_HEAD = 34  # magic 9, version 8, dtype 1, sequences 8, documents 8
+#: Absurd values written into a good index of four sequences (lengths 3, 2, 4, 1 as int32):
+#: (name, edit, what the refusal says). Pointers follow the lengths (4 int32), 8 bytes each.
+ABSURD_INDEXES = [
+    ("version 2**64 - 1", _index_edit(9, "<Q", 2**64 - 1), "unknown version"),
+    ("dtype code 255", _index_edit(17, "<B", 255), "unknown dtype code 255"),
+    ("2**64 - 1 sequences", _index_edit(18, "<Q", 2**64 - 1), "sequences and"),
+    ("2**63 document indices", _index_edit(26, "<Q", 2**63), "document indices, which need"),
+    ("a negative length", _index_edit(_HEAD + 4, "<i", -5), "lengths[1] must be an int in"),
+    ("a length of 2**31 - 1", _index_edit(_HEAD, "<i", 2**31 - 1), "disagree with its"),
+    ("the first pointer 4", _index_edit(_HEAD + 16, "<q", 4), "first sequence pointer is 4"),
+    ("a pointer going back", _index_edit(_HEAD + 16 + 16, "<q", 4), "decrease"),
+    ("a pointer past the .bin", _index_edit(_HEAD + 16 + 8, "<q", 2**62), "decrease"),
+    ("the last pointer past the .bin", _index_edit(_HEAD + 16 + 24, "<q", 2**40), "holds 40"),
+]
+
+
+@pytest.mark.parametrize("runner", ["DocumentLengths.from_file", "cli pack"])
+@pytest.mark.parametrize(
+    ("name", "edit", "fragment"), ABSURD_INDEXES, ids=[c[0] for c in ABSURD_INDEXES]
+)
+def test_absurd_values_in_a_megatron_index(
+    runner: str,
+    name: str,
+    edit: Callable[[bytearray], None],
+    fragment: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Refused naming the file, at once or when the packing first reads what is wrong (the
+    CLI reads everything); never a numpy error, a hang, or rows from a corrupt index."""
+    from dataorder.llm.packing import PackingPlan, write_megatron
+
+    write_megatron(tmp_path / "x", [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]])
+    raw = bytearray((tmp_path / "x.idx").read_bytes())
+    edit(raw)
+    (tmp_path / "x.idx").write_bytes(bytes(raw))
+    path = tmp_path / "x.idx"
+    if runner == "cli pack":  # chunks of one document: every pointer is a chunk's edge
+        message = _pack_load(runner, path, capsys, options=("--chunk", "1", "--window", "2"))
+    else:
+
+        def load_and_pack(p: Path) -> None:
+            from dataorder.llm.packing import DocumentLengths
+
+            PackingPlan(DocumentLengths.from_file(p), 4, chunk=1, window=2).stats()
+
+        try:
+            with guard():
+                load_and_pack(path)
+        except ValueError as err:
+            message = str(err)
+        except BaseException as err:
+            pytest.fail(f"{name}: {type(err).__name__} instead of a ValueError: {err}")
+        else:
+            pytest.fail(f"{name}: accepted")
+    assert fragment in message, message
+    assert "x.idx" in message or "x.bin" in message, message
+
+
 def test_the_judge_can_fail(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], media: dict[str, bytes]
 ) -> None:
@@ -1099,5 +1279,15 @@ def test_the_judge_can_fail(
 
     with pytest.raises(pytest.fail.Exception, match="read, expected in errors"):
         _check_absurd("x", Path("/x/absurd.avi"), "error", scanned)
+
+    # the packing judge: a loader that blocks on a FIFO, one that accepts a directory
+    from dataorder.llm.packing import lengths as lengths_module
+
+    pack_fifo = tmp_path / "x.npy"
+    os.mkfifo(pack_fifo)
+    with monkeypatch_context() as m:
+        m.setattr(lengths_module, "require_regular_file", lambda p: 0)
+        with pytest.raises(pytest.fail.Exception, match=r"hangs|opened the FIFO"):
+            _pack_load("DocumentLengths.from_file", pack_fifo, capsys, seconds=0.2)
     with pytest.raises(pytest.fail.Exception, match="read with values out of range"):
         _check_absurd("x", Path("/x/absurd.avi"), "either", scanned)

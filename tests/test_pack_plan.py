@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import doctest
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,8 +19,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import dataorder.core.batching as batching_module
+import dataorder.llm.packing.dataset as dataset_module
 import dataorder.llm.packing.fit as fit_module
 import dataorder.llm.packing.plan as plan_module
+import dataorder.llm.packing.rule as rule_module
+import dataorder.llm.packing.sampler as sampler_module
 import dataorder.llm.packing.windows as windows_module
 from dataorder.llm.packing.fit import best_fit, pack_window
 from dataorder.llm.packing.lengths import DocumentLengths
@@ -261,7 +266,8 @@ def test_pack_window_puts_long_documents_in_full_rows_first() -> None:
     assert w.num_rows == -(-32 // 8)
     assert w.padding == 0
     assert (w.split_short, w.split_long, w.cut, w.dropped) == (0, 2, 0, 0)
-    assert w.costs.tolist() == [64, 64, 64, 1 + 9 + 16]
+    assert w.costs_of(np.arange(4)).tolist() == [64, 64, 64, 1 + 9 + 16]
+    assert w.tokens_of(np.arange(4)).tolist() == [8, 8, 8, 8]
     never = pack_window(docs, lengths, 8, split="never", long_documents="drop")
     assert [never.row(i) for i in range(never.num_rows)] == [((11, 0, 3),)]
     assert (never.cut, never.dropped) == (29, 2)
@@ -411,14 +417,24 @@ def test_a_plan_holds_only_a_few_packed_windows() -> None:
     assert len(plan._cache) <= plan_module.CACHED_WINDOWS
 
 
-def test_a_window_whose_counts_disagree_with_its_lengths_is_refused() -> None:
-    lengths = DocumentLengths(np.array([5, 5, 5, 5]))
-    plan = PackingPlan(lengths, 8, window=2, chunk=1)
-    tokens = plan.window_tokens.copy()
-    tokens[0] += 1  # as if cumulative counts and lengths disagreed
-    plan._window_tokens = tokens
-    with pytest.raises(ValueError, match="disagree with its cumulative counts in window 0"):
-        plan.packed_window(0, 0)
+def test_a_window_whose_counts_disagree_with_its_lengths_is_refused(tmp_path: Path) -> None:
+    """A Megatron index whose length disagrees with its pointers: refused by the first packing
+    of its window, stats() (which packs before any row count) included."""
+    from dataorder.llm.packing import write_megatron
+
+    write_megatron(tmp_path / "x", [[1] * 5] * 4)
+    raw = bytearray((tmp_path / "x.idx").read_bytes())
+    raw[34:38] = (6).to_bytes(4, "little")  # lengths[0]: 6, its pointers still say 5
+    (tmp_path / "x.idx").write_bytes(bytes(raw))
+
+    def every_window(plan: PackingPlan) -> None:  # document 0's window among them
+        for w in range(plan.num_windows):
+            plan.packed_window(0, w)
+
+    for ask in (every_window, PackingPlan.stats):
+        plan = PackingPlan(DocumentLengths.from_megatron(tmp_path / "x"), 8, window=2, chunk=1)
+        with pytest.raises(ValueError, match="disagree with its cumulative counts in window"):
+            ask(plan)
 
 
 def test_config_names_every_field_the_rows_depend_on() -> None:
@@ -432,7 +448,12 @@ def test_config_names_every_field_the_rows_depend_on() -> None:
     assert config["lengths"] == plan.lengths.fingerprint()
 
 
-@pytest.mark.parametrize("module", [plan_module, fit_module, windows_module])
+@pytest.mark.parametrize(
+    "module",
+    [plan_module, fit_module, windows_module, sampler_module, rule_module, dataset_module,
+     batching_module],
+    ids=lambda m: m.__name__,
+)  # fmt: skip
 def test_doctests(module: Any) -> None:
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
@@ -496,7 +517,10 @@ def test_many_rows_of_a_window_read_the_same_as_a_few() -> None:
     every = np.arange(w.num_rows, dtype=np.int64)
     assert w.rows(every) == [w.row(i) for i in range(w.num_rows)]
     assert w.rows(every[::-7][:5]) == [w.row(i) for i in every[::-7][:5].tolist()]
-    assert w.row_tokens.tolist() == [sum(b - a for _, a, b in w.row(i)) for i in every.tolist()]
+    assert w.tokens_of(every).tolist() == [
+        sum(b - a for _, a, b in w.row(i)) for i in every.tolist()
+    ]
+    assert w.costs_of(every).tolist() == [sum((b - a) ** 2 for _, a, b in w.row(i)) for i in every]
 
 
 @SETTINGS

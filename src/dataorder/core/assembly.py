@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from dataorder._validate import fail
+from dataorder._validate import check_int, fail
 from dataorder.core.batching import BATCHES, BatchRule
 from dataorder.core.cursor import CursorSampler, EpochPlan
 from dataorder.core.state import Scalar, build_state, split_state
@@ -88,7 +88,9 @@ class Field:
             constructor in :meth:`AssembledSampler.from_state`; None for a field that is only
             compared on load (a digest, a construction version).
         label: How a state that differs in this field names it, when its key is not the name
-            of the argument a user set (``config.interleaved`` is ``interleave_unit``).
+            of the argument a user set (``config.interleaved`` is ``interleave_unit``), or when
+            the field is left out of some states (its ``read`` gives None): then the label says
+            when, and only a labelled field may be absent from a state ``from_state`` rebuilds.
     """
 
     name: str
@@ -382,6 +384,18 @@ def _config_value(config: Mapping[str, object], name: str) -> Scalar:
     return value
 
 
+def _layout_value(layout: Mapping[str, object], config: Mapping[str, object], name: str) -> object:
+    """The saved ``layout.<name>`` (or ``config.<name>``, where a strategy records the layout
+    in its configuration: :attr:`Mode.layout_in_config`); a state with neither is refused
+    here, not by a constructor left to guess (a data-parallel size of None is detected)."""
+    if name in layout:
+        return layout[name]
+    baked = config.get(name)  # 0: an order that does not bake the layout in
+    if isinstance(baked, int) and not isinstance(baked, bool) and baked > 0:
+        return baked
+    raise ValueError(f"state is missing keys ['layout.{name}']")
+
+
 # -- the assembled sampler ------------------------------------------------------------------------
 class AssembledSampler(CursorSampler[T_co]):
     """A :class:`~dataorder.core.cursor.CursorSampler` whose state follows from its
@@ -510,9 +524,12 @@ class AssembledSampler(CursorSampler[T_co]):
         for extra in (*own, *strategy):
             if extra.name in state:
                 saved[extra.name] = state.pop(extra.name)
-            elif extra.needed(self):
-                raise ValueError(f"state is missing keys [{extra.name!r}]")
+        # The configuration first: a state of another configuration (one corpus loaded into a
+        # mixture) lacks the other's extra keys, and the field that differs says why.
         epoch, progress = self._checked_state(state)
+        missing = [e.name for e in (*own, *strategy) if e.name not in saved and e.needed(self)]
+        if missing:
+            raise ValueError(f"state is missing keys {missing}")
         if saved:
             layout = {k: int(state[f"layout.{k}"]) for k in self.layout_info()}  # checked ints
             for extra in (*own, *strategy):
@@ -581,8 +598,13 @@ class AssembledSampler(CursorSampler[T_co]):
         schema = cls.schema
         if not isinstance(state, Mapping):
             raise TypeError(f"state must be a dict; got {type(state).__name__}")
-        if state.get("kind") != schema.kind:
-            fail("state['kind']", repr(schema.kind), state.get("kind"))
+        kind = state.get("kind")
+        if kind != schema.kind:
+            other = SAMPLERS.get(kind) if isinstance(kind, str) else None
+            hint = f" (rebuild a {kind!r} state with {other.__name__}.from_state)" if other else ""
+            raise ValueError(
+                f"state['kind'] must be {schema.kind!r}; got state['kind']={kind!r}{hint}"
+            )
         allowed = {g.name for g in schema.given} | set(schema.layout.others)
         unknown = sorted(set(given) - allowed)
         if unknown:
@@ -591,7 +613,15 @@ class AssembledSampler(CursorSampler[T_co]):
                 + "".join(f", {name}" for name in sorted(allowed))
                 + f"; got unexpected keyword {', '.join(map(repr, unknown))}"
             )
+        rank = check_int("rank", rank, min_value=0)
+        if dp_size is not None:
+            dp_size = check_int("dp_size", dp_size, min_value=1)
         config, layout, _ = split_state(state)
+        absent = [
+            f"config.{f.name}" for f in schema.fields if f.label is None and f.name not in config
+        ]
+        if absent:  # before a constructor's default stands in for it and refuses something else
+            raise ValueError(f"state is missing keys {absent}")
         kwargs: dict[str, Any] = {}
         if schema.modes is not None:
             kwargs.update(schema.modes.args_of(_config_value(config, schema.modes.field)))
@@ -599,9 +629,10 @@ class AssembledSampler(CursorSampler[T_co]):
             if f.args is not None and f.name in config:
                 kwargs.update(f.args(_config_value(config, f.name)))
         lay = schema.layout
-        for name in lay.others:
-            kwargs[name] = given.pop(name, None) or layout.get(name)
-        kwargs[lay.size] = dp_size or layout.get(lay.size, config.get(lay.size))
+        for name in lay.others:  # a value given is checked by the constructor, 0 included
+            value = given.pop(name, None)
+            kwargs[name] = _layout_value(layout, config, name) if value is None else value
+        kwargs[lay.size] = _layout_value(layout, config, lay.size) if dp_size is None else dp_size
         kwargs[lay.rank] = rank
         for g in schema.given:
             value = given.get(g.name)

@@ -78,7 +78,7 @@ from dataorder.llm.mixture import Mixture, MixtureSchedule, WeightVector
 from dataorder.llm.placement import MicroBatchPlacement
 from dataorder.llm.schedule import BatchSizeSchedule
 
-__all__ = ["MIXTURE_STATE", "BlendedSampler"]
+__all__ = ["BATCH_SIZE_SCHEDULE", "MIXTURE_STATE", "BlendedSampler"]
 
 # Every construction the order depends on, in one field (the state stays within MAX_STATE_BYTES
 # with a long schedule tag, a 19-digit seed and a batch-size schedule digest).
@@ -157,6 +157,19 @@ def _trained_tag(sampler: Any) -> str | None:
 #: ``consumed_samples`` say what was trained; absent when ``schedule`` is None.
 MIXTURE_STATE = Extra(
     "mixture", _trained_tag, _check_trained, required=lambda s: s.schedule is not None
+)
+
+
+#: ``global_batch_size=`` of ``from_state``, given when the state holds a
+#: :class:`~dataorder.llm.schedule.BatchSizeSchedule`'s digest (``config.global_batch_size`` a
+#: str); declared by every sampler whose global batch size may be a schedule.
+BATCH_SIZE_SCHEDULE = Given(
+    "global_batch_size",
+    lambda config: (
+        "the BatchSizeSchedule of a state with global_batch_size="
+        f"{config.get('global_batch_size')!r} {_DIGEST_ONLY}"
+    ),
+    required=lambda config: isinstance(config.get("global_batch_size"), str),
 )
 
 
@@ -282,14 +295,7 @@ class BlendedSampler(
         given=(
             Given("sizes", f"the sources' sizes the state was written over {_DIGEST_ONLY}"),
             Given("weights", f"the weights or MixtureSchedule of the run {_DIGEST_ONLY}"),
-            Given(
-                "global_batch_size",
-                lambda config: (
-                    "the BatchSizeSchedule of a state with global_batch_size="
-                    f"{config.get('global_batch_size')!r} {_DIGEST_ONLY}"
-                ),
-                required=lambda config: isinstance(config.get("global_batch_size"), str),
-            ),
+            BATCH_SIZE_SCHEDULE,
         ),
         extras=(MIXTURE_STATE,),
         details=(

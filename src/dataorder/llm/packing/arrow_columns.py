@@ -4,6 +4,10 @@ A tokenized column is an Arrow list column: one flat buffer of every token and a
 (``offsets[i]`` tokens precede row ``i``), per chunk. Lengths come from the offsets, and a row is
 a zero-copy slice of the values; no row is converted to Python objects.
 
+A null row (a missing list) is a document of no tokens, like an empty list: it packs into nothing
+and is counted (``documents_empty``). A null *token id* inside a list is refused when its row is
+read.
+
 An HF :class:`datasets.Dataset` is an Arrow table plus, after ``select``/``shuffle``/``filter``,
 an *indices mapping* (row ``i`` of the dataset is row ``indices[i]`` of the table). With a
 mapping, the offsets are not in the dataset's order: lengths are gathered through the mapping and
@@ -45,11 +49,13 @@ class ListColumn:
         chunks: The column's chunks (pyarrow ``ListArray``/``LargeListArray``), in order.
         starts: int64, ``chunks`` + 1 entries: table row where each chunk starts.
         mapping: The dataset's indices mapping (int64 rows of the table), or None.
+        name: The column's name, for messages.
     """
 
     chunks: tuple[Any, ...]
     starts: npt.NDArray[np.int64]
     mapping: npt.NDArray[np.int64] | None
+    name: str = "input_ids"
 
     def __len__(self) -> int:
         return int(self.starts[-1]) if self.mapping is None else int(self.mapping.shape[0])
@@ -76,6 +82,11 @@ class ListColumn:
         offsets = _offsets(chunk)
         first = int(offsets[table_row - int(self.starts[k])])
         values = chunk.values.slice(first + start, stop - start)
+        if values.null_count:  # to_numpy would turn them into floats (NaN), then into garbage ids
+            raise ValueError(
+                f"row {i} of column {self.name!r} holds {values.null_count} null token ids in "
+                f"tokens [{start}, {stop}); a token id is an int"
+            )
         return np.asarray(values.to_numpy(zero_copy_only=False))
 
 
@@ -114,12 +125,13 @@ def list_column(data: Any, column: str) -> ListColumn:
             "data must be an HF datasets.Dataset, a pyarrow Table, or a pyarrow list array; "
             f"got data={type(data).__name__}"
         )
-    if not (pa.types.is_list(data.type) or pa.types.is_large_list(data.type)):
+    is_list = pa.types.is_list(data.type) or pa.types.is_large_list(data.type)
+    if not is_list or not pa.types.is_integer(data.type.value_type):
         raise TypeError(
-            f"column must be a list column (token ids per row); got column={column!r} "
+            f"column must be a list column of integer token ids; got column={column!r} "
             f"of type {data.type}"
         )
     chunks = tuple(c for c in data.chunks if len(c))
     sizes = np.array([len(c) for c in chunks], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    return ListColumn(chunks, starts, mapping)
+    return ListColumn(chunks, starts, mapping, str(column))

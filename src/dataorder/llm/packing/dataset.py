@@ -34,7 +34,7 @@ torch is imported only when tensors are made.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -98,8 +98,12 @@ class MegatronTokens:
     def __init__(self, prefix: str | os.PathLike[str]) -> None:
         self.prefix = os.fspath(prefix)
         self.index = read_index(prefix)
+        if self.index.dtype.kind not in "iu":  # Megatron's float codes are not token ids
+            raise ValueError(
+                f"{self.index.idx_path} holds {self.index.dtype} values, not token ids (an "
+                "integer dtype); PackedDataset reads token ids"
+            )
         self._bin = self.index.tokens()
-        self._size = self.index.dtype.itemsize
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # reopened by path in a spawned DataLoader worker: pickling the maps would copy the files
@@ -112,7 +116,7 @@ class MegatronTokens:
         return int(self.index.sequence_lengths[document])
 
     def tokens(self, document: int, start: int, stop: int) -> npt.NDArray[Any]:
-        first = int(self.index.sequence_pointers[document]) // self._size
+        first, _ = self.index.sequence_span(document)
         return np.asarray(self._bin[first + start : first + stop])
 
 
@@ -206,9 +210,11 @@ class PackedDataset:
                     TypeError,
                 )
             token_source = SequenceTokens(token_source)
+        if len(token_source) < 1:
+            fail("token_source", "at least one document", "<no documents>")
         self.source: TokenSource = token_source
         self.seq_len = check_int("seq_len", seq_len, min_value=1, max_value=MAX_SEQ_LEN)
-        self.pad_id = check_int("pad_id", pad_id)
+        self.pad_id = check_int("pad_id", pad_id, min_value=-(2**63), max_value=2**63 - 1)
 
     @classmethod
     def from_megatron(
@@ -240,7 +246,7 @@ class PackedDataset:
         at = 0
         for k, (d, a, b) in enumerate(spans):
             n = b - a
-            ids[at : at + n] = self.source.tokens(d, a, b)
+            ids[at : at + n] = self._token_ids(d, a, b)
             pos[at : at + n] = np.arange(n)
             doc[at : at + n] = k
             at += n
@@ -248,6 +254,19 @@ class PackedDataset:
         labels[doc < 0] = IGNORE_INDEX
         labels[pos == 0] = IGNORE_INDEX  # the first token of every span (and padding)
         return {"input_ids": ids, "position_ids": pos, "document_ids": doc, "labels": labels}
+
+    def _token_ids(self, d: int, a: int, b: int) -> npt.NDArray[Any]:
+        """Tokens ``[a, b)`` of document ``d``, checked to be ``b - a`` int64 token ids (a float
+        or an unsigned id past int64 would be cast silently into another id)."""
+        tokens = np.asarray(self.source.tokens(d, a, b))
+        what = f"tokens [{a}, {b}) of document {d}"
+        if tokens.dtype.kind not in "iu":
+            raise TypeError(f"{what} must be integer token ids; got an array of {tokens.dtype}")
+        if tokens.shape != (b - a,):
+            raise ValueError(f"{what} must be {b - a} token ids; got an array of {tokens.shape}")
+        if tokens.dtype.kind == "u" and tokens.size and int(tokens.max()) > 2**63 - 1:
+            raise ValueError(f"{what} must be token ids below 2**63; got {int(tokens.max())}")
+        return tokens
 
     def __getitem__(self, row: Sequence[tuple[int, int, int]]) -> dict[str, Any]:
         import torch
@@ -300,6 +319,13 @@ class PackedDataset:
 
         if not items:
             fail("items", "a non-empty micro-batch", list(items))
+        keys, shapes = ("input_ids", "position_ids", "document_ids", "labels"), set()
+        for i, item in enumerate(items):
+            if not isinstance(item, Mapping) or not all(k in item for k in keys):
+                fail(f"items[{i}]", f"a dict of {', '.join(keys)} (dataset[row])", item, TypeError)
+            shapes.add(tuple(tuple(getattr(item[k], "shape", ())) for k in keys))
+        if len(shapes) != 1:
+            fail("items", "rows of one seq_len (dataset[row] of one PackedDataset)", sorted(shapes))
         out: dict[str, Any] = {k: torch.stack([item[k] for item in items]) for k in items[0]}
         doc = out["document_ids"]
         b, s = doc.shape

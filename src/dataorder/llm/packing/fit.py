@@ -68,16 +68,29 @@ _FEW_ROWS = 32
 
 @dataclass(frozen=True)
 class PackedWindow:
-    """The rows of one window, in fit order, as CSR arrays.
+    """The rows of one window, in fit order: the *full rows* of long documents first, then the
+    best-fit rows.
+
+    NOTE [ Full rows are not stored ]
+        A document of ``L > S`` tokens gives ``floor(L / S)`` full rows under ``"overflow"`` (one
+        truncated row under ``"never"``): a window of documents of 2**31 tokens at ``S = 1``
+        holds 2**31 such rows per document. They are stored as one entry per document (its id
+        and where its run of full rows starts), and a full row's span is computed when asked, so
+        a window's packing costs memory and time in its documents, never in its rows.
 
     Attributes:
-        row_offsets: int64, ``rows + 1`` entries: row ``i`` is spans
-            ``row_offsets[i]:row_offsets[i + 1]``.
-        doc: int64, the document of every span.
+        seq_len: Row capacity ``S``.
+        full_doc: int64, one entry per document with full rows, in fit order.
+        full_first: int64, ``len(full_doc) + 1`` entries: document ``k``'s full rows are rows
+            ``full_first[k]:full_first[k + 1]``, its ``j``-th the span ``(full_doc[k], j S,
+            (j + 1) S)``.
+        row_offsets: int64, ``fit rows + 1`` entries: best-fit row ``i`` (row ``num_full + i``)
+            is spans ``row_offsets[i]:row_offsets[i + 1]``.
+        doc: int64, the document of every span of the best-fit rows.
         start: int64, the first token of every span inside its document.
         stop: int64, one past the last token.
-        costs: int64, one per row: the sum of its spans' lengths squared (attention cost),
-            exact (each row's cost is at most ``seq_len**2 <= 2**62``).
+        fit_costs: int64, one per best-fit row: the sum of its spans' lengths squared (attention
+            cost), exact (each row's cost is at most ``seq_len**2 <= 2**62``).
         tokens: Tokens in the rows.
         padding: ``rows * seq_len - tokens``.
         split_short: Documents of at most ``seq_len`` tokens whose tokens are in more than one
@@ -89,11 +102,14 @@ class PackedWindow:
         dropped: Documents left out (``long_documents="drop"``).
     """
 
+    seq_len: int
+    full_doc: IntArray
+    full_first: IntArray
     row_offsets: IntArray
     doc: IntArray
     start: IntArray
     stop: IntArray
-    costs: IntArray
+    fit_costs: IntArray
     tokens: int
     padding: int
     split_short: int
@@ -102,35 +118,79 @@ class PackedWindow:
     dropped: int
 
     @property
-    def num_rows(self) -> int:
-        """Rows in the window."""
-        return int(self.row_offsets.shape[0]) - 1
+    def num_full(self) -> int:
+        """Full rows (the first rows of the window)."""
+        return int(self.full_first[-1])
 
     @property
-    def row_tokens(self) -> IntArray:
-        """Tokens in every row (fit order), int64."""
+    def num_rows(self) -> int:
+        """Rows in the window."""
+        return self.num_full + int(self.row_offsets.shape[0]) - 1
+
+    @property
+    def fit_row_tokens(self) -> IntArray:
+        """Tokens in every best-fit row (fit order), int64; a full row holds ``seq_len``."""
         lengths = self.stop - self.start
         ends = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         return ends[self.row_offsets[1:]] - ends[self.row_offsets[:-1]]
 
+    def _indices(self, indices: npt.ArrayLike) -> IntArray:
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.num_rows):
+            bad = int(idx[(idx < 0) | (idx >= self.num_rows)][0])
+            fail("indices", f"rows of the window in [0, {self.num_rows - 1}]", bad)
+        return idx
+
     def row(self, i: int) -> tuple[Span, ...]:
         """Row ``i`` (fit order) as a tuple of ``(document, start, stop)`` spans."""
-        a, b = int(self.row_offsets[i]), int(self.row_offsets[i + 1])
-        return tuple(
-            zip(
-                self.doc[a:b].tolist(), self.start[a:b].tolist(), self.stop[a:b].tolist(),
-                strict=True,
-            )
-        )  # fmt: skip
+        return self.rows(np.array([i], dtype=np.int64))[0]
 
-    def rows(self, indices: IntArray) -> list[tuple[Span, ...]]:
+    def rows(self, indices: npt.ArrayLike) -> list[tuple[Span, ...]]:
         """Rows ``indices`` (fit order)."""
-        if indices.shape[0] <= _FEW_ROWS:
-            return [self.row(i) for i in indices.tolist()]
-        off = self.row_offsets
-        doc, start, stop = self.doc.tolist(), self.start.tolist(), self.stop.tolist()
-        bounds = zip(off[indices].tolist(), off[indices + 1].tolist(), strict=True)
-        return [tuple(zip(doc[a:b], start[a:b], stop[a:b], strict=True)) for a, b in bounds]
+        idx = self._indices(indices)
+        out: list[tuple[Span, ...]] = [()] * idx.shape[0]
+        full = idx < self.num_full
+        if full.any():
+            at = np.flatnonzero(full)
+            k = np.searchsorted(self.full_first, idx[at], side="right") - 1
+            first = (idx[at] - self.full_first[k]) * self.seq_len
+            spans = zip(self.full_doc[k].tolist(), first.tolist(), strict=True)
+            for i, (d, a) in zip(at.tolist(), spans, strict=True):
+                out[i] = ((d, a, a + self.seq_len),)
+        fit = np.flatnonzero(~full)
+        if fit.size:
+            rows = idx[fit] - self.num_full
+            off = self.row_offsets
+            if rows.shape[0] <= _FEW_ROWS:
+                doc, start, stop = self.doc, self.start, self.stop
+                for i, r in zip(fit.tolist(), rows.tolist(), strict=True):
+                    a, b = int(off[r]), int(off[r + 1])
+                    out[i] = tuple(
+                        zip(doc[a:b].tolist(), start[a:b].tolist(), stop[a:b].tolist(), strict=True)
+                    )
+            else:
+                doc_l, start_l, stop_l = self.doc.tolist(), self.start.tolist(), self.stop.tolist()
+                bounds = zip(off[rows].tolist(), off[rows + 1].tolist(), strict=True)
+                for i, (a, b) in zip(fit.tolist(), bounds, strict=True):
+                    out[i] = tuple(zip(doc_l[a:b], start_l[a:b], stop_l[a:b], strict=True))
+        return out
+
+    def costs_of(self, indices: npt.ArrayLike) -> IntArray:
+        """The attention cost of rows ``indices`` (fit order), int64: ``seq_len**2`` for a full
+        row."""
+        idx = self._indices(indices)
+        full = idx < self.num_full
+        out = np.full(idx.shape[0], self.seq_len * self.seq_len, dtype=np.int64)
+        out[~full] = self.fit_costs[idx[~full] - self.num_full]
+        return out
+
+    def tokens_of(self, indices: npt.ArrayLike) -> IntArray:
+        """Tokens in rows ``indices`` (fit order), int64."""
+        idx = self._indices(indices)
+        full = idx < self.num_full
+        out = np.full(idx.shape[0], self.seq_len, dtype=np.int64)
+        out[~full] = self.fit_row_tokens[idx[~full] - self.num_full]
+        return out
 
 
 def best_fit(
@@ -294,13 +354,9 @@ def pack_window(
     long_docs, long_lens = documents[long], lengths[long]
     cut = dropped = 0
     if split == "overflow":
-        full = long_lens // seq_len
+        full = long_lens // seq_len  # full rows of each long document: one span each
         rest = long_lens - full * seq_len
-        # full rows of the long documents: one span each, [i S, (i + 1) S)
-        full_doc = np.repeat(long_docs, full)
-        first = np.cumsum(full) - full  # index of each document's first full row
-        part = np.arange(full_doc.shape[0], dtype=np.int64) - np.repeat(first, full)
-        full_start = part * seq_len
+        full_doc = long_docs
         has_rest = rest > 0
         piece_doc = np.concatenate([long_docs[has_rest], documents[~long]])
         piece_start = np.concatenate(
@@ -311,7 +367,7 @@ def pack_window(
             [np.ones(int(has_rest.sum()), bool), np.zeros(int((~long).sum()), bool)]
         )
         total = int(lengths.sum())
-        open_rows = -(-total // seq_len) - int(full_doc.shape[0])
+        open_rows: int | None = -(-total // seq_len) - int(full.sum())
     else:
         if long_documents == "truncate":
             full_doc = long_docs
@@ -319,11 +375,13 @@ def pack_window(
         else:
             full_doc = long_docs[:0]
             cut, dropped = int(long_lens.sum()), int(long_docs.shape[0])
-        full_start = np.zeros(full_doc.shape[0], dtype=np.int64)
+        full = np.ones(full_doc.shape[0], dtype=np.int64)
         piece_doc, piece_len = documents[~long], lengths[~long]
         piece_start = np.zeros(piece_doc.shape[0], dtype=np.int64)
         piece_is_long = np.zeros(piece_doc.shape[0], dtype=bool)
         open_rows = None
+    full_first = np.concatenate([[0], np.cumsum(full)]).astype(np.int64)
+    n_full = int(full_first[-1])
     # decreasing length; ties keep the (keyed) order above; empty documents place nothing
     order = np.argsort(-piece_len, kind="stable")
     order = order[piece_len[order] > 0]
@@ -338,31 +396,29 @@ def pack_window(
     head[1:] = p[1:] != p[:-1]
     run_start = np.maximum.accumulate(np.where(head, np.arange(p.shape[0]), 0))
     inside = ends - size - (ends - size)[run_start]
-    n_full = int(full_doc.shape[0])
-    span_row = np.concatenate(
-        [np.arange(n_full, dtype=np.int64), n_full + np.array(rows, np.int64)]
-    )
-    span_doc = np.concatenate([full_doc, piece_doc[p]])
-    span_start = np.concatenate([full_start, piece_start[p] + inside])
-    span_len = np.concatenate([np.full(n_full, seq_len, dtype=np.int64), size])
+    span_row = np.array(rows, dtype=np.int64)
     by_row = np.argsort(span_row, kind="stable")
-    num_rows = n_full + n_open
-    counts = np.bincount(span_row, minlength=num_rows).astype(np.int64)
+    counts = np.bincount(span_row, minlength=n_open).astype(np.int64)
     row_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    span_doc, span_start, span_len = span_doc[by_row], span_start[by_row], span_len[by_row]
+    span_doc = piece_doc[p][by_row]
+    span_start = (piece_start[p] + inside)[by_row]
+    span_len = size[by_row]
     square = span_len * span_len
-    costs = np.add.reduceat(square, row_offsets[:-1]) if num_rows else np.zeros(0, dtype=np.int64)
+    costs = np.add.reduceat(square, row_offsets[:-1]) if n_open else np.zeros(0, dtype=np.int64)
     parts = np.bincount(p, minlength=piece_len.shape[0])
     split_pieces = parts > 1
-    tokens = int(span_len.sum())
+    tokens = int(span_len.sum()) + n_full * seq_len
     return PackedWindow(
+        seq_len=seq_len,
+        full_doc=full_doc.astype(np.int64),
+        full_first=full_first,
         row_offsets=row_offsets,
         doc=span_doc,
         start=span_start,
         stop=span_start + span_len,
-        costs=costs.astype(np.int64),
+        fit_costs=costs.astype(np.int64),
         tokens=tokens,
-        padding=num_rows * seq_len - tokens,
+        padding=(n_full + n_open) * seq_len - tokens,
         split_short=int((split_pieces & ~piece_is_long).sum()),
         split_long=int(long_docs.shape[0]) if split == "overflow" else 0,
         cut=cut,

@@ -44,7 +44,7 @@ from dataorder._validate import check_int, fail
 from dataorder.core.keys import derive_key
 from dataorder.core.permutation import Permutation
 from dataorder.llm.packing.arrow_columns import list_column, require_pyarrow
-from dataorder.llm.packing.megatron_files import index_paths, read_index
+from dataorder.llm.packing.megatron_files import index_paths, read_index, require_regular_file
 
 __all__ = [
     "FINGERPRINT_BLOCK",
@@ -110,7 +110,15 @@ class DocumentLengths:
     )
 
     def __init__(self, lengths: npt.ArrayLike) -> None:
-        values = lengths if isinstance(lengths, np.ndarray) else np.asarray(lengths)
+        if isinstance(lengths, np.ndarray):
+            values = lengths
+        else:
+            try:
+                values = np.asarray(lengths)
+            except ValueError:  # ragged nesting: numpy's own words would not name the argument
+                fail("lengths", "a 1-D integer array", f"<{type(lengths).__name__} of sequences>")
+        if values.size == 0 and values.ndim == 1:  # np.asarray([]) is float64: say what is wrong
+            fail("lengths", "at least one document", "<empty array>")
         if values.dtype.kind not in "iu":
             fail("lengths", "an integer array", f"<array of dtype {values.dtype}>", TypeError)
         self._setup(values, None, values.shape, f"array of {values.dtype}")
@@ -210,32 +218,44 @@ class DocumentLengths:
             FileNotFoundError: If the file is missing.
             ValueError: If the kind of file is not recognised, or it is unreadable.
         """
+        if not isinstance(path, str | os.PathLike):
+            fail("path", "a str or os.PathLike", path, TypeError)
         p = Path(path)
         suffix = p.suffix.lower()
-        if suffix in (".idx", ".bin") or (not p.exists() and index_paths(p)[0].exists()):
+        known = (".npy", ".parquet", ".arrow", ".feather", ".ipc")
+        if suffix in (".idx", ".bin") or (
+            suffix not in known and not p.exists() and index_paths(p)[0].exists()
+        ):
             return cls.from_megatron(p)
-        if not p.exists():
-            raise FileNotFoundError(2, "No such file or directory", str(p))
+        if suffix not in known:
+            if not p.exists():
+                raise FileNotFoundError(2, "No such file or directory", str(p))
+            raise ValueError(
+                "path must be a Megatron .idx/.bin or prefix, a .npy, a .parquet or an .arrow "
+                f"file; got path={os.fspath(path)!r}"
+            )
+        # os.stat only (a link loop, a missing file raise as such): a FIFO would block open()
+        require_regular_file(p)
         if suffix == ".npy":
-            return cls(np.load(p, mmap_mode="r"))
-        if suffix == ".parquet":
-            require_pyarrow()
-            import pyarrow.parquet as pq
-
-            return cls.from_arrow(pq.read_table(p, columns=[column]), column)
-        if suffix in (".arrow", ".feather", ".ipc"):
-            pa = require_pyarrow()
-            source = pa.memory_map(str(p))
             try:
-                table = pa.ipc.open_file(source).read_all()
-            except pa.ArrowInvalid:
-                source = pa.memory_map(str(p))
-                table = pa.ipc.open_stream(source).read_all()
-            return cls.from_arrow(table, column)
-        raise ValueError(
-            "path must be a Megatron .idx/.bin or prefix, a .npy, a .parquet or an .arrow file; "
-            f"got path={os.fspath(path)!r}"
-        )
+                values = np.load(p, mmap_mode="r", allow_pickle=False)
+            except (ValueError, OSError, EOFError) as err:
+                raise ValueError(f"{p} is not a readable .npy file of lengths: {err}") from None
+            return cls(values)
+        pa = require_pyarrow()
+        try:
+            if suffix == ".parquet":
+                import pyarrow.parquet as pq
+
+                table = pq.read_table(p, columns=[column])
+            else:
+                try:
+                    table = pa.ipc.open_file(pa.memory_map(str(p))).read_all()
+                except pa.ArrowInvalid:
+                    table = pa.ipc.open_stream(pa.memory_map(str(p))).read_all()
+        except (pa.ArrowException, OSError) as err:
+            raise ValueError(f"{p} is not a readable {suffix[1:]} file: {err}") from None
+        return cls.from_arrow(table, column)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickle how to reopen the source, never a copy of a memory map (a DataLoader with
@@ -296,6 +316,8 @@ class DocumentLengths:
         idx = np.asarray(indices)
         if idx.dtype.kind not in "iu" and idx.size:
             fail("indices", "integers", f"<array of dtype {idx.dtype}>", TypeError)
+        if idx.dtype.kind == "u" and idx.size and int(idx.max()) >= self._n:  # before int64 wraps
+            fail("indices", f"document indices in [0, {self._n - 1}]", int(idx.max()))
         idx = idx.astype(np.int64, copy=False)
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._n):
             bad = int(idx.ravel()[(idx.ravel() < 0) | (idx.ravel() >= self._n)][0])
@@ -364,7 +386,8 @@ class DocumentLengths:
         cached totals of a finer block that divides ``block``; else one vectorised pass in slabs
         of about :data:`SLAB` documents, which also checks every length.
         """
-        block = check_int("block", block, min_value=1)
+        # a block of N or more documents is one block: the same totals as a block of N
+        block = min(check_int("block", block, min_value=1), self._n)
         cached = self._blocks.get(block)
         if cached is not None:
             return cached

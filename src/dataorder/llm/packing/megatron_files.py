@@ -31,6 +31,7 @@ megatron-core, and megatron-core reads what it writes (an optional oracle test c
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ __all__ = [
     "MegatronIndex",
     "index_paths",
     "read_index",
+    "require_regular_file",
     "write_megatron",
 ]
 
@@ -65,9 +67,40 @@ DTYPE_CODES: dict[int, np.dtype[Any]] = {
 _HEADER = struct.Struct("<9sQBQQ")  # magic, version, dtype code, sequences, document indices
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def require_regular_file(path: str | os.PathLike[str]) -> int:
+    """Return the size of ``path`` if it is a regular file (a symbolic link to one included).
+
+    Only ``os.stat`` looks at it: a FIFO would block ``open()`` until a writer comes (forever,
+    beside a dataset), a device never ends, a directory cannot be mapped. The same rule as the
+    scans' NOTE [ Regular files only ] in :mod:`dataorder.diffusion.scan_files`, raising a
+    ValueError here: a corpus named on the command line is an argument, not a file to skip.
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist (or is a broken link).
+        ValueError: If ``path`` is a directory, FIFO, socket or device, naming it.
+        OSError: If it cannot be examined (a link loop, no permission on its folder).
+    """
+    info = os.stat(path)
+    if stat.S_ISREG(info.st_mode):
+        return info.st_size
+    what = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
+    raise ValueError(f"{os.fspath(path)} is {what}, not a regular file (it was not opened)")
+
+
 def index_paths(prefix: str | os.PathLike[str]) -> tuple[Path, Path]:
     """``(prefix.idx, prefix.bin)``; a ``prefix`` already ending in ``.idx`` or ``.bin`` is
     trimmed first, so the CLI may be given either file."""
+    if not isinstance(prefix, str | os.PathLike):
+        raise TypeError(f"prefix must be a str or os.PathLike; got prefix={prefix!r}")
     text = os.fspath(prefix)
     if text.endswith((".idx", ".bin")):
         text = text[:-4]
@@ -114,7 +147,39 @@ class MegatronIndex:
         """The ``.bin`` file, memory-mapped read-only as one flat array of tokens."""
         if self.total_tokens == 0:
             return np.zeros(0, dtype=self.dtype)
+        have, expect = require_regular_file(self.bin_path), self.total_tokens * self.dtype.itemsize
+        if have < expect:
+            raise ValueError(
+                f"{self.bin_path} holds {have} bytes, but {self.idx_path} says {expect}"
+            )
         return np.memmap(self.bin_path, dtype=self.dtype, mode="r", shape=(self.total_tokens,))
+
+    def sequence_span(self, sequence: int) -> tuple[int, int]:
+        """``(first, stop)``: where sequence ``sequence``'s tokens are in :meth:`tokens`, after
+        checking its pointer against its length and the next pointer (O(1); the reader checks
+        only the first and the last pointer up front, so a corrupt one in between is named when
+        its sequence is read, never read as another sequence's tokens).
+
+        Raises:
+            ValueError: Naming the ``.idx`` and the sequence, if they disagree.
+        """
+        size, n = self.dtype.itemsize, self.num_sequences
+        pointer, length = (
+            int(self.sequence_pointers[sequence]),
+            int(self.sequence_lengths[sequence]),
+        )
+        end = (
+            int(self.sequence_pointers[sequence + 1])
+            if sequence + 1 < n
+            else self.total_tokens * size
+        )
+        if pointer < 0 or length < 0 or pointer % size or pointer + length * size != end:
+            raise _corrupt(
+                self.idx_path,
+                f"sequence {sequence} has length {length} at byte {pointer}, but the next sequence "
+                f"starts at byte {end} (itemsize {size})",
+            )
+        return pointer // size, pointer // size + length
 
 
 def _corrupt(path: Path, what: str) -> ValueError:
@@ -149,7 +214,7 @@ def read_index(prefix: str | os.PathLike[str], *, check_bin: bool = True) -> Meg
             a ``.bin`` of another size.
     """
     idx_path, bin_path = index_paths(prefix)
-    size = idx_path.stat().st_size  # FileNotFoundError names the path
+    size = require_regular_file(idx_path)  # FileNotFoundError names the path
     with open(idx_path, "rb") as f:
         head = f.read(_HEADER.size)
     if len(head) < _HEADER.size:
@@ -185,13 +250,37 @@ def read_index(prefix: str | os.PathLike[str], *, check_bin: bool = True) -> Meg
             )
     if check_bin:
         expect = index.total_tokens * index.dtype.itemsize
-        have = bin_path.stat().st_size
+        have = require_regular_file(bin_path)
         if have != expect:
             raise ValueError(
                 f"{bin_path} holds {have} bytes, but {idx_path} says {expect} "
                 "(last pointer + itemsize x last length): the pair does not match"
             )
     return index
+
+
+def _document(i: int, doc: object, dt: np.dtype[Any]) -> npt.NDArray[Any]:
+    """``documents[i]`` as a 1-D array of ``dt``, refused (named) if a value would change: a float
+    token truncated, an id past the dtype's range wrapped."""
+    try:
+        given = np.asarray(doc)
+    except ValueError:
+        given = np.asarray(None)
+    numbers = "iub" + ("f" if dt.kind == "f" else "")
+    if given.ndim != 1 or (given.size and given.dtype.kind not in numbers):  # [] is float64
+        raise ValueError(
+            f"documents[{i}] must be a 1-D sequence of {dt} values; got {type(doc).__name__} "
+            f"of shape {given.shape}, dtype {given.dtype}"
+        )
+    if given.size and dt.kind in "iu" and given.dtype.kind in "iu":
+        info = np.iinfo(dt)
+        low, high = int(given.min()), int(given.max())
+        if low < info.min or high > info.max:
+            raise ValueError(
+                f"documents[{i}] must hold ids in [{info.min}, {info.max}] (dtype {dt}); "
+                f"got values in [{low}, {high}]"
+            )
+    return given.astype(dt)
 
 
 def write_megatron(
@@ -215,20 +304,25 @@ def write_megatron(
         ValueError: If ``dtype`` has no Megatron code, a document is not 1-D, or is longer than
             an int32 length.
     """
-    dt = np.dtype(dtype)
+    try:
+        dt = None if dtype is None else np.dtype(dtype)  # np.dtype(None) is float64
+    except TypeError:
+        dt = None
     codes = {v: k for k, v in DTYPE_CODES.items()}
-    if dt not in codes:
+    if dt is None or dt not in codes:
         raise ValueError(
             f"dtype must be one of {', '.join(str(d) for d in DTYPE_CODES.values())}; "
-            f"got dtype={dt!s}"
+            f"got dtype={dtype!r}"
+        )
+    if isinstance(documents, str | bytes) or not isinstance(documents, Iterable):
+        raise TypeError(
+            f"documents must be an iterable of token arrays; got {type(documents).__name__}"
         )
     idx_path, bin_path = index_paths(prefix)
     lengths: list[int] = []
     with open(bin_path, "wb") as out:
         for i, doc in enumerate(documents):
-            arr = np.asarray(doc, dtype=dt)
-            if arr.ndim != 1:
-                raise ValueError(f"documents[{i}] must be 1-D; got shape {arr.shape}")
+            arr = _document(i, doc, dt)
             if arr.shape[0] > 2**31 - 1:
                 raise ValueError(f"documents[{i}] must hold < 2**31 tokens; got {arr.shape[0]}")
             out.write(arr.tobytes())

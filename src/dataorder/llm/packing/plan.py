@@ -59,9 +59,10 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_choice, check_int, fail
+from dataorder.core.batching import coverage
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
-from dataorder.core.state import MAX_EPOCH, Scalar
+from dataorder.core.state import Scalar
 from dataorder.llm.packing.fit import (
     LONG_DOCUMENTS,
     SPLITS,
@@ -80,6 +81,7 @@ __all__ = [
     "DEFAULT_WINDOW",
     "FILL_BINS",
     "MAX_CHUNK",
+    "MAX_PASS",
     "MAX_SEQ_LEN",
     "MAX_WINDOW",
     "PACKING_VERSION",
@@ -101,6 +103,11 @@ MAX_SEQ_LEN = 2**31
 MAX_CHUNK = 2**20
 #: Largest ``window``: window token totals stay below 2**55 (NOTE [ Length bounds ]).
 MAX_WINDOW = 2**24
+#: Largest epoch of a plan: 2**62 (``MAX_POSITIONS``), past a sampler's ``MAX_EPOCH``. A sampler's
+#: epochs stop at ``MAX_EPOCH``, the bound of its state; a mixture reads its ``j``-th row of a
+#: source from that source's pass ``j // rows_per_epoch``, and ``j`` reaches 2**62 in a long run
+#: over a small source. Nothing in a plan depends on the bound: epochs only enter keys.
+MAX_PASS = 2**62
 #: Default documents per chunk: 128 consecutive documents, one contiguous read.
 DEFAULT_CHUNK = 128
 #: Default documents per window, from benchmarks/bench_pack.py's curve on 2 x 10^5 lognormal(6.0,
@@ -157,6 +164,7 @@ class _EveryWindow:
     rows: IntArray
     split_shorter: int
     fill: IntArray
+    tokens: IntArray  # tokens read per window (window_tokens less what "never" cuts)
 
 
 class PackingPlan:
@@ -259,6 +267,70 @@ class PackingPlan:
         return self._rows
 
     @property
+    def tokens_per_window(self) -> IntArray:
+        """Tokens every window's rows hold, int64: its tokens under ``"overflow"``; under
+        ``"never"`` less what truncation or dropping cuts (counted once, cached)."""
+        if self.split == "overflow":
+            return self.window_tokens
+        return self._every_window().tokens
+
+    @property
+    def tokens_per_epoch(self) -> int:
+        """Tokens in the rows of an epoch: the corpus less what ``"never"`` cuts."""
+        return int(self.lengths.total_tokens) - self.tokens_cut_per_epoch
+
+    def tokens_covered(self, parts: list[tuple[int, int, int]]) -> int:
+        """Distinct tokens the rows of ``parts`` hold together: each part ``(epoch, start,
+        stop)`` is the rows at positions ``[start, stop)`` of that epoch; parts of one epoch do
+        not overlap.
+
+        Every epoch has the same windows (NOTE [ Packing keys ]), so a window whose rows a part
+        takes whole holds the same tokens in any epoch: the cost is a step per window, plus the
+        packing of the at most two windows each part takes in part; only a window that parts of
+        two epochs both take in part (their rows differ) is counted span by span, in its rows.
+        """
+        whole = np.zeros(self.num_windows, dtype=bool)
+        partial: dict[int, list[tuple[int, int, int]]] = {}
+        for epoch, start, stop in parts:
+            if stop <= start:
+                continue
+            rows = self.epoch(epoch)
+            k0 = int(np.searchsorted(rows.row_starts, start, side="right")) - 1
+            k1 = int(np.searchsorted(rows.row_starts, stop - 1, side="right")) - 1
+            for k in {k0, k1}:
+                w, first = int(rows.window_order[k]), int(rows.row_starts[k])
+                lo, hi = max(start, first) - first, min(stop, int(rows.row_starts[k + 1])) - first
+                if hi - lo == int(self.rows_per_window[w]):
+                    whole[w] = True
+                else:
+                    partial.setdefault(w, []).append((epoch, lo, hi))
+            whole[rows.window_order[k0 + 1 : k1]] = True
+        total = int(self.tokens_per_window[whole].sum())
+        for w, pieces in partial.items():
+            if whole[w]:
+                continue
+            if len({e for e, _, _ in pieces}) == 1:  # rows of one epoch: disjoint
+                total += sum(self._window_tokens_between(e, w, lo, hi) for e, lo, hi in pieces)
+                continue
+            spans = []
+            for e, lo, hi in pieces:
+                packed, order = self.packed_window(e, w)
+                spans += [x for row in packed.rows(order(np.arange(lo, hi))) for x in row]
+            table = np.array(spans, dtype=np.int64).reshape(-1, 3)
+            total += coverage((table[:, 0], table[:, 1], table[:, 2])).distinct
+        return total
+
+    def _window_tokens_between(self, epoch: int, window: int, lo: int, hi: int) -> int:
+        """Tokens in the rows at positions ``[lo, hi)`` of ``window``'s keyed row order: rows
+        are full but for the best-fit rows' room (NOTE [ Full rows are not stored ]), so this
+        inverts the order once per best-fit row, never once per row."""
+        packed, order = self.packed_window(epoch, window)
+        fit = packed.fit_row_tokens
+        placed = order.inverse(packed.num_full + np.arange(fit.shape[0], dtype=np.int64))
+        inside = (placed >= lo) & (placed < hi)
+        return (hi - lo) * self.seq_len - int((self.seq_len - fit[inside]).sum())
+
+    @property
     def rows_per_epoch(self) -> int:
         """Rows in an epoch."""
         return int(self.rows_per_window.sum())
@@ -328,21 +400,24 @@ class PackingPlan:
         if self._all is not None:
             return self._all
         rows = np.zeros(self.num_windows, dtype=np.int64)
+        read = np.zeros(self.num_windows, dtype=np.int64)
         fill = np.zeros(FILL_BINS, dtype=np.int64)
         shorter = 0
         for w in range(self.num_windows):
             if self.split == "never":
-                tokens = self._never_row_tokens(w)
+                tokens, full = self._never_row_tokens(w), 0
             else:
                 packed = self._pack(w, None)
                 shorter += packed.split_short
-                tokens = packed.row_tokens
-            rows[w] = tokens.shape[0]
+                tokens, full = packed.fit_row_tokens, packed.num_full
+            rows[w] = tokens.shape[0] + full
+            read[w] = int(tokens.sum()) + full * self.seq_len
             bins = np.minimum(tokens * FILL_BINS // self.seq_len, FILL_BINS - 1)
             fill += np.bincount(bins, minlength=FILL_BINS)
+            fill[FILL_BINS - 1] += full  # NOTE [ Full rows are not stored ]
         if self._rows is not None and not np.array_equal(rows, self._rows):
             raise RuntimeError("packing every window disagrees with the row-count formula")
-        self._all = _EveryWindow(_frozen(rows), shorter, _frozen(fill))
+        self._all = _EveryWindow(_frozen(rows), shorter, _frozen(fill), _frozen(read))
         return self._all
 
     def _never_row_tokens(self, window: int) -> IntArray:
@@ -359,11 +434,14 @@ class PackingPlan:
     def _pack(self, window: int, tie_key: int | None) -> PackedWindow:
         docs = self.grid.documents(window)
         lens = self.lengths.take(docs)
-        if self._window_tokens is not None and int(lens.sum()) != int(self._window_tokens[window]):
+        # where the source stores cumulative counts (a Megatron index's pointers), they and the
+        # lengths are two records of one thing: a window's two totals must agree before any of
+        # its rows is handed out (the counts give the row count, the lengths the rows)
+        if self.lengths.has_cumulative and int(lens.sum()) != int(self.window_tokens[window]):
             raise ValueError(
                 f"lengths ({self.lengths.source}) disagree with its cumulative counts in window "
                 f"{window}: {int(lens.sum())} tokens by length, "
-                f"{int(self._window_tokens[window])} by count"
+                f"{int(self.window_tokens[window])} by count"
             )
         return pack_window(
             docs,
@@ -378,7 +456,7 @@ class PackingPlan:
         """Window ``window`` packed for ``epoch`` and the keyed order of its rows (position
         ``r`` of the window's run is fit row ``order(r)``); the last :data:`CACHED_WINDOWS`
         are kept."""
-        epoch = check_int("epoch", epoch, min_value=0, max_value=MAX_EPOCH)
+        epoch = check_int("epoch", epoch, min_value=0, max_value=MAX_PASS)
         window = check_int("window", window, min_value=0, max_value=self.num_windows - 1)
         key = (epoch, window)
         hit = self._cache.get(key)
@@ -399,8 +477,8 @@ class PackingPlan:
         return hit
 
     def epoch(self, epoch: int) -> EpochRows:
-        """The rows of ``epoch``, an int in ``[0, 2**32 - 1]``."""
-        return EpochRows(self, check_int("epoch", epoch, min_value=0, max_value=MAX_EPOCH))
+        """The rows of ``epoch``, an int in ``[0, 2**62]`` (:data:`MAX_PASS`)."""
+        return EpochRows(self, check_int("epoch", epoch, min_value=0, max_value=MAX_PASS))
 
 
 class EpochRows:
@@ -483,9 +561,29 @@ class EpochRows:
                 out[i] = r
         return out
 
+    def tokens_from(self, position: int) -> int:
+        """Tokens in the rows at positions ``[position, num_rows)``, from window totals: the cost
+        is the packing of one window plus one step per window after it, never one per row (a
+        sampler's dropped tail may hold 2**40 rows of one token).
+
+        A row is full but for its padding, and only best-fit rows have any (NOTE [ Full rows
+        are not stored ]): the straddled window's tokens are its rows times ``seq_len`` less the
+        padding of the best-fit rows at or past ``position`` (one inverse of its row order per
+        best-fit row); each later window adds its tokens read.
+        """
+        position = check_int("position", position, min_value=0, max_value=self.num_rows)
+        if position == self.num_rows:
+            return 0
+        plan = self.plan
+        k = int(np.searchsorted(self.row_starts, position, side="right")) - 1
+        window = int(self.window_order[k])
+        off, count = position - int(self.row_starts[k]), int(plan.rows_per_window[window])
+        tokens = plan._window_tokens_between(self.epoch, window, off, count)
+        return tokens + int(plan.tokens_per_window[self.window_order[k + 1 :]].sum())
+
     def costs(self, positions: npt.ArrayLike) -> IntArray:
         """The attention cost (sum of span lengths squared) of the rows at ``positions``."""
         out = np.zeros(int(np.size(positions)), dtype=np.int64)
         for sel, packed, fit_rows in self._each_window(positions):
-            out[sel] = packed.costs[fit_rows]
+            out[sel] = packed.costs_of(fit_rows)
         return out

@@ -48,14 +48,13 @@ from dataorder.core.assembly import (
     flag,
     recorded,
 )
-from dataorder.core.batching import coverage
 from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
-from dataorder.core.partition import EpochBlocks, plan_epoch
+from dataorder.core.partition import MAX_POSITIONS, EpochBlocks, plan_epoch
 from dataorder.core.permutation import PERMUTATION_VERSION
 from dataorder.core.state import Scalar
 from dataorder.core.topology import Topology
-from dataorder.llm.blend import MIXTURE_STATE
+from dataorder.llm.blend import BATCH_SIZE_SCHEDULE, MIXTURE_STATE
 from dataorder.llm.blend_order import BLEND_VERSION, BlendOrder
 from dataorder.llm.mixture import Mixture, MixtureSchedule
 from dataorder.llm.orders import plan_megatron_epoch
@@ -100,7 +99,7 @@ class DealtBlocks:
     rows ]): the :class:`~dataorder.core.cursor.EpochPlan` of :class:`PackedSampler`.
 
     Attributes:
-        layout: The epoch's blocks (positions ``>= layout.n`` are padding rows).
+        blocks: The epoch's blocks (positions ``>= blocks.n`` are padding rows).
         rows: See :data:`RowsAt`.
     """
 
@@ -206,27 +205,56 @@ class _Mixture:
 
 
 # -- state fields -------------------------------------------------------------------------------
+# NOTE [ Packed state fields ]
+#     A field a configuration forces carries no information and is left out (a state is at most
+#     MAX_STATE_BYTES, NOTE [ State size ]): ``total_rows`` of one corpus (a function of the
+#     lengths and the packing), ``long_documents`` under ``"overflow"`` (always "truncate"),
+#     ``drop_last`` and ``pad`` of a mixture (always True and False). ``from_state`` then uses
+#     the constructor's default, which is the forced value. Arguments the user sets come before
+#     what they determine, so a state from another seed names the seed, not the row count.
+_MIXTURE_PREFIX = "sources:"
+
+
 def _lengths_field() -> Field:
-    """``config.lengths``: the lengths' fingerprint, or with a mixture the digest of every
-    source's (a state from other lengths is refused, named)."""
+    """``config.lengths``: the lengths' fingerprint, or with a mixture ``"sources:"`` and the
+    digest of every source's (a state from other lengths is refused, named). A mixture's state
+    rebuilds with ``lengths=None`` (its sources are given in ``mixture=``)."""
 
     def read(sampler: PackedSampler) -> Scalar:
-        prints = [p.config()["lengths"] for p in sampler.plans]
-        return str(prints[0]) if len(prints) == 1 else "sources:" + _digest(prints)
-
-    return Field("lengths", read)
-
-
-def _global_batch_field() -> Field:
-    """``config.global_batch_size``: 0 for none, an int, or a schedule's digest; ``from_state``
-    gives the first two back to the constructor (the schedule is a :class:`Given`)."""
+        if sampler.mixture is None:
+            return str(sampler.plans[0].config()["lengths"])
+        return _MIXTURE_PREFIX + _digest([p.config()["lengths"] for p in sampler.plans])
 
     def args(value: Scalar) -> Mapping[str, Any]:
-        if isinstance(value, str):  # a schedule's digest: the caller gives the schedule
-            return {}
+        return {"lengths": None} if _is_mixture_print(value) else {}
+
+    return Field("lengths", read, args)
+
+
+def _is_mixture_print(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(_MIXTURE_PREFIX)
+
+
+def _global_batch_size_field() -> Field:
+    """``config.global_batch_size``: 0 for none, an int, or a schedule's digest (then
+    ``from_state`` needs the schedule given)."""
+
+    def args(value: Scalar) -> Mapping[str, Any]:
+        if isinstance(value, str):
+            return {}  # a BatchSizeSchedule's digest: Given
         return {"global_batch_size": value or None}
 
     return Field("global_batch_size", lambda s: s.global_batch_size_field, args)
+
+
+def _only_if(field: Field, when: Callable[[Any], bool], label: str) -> Field:
+    """``field``, recorded only when ``when(sampler)`` (NOTE [ Packed state fields ]); ``label``
+    names it in messages and says when it is recorded."""
+    return Field(field.name, lambda s: field.read(s) if when(s) else None, field.args, label)
+
+
+def _one_corpus(sampler: PackedSampler) -> bool:
+    return sampler.mixture is None
 
 
 def _position_of(sampler: PackedSampler) -> str:
@@ -275,7 +303,8 @@ class PackedSampler(
         long_documents: Under ``"never"``, ``"truncate"`` a document longer than ``seq_len``
             to ``seq_len`` tokens, or ``"drop"`` it (counted).
         drop_last: Drop the rows that do not fill a whole block (or global batch); if False, pad
-            with empty rows ``()``. With a mixture, epochs are whole global batches of one run.
+            with empty rows ``()``. With a mixture, True (the default): its epochs are whole
+            global batches of one run, with no tail to drop or pad.
         pad_samples_to_global_batch_size: With ``drop_last=False``, pad the last global batch.
         mixture: ``([lengths_0, lengths_1, ...], weights_or_schedule)``: pack each source on its
             own and take rows by weight (a weight vector or a
@@ -309,10 +338,13 @@ class PackedSampler(
     >>> _ = next(iter(t))
     >>> sorted(t.state_dict())  # doctest: +NORMALIZE_WHITESPACE
     ['config.chunk', 'config.drop_last', 'config.global_batch_size', 'config.lengths',
-     'config.long_documents', 'config.pad', 'config.seed', 'config.seq_len', 'config.split',
-     'config.total_rows', 'config.versions', 'config.window', 'consumed', 'epoch',
-     'fingerprint', 'format', 'kind', 'layout.data_parallel_size', 'layout.micro_batch_size',
-     'version']
+     'config.pad', 'config.seed', 'config.seq_len', 'config.split', 'config.versions',
+     'config.window', 'consumed', 'epoch', 'fingerprint', 'format', 'kind',
+     'layout.data_parallel_size', 'layout.micro_batch_size', 'version']
+
+    (``config.long_documents`` only under ``split="never"``; a mixture records
+    ``config.total_rows`` and the ``mixture`` digest instead of ``drop_last`` and ``pad``: NOTE
+    [ Packed state fields ].)
     """
 
     schema = Schema(
@@ -323,12 +355,25 @@ class PackedSampler(
             recorded("split"),
             recorded("window"),
             recorded("chunk"),
-            recorded("long_documents"),
-            recorded("total_rows"),
-            flag("drop_last"),
-            _global_batch_field(),
-            flag("pad_samples_to_global_batch_size", name="pad"),
+            _only_if(
+                recorded("long_documents"),
+                lambda s: s.split == "never",
+                "long_documents (recorded under split='never' only)",
+            ),
+            _only_if(flag("drop_last"), _one_corpus, "drop_last (recorded without mixture= only)"),
+            _global_batch_size_field(),
+            _only_if(
+                flag("pad_samples_to_global_batch_size", name="pad"),
+                _one_corpus,
+                "pad_samples_to_global_batch_size (state key config.pad, recorded without "
+                "mixture= only)",
+            ),
             recorded("seed"),
+            _only_if(
+                recorded("total_rows"),
+                lambda s: not _one_corpus(s),
+                "total_rows (recorded with mixture= only)",
+            ),
             Field("versions", lambda s: s.versions),
         ),
         layout=Layout(
@@ -339,21 +384,14 @@ class PackedSampler(
                 "lengths",
                 "the document lengths the state was written over (a state holds only their "
                 "fingerprint)",
-                required=lambda config: not str(config.get("lengths", "")).startswith("sources:"),
+                required=lambda config: not _is_mixture_print(config.get("lengths")),
             ),
             Given(
                 "mixture",
                 "the ([lengths, ...], weights) of the run (a state holds only digests)",
-                required=lambda config: str(config.get("lengths", "")).startswith("sources:"),
+                required=lambda config: _is_mixture_print(config.get("lengths")),
             ),
-            Given(
-                "global_batch_size",
-                lambda config: (
-                    "the BatchSizeSchedule of a state with global_batch_size="
-                    f"{config.get('global_batch_size')!r} (a state holds only its digest)"
-                ),
-                required=lambda config: isinstance(config.get("global_batch_size"), str),
-            ),
+            BATCH_SIZE_SCHEDULE,
         ),
         extras=(MIXTURE_STATE,),
         details=(
@@ -431,14 +469,23 @@ class PackedSampler(
     # -- construction -----------------------------------------------------------------------------
     def _init_one(self, global_batch_size: object, total_rows: object) -> None:
         rows = self.plans[0].rows_per_epoch
-        if total_rows is not None and total_rows != rows:
+        if rows > MAX_POSITIONS:
+            fail(
+                "seq_len",
+                f"large enough for at most {MAX_POSITIONS} rows per epoch (the lengths hold "
+                f"{self.plans[0].lengths.total_tokens} tokens)",
+                self.plans[0].seq_len,
+            )
+        if total_rows is not None and (check_int("total_rows", total_rows, min_value=0) != rows):
             fail(
                 "total_rows", f"None or {rows} without mixture= (an epoch is one pass)", total_rows
             )
         block = self._mbs * self._dp
         gbs = None
         if global_batch_size is not None:
-            gbs = check_int("global_batch_size", global_batch_size, min_value=1)
+            gbs = check_int(
+                "global_batch_size", global_batch_size, min_value=1, max_value=MAX_POSITIONS
+            )
             if gbs % block:
                 fail("global_batch_size", f"a multiple of micro_batch_size x data_parallel_size "
                      f"= {self._mbs} x {self._dp} = {block}", gbs)  # fmt: skip
@@ -449,11 +496,11 @@ class PackedSampler(
         self._gbs = gbs
         self._source = _OneCorpus(self.plans[0])
         if self._one_layout(self._mbs, self._dp).num_batches == 0:
+            unit = f"global batch of global_batch_size={gbs}" if gbs else f"block of {block}"
             fail(
                 "lengths",
-                f"enough tokens for one block of {block} rows of seq_len="
-                f"{self.plans[0].seq_len} when drop_last=True "
-                f"({self.plans[0].rows_per_epoch} rows)",
+                f"enough tokens for one {unit} rows of seq_len={self.plans[0].seq_len} when "
+                f"drop_last=True ({self.plans[0].rows_per_epoch} rows)",
                 f"<{len(self.plans[0].lengths)} documents>",
             )
 
@@ -475,6 +522,14 @@ class PackedSampler(
             fail(
                 "pad_samples_to_global_batch_size", "False with mixture= (nothing is padded)", True
             )
+        if not self._drop_last:
+            # as create_megatron_sampler(mixture=...): an epoch of a mixture is whole global
+            # batches, so there is no tail to keep; accepting False would promise padding
+            fail(
+                "drop_last",
+                "True with mixture= (a mixture drops nothing: its epochs are whole global batches)",
+                False,
+            )
         self.plans = [plan(lengths, self._source_seed(d)) for d, lengths in enumerate(sources)]
         self.mixture = MixtureSchedule.for_sources(
             weights, len(self.plans), name="mixture[1]", counted_as="len(mixture[0])"
@@ -487,14 +542,22 @@ class PackedSampler(
             )
         else:
             batches = BatchSizeSchedule.constant(
-                check_int("global_batch_size", global_batch_size, min_value=1)
+                check_int(
+                    "global_batch_size", global_batch_size, min_value=1, max_value=MAX_POSITIONS
+                )
             )
         batches.check_layout(micro_batch_size=self._mbs, data_parallel_size=self._dp)
         self._batches = batches
         largest = max(seg.global_batch_size for seg in batches.segments)
         per_pass = [p.rows_per_epoch for p in self.plans]
+        if total_rows is None and sum(per_pass) < largest:
+            fail(
+                "global_batch_size",
+                f"at most total_rows (by default every source's rows of one pass, {sum(per_pass)})",
+                largest,
+            )
         total = sum(per_pass) if total_rows is None else total_rows
-        self._total = check_int("total_rows", total, min_value=largest)
+        self._total = check_int("total_rows", total, min_value=largest, max_value=MAX_POSITIONS)
         if min(per_pass) < 1:
             d = per_pass.index(min(per_pass))
             fail(f"mixture[0][{d}]", "document lengths with at least one token", "<no rows>")
@@ -640,26 +703,45 @@ class PackedSampler(
         plan, s = self.plans[0], self.seq_len
         lay = self._one_layout(self._mbs, self._dp)
         read = min(lay.n, lay.total_positions)
-        tail = np.arange(read, lay.n, dtype=np.int64)
-        tail_tokens = sum(b - a for row in plan.epoch(self._epoch).rows(tail) for _, a, b in row)
+        tail = lay.n - read
+        tail_tokens = plan.epoch(self._epoch).tokens_from(read)
         dropped = plan.tokens_cut_per_epoch + tail_tokens
-        padded = plan.tokens_padded_per_epoch - (tail.size * s - tail_tokens) + lay.padded * s
+        padded = plan.tokens_padded_per_epoch - (tail * s - tail_tokens) + lay.padded * s
         return dropped, padded
 
     def _count_mixture(self) -> tuple[int, int]:
-        plan = self.dealt_blocks()
-        rows, _ = plan.step_rows(0, plan.num_steps)
-        spans = PackedRows(self.seq_len).spans(rows)
-        covered = coverage(spans)
+        """NOTE [ Coverage ] of a mixture's epoch, per source, without listing its rows: source
+        ``d`` gives its draws ``[c_d(first), c_d(end))``, rows ``j mod P`` of passes ``j // P``,
+        so a run of whole passes, and at most a tail of one pass and a head of the next."""
+        first, end = self.order.epoch_bounds(self._epoch)
+        starts, stops = self.order.mixture.counts(first), self.order.mixture.counts(end)
+        units = distinct = 0
+        for plan, j0, j1 in zip(self.plans, starts.tolist(), stops.tolist(), strict=True):
+            if j1 <= j0:
+                continue
+            per_pass, tokens = plan.rows_per_epoch, plan.tokens_per_epoch
+            (p0, a), (p1, b) = divmod(j0, per_pass), divmod(j1, per_pass)
+            if p0 == p1:
+                part = plan.epoch(p0).tokens_from(a) - plan.epoch(p0).tokens_from(b)
+                units, distinct = units + part, distinct + part
+                continue
+            head = plan.epoch(p0).tokens_from(a)
+            tail = tokens - plan.epoch(p1).tokens_from(b) if b else 0
+            units += head + (p1 - p0 - 1) * tokens + tail
+            if p1 - p0 > 1 or a == 0:  # a whole pass read: every token it holds
+                distinct += tokens
+            else:
+                distinct += plan.tokens_covered([(p0, a, per_pass), (p1, 0, b)])
         universe = sum(int(p.lengths.total_tokens) for p in self.plans)
-        padding = self.seq_len * len(rows) - covered.units
-        return universe - covered.distinct, covered.repeated + padding
+        rows = end - first
+        return universe - distinct, (units - distinct) + rows * self.seq_len - units
 
     @property
     def tokens_dropped(self) -> int:
         """Tokens of the corpus the cursor's epoch does not read, summed over ranks: the tail
         rows ``drop_last`` drops, the tokens ``split="never"`` cuts; with a mixture, every token
-        its epoch does not reach (O(rows of the epoch) on first use)."""
+        its epoch does not reach. Counted from window totals on first use (a window's packing
+        or two, never a row at a time; under ``"never"`` every window's rows are counted once)."""
         return self._epoch_counts()[0]
 
     @property
@@ -670,8 +752,10 @@ class PackedSampler(
 
     @property
     def documents_split(self) -> int:
-        """Documents whose tokens are in more than one row, per epoch (the same every epoch;
-        packs every window once, on first use)."""
+        """Documents whose tokens are in more than one row of the packing of an epoch (the same
+        every epoch; packs every window once, on first use). A property of the packing, not of
+        what is read: a split document whose other rows fall in a dropped tail still counts,
+        and a mixture counts one pass of each source, however many passes its epoch reads."""
         return sum(sum(p.documents_split()) for p in self.plans)
 
     def __repr__(self) -> str:

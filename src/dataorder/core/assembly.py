@@ -89,14 +89,16 @@ class Field:
             compared on load (a digest, a construction version).
         label: How a state that differs in this field names it, when its key is not the name
             of the argument a user set (``config.interleaved`` is ``interleave_unit``), or when
-            the field is left out of some states (its ``read`` gives None): then the label says
-            when, and only a labelled field may be absent from a state ``from_state`` rebuilds.
+            the field is left out of some states: then the label says when.
+        optional: Whether some states leave the field out (its ``read`` gives None); only an
+            optional field may be absent from a state ``from_state`` rebuilds.
     """
 
     name: str
     read: Callable[[Any], Scalar | None]
     args: Decode | None = None
     label: str | None = None
+    optional: bool = False
 
 
 def _scalar(name: str, value: object) -> Scalar:
@@ -350,6 +352,9 @@ class Schema:
             them (the first field that differs is the one an error names).
         layout: The data-parallel layout (:class:`Layout`).
         batching: What one rank's item at one step is (:mod:`dataorder.core.batching`).
+        batching_of: ``rule(sampler)``, for a rule that depends on the configuration (packed rows
+            of ``seq_len`` tokens); it replaces ``batching``, which then only says whether an
+            item is a batch.
         modes: The compat registry of the order strategy, or None for a sampler with one order.
         given: What :meth:`AssembledSampler.from_state` takes from the caller (:class:`Given`).
         extras: Keys the state adds after the progress (:class:`Extra`).
@@ -365,6 +370,7 @@ class Schema:
     fields: tuple[Field, ...]
     layout: Layout
     batching: BatchRule = BATCHES
+    batching_of: Callable[[Any], BatchRule] | None = None
     modes: Modes | None = None
     given: tuple[Given, ...] = ()
     extras: tuple[Extra, ...] = ()
@@ -429,7 +435,8 @@ class AssembledSampler(CursorSampler[T_co]):
     @property
     def batching(self) -> BatchRule:
         """What one rank's item at one step is, and what its slots cover."""
-        return self.schema.batching
+        of = self.schema.batching_of
+        return self.schema.batching if of is None else of(self)
 
     @property
     def elastic(self) -> bool:
@@ -618,7 +625,7 @@ class AssembledSampler(CursorSampler[T_co]):
             dp_size = check_int("dp_size", dp_size, min_value=1)
         config, layout, _ = split_state(state)
         absent = [
-            f"config.{f.name}" for f in schema.fields if f.label is None and f.name not in config
+            f"config.{f.name}" for f in schema.fields if not f.optional and f.name not in config
         ]
         if absent:  # before a constructor's default stands in for it and refuses something else
             raise ValueError(f"state is missing keys {absent}")

@@ -127,7 +127,7 @@ def _interleaved() -> Field:
         "interleave_unit (state key config.interleaved: the chunk size U of "
         "bucket_order='interleaved', absent in the sequential order)"
     )
-    return Field("interleaved", read, args, label)
+    return Field("interleaved", read, args, label, optional=True)
 
 
 def _digest_field(name: str, read: Any) -> Field:

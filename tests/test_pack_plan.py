@@ -360,7 +360,7 @@ GOLDEN_ROWS = [
         ({"split": "always"}, ValueError, "split must be one of 'overflow', 'never'"),
         ({"chunk": 0}, ValueError, "chunk must be an int in [1, 1048576]; got chunk=0"),
         ({"window": 100, "chunk": 64}, ValueError, "window must be a multiple of chunk=64"),
-        ({"window": 2**25}, ValueError, "window must be an int in [1, 16777216]"),
+        ({"window": 2**25}, ValueError, "window must be an int in [1, 1048576]"),
         ({"long_documents": "keep"}, ValueError, "long_documents must be one of"),
         ({"long_documents": "drop"}, ValueError, "long_documents must be 'truncate' under"),
         ({"seed": -1}, ValueError, "seed must be an int in [0, 9223372036854775807]"),

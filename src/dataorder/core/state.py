@@ -31,9 +31,10 @@ NOTE [ State size ]
     blend (under 520 with a 19-digit count of schedule entries). 512 bytes, the bound of
     0.2.0's drafts, does not hold: the interleaved order reached 513 bytes on a dataset that
     fits in memory (a 16.8 M-sample bucket among 120 k buckets at the largest epoch).
-    ``tests/test_hostile_states.py`` builds every sampler and mode at these extremes. One
-    exception is known and pinned there: ``PackedSampler(mixture=...)`` holds the packing's
-    fields and the blend's at once, 585 to 636 bytes at the caps (one corpus: at most 549).
+    ``tests/test_hostile_states.py`` builds every sampler and mode at these extremes. The
+    packed sampler writes its packing in one field (NOTE [ Packed state fields ] in
+    :mod:`dataorder.llm.packing.sampler`): one corpus at most 459 bytes, a mixture with a
+    batch-size schedule 546.
 """
 
 from __future__ import annotations

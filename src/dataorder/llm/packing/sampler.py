@@ -57,7 +57,7 @@ from dataorder.core.topology import Topology
 from dataorder.llm.blend import BATCH_SIZE_SCHEDULE, MIXTURE_STATE
 from dataorder.llm.blend_order import BLEND_VERSION, BlendOrder
 from dataorder.llm.mixture import Mixture, MixtureSchedule
-from dataorder.llm.orders import plan_megatron_epoch
+from dataorder.llm.orders import check_epoch_end, plan_megatron_epoch
 from dataorder.llm.packing.dealing import deal
 from dataorder.llm.packing.fit import LongDocuments, Split
 from dataorder.llm.packing.lengths import DocumentLengths
@@ -72,7 +72,7 @@ from dataorder.llm.packing.rule import PackedRows
 from dataorder.llm.placement import MicroBatchPlacement
 from dataorder.llm.schedule import BatchSizeSchedule
 
-__all__ = ["PackedSampler"]
+__all__ = ["MAX_BLOCK_ROWS", "PackedSampler"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -81,6 +81,11 @@ _STREAM = "packed"
 # Rows evaluated together while iterating (rows of all ranks): a chunk of blocks shares the
 # packing of its windows and one search over the epoch's row counts.
 _CHUNK_ROWS = 4096
+#: Most rows in one global block (``micro_batch_size x data_parallel_size``): every rank builds
+#: and deals its whole block each step (NOTE [ Dealing rows ]), about 13 us a row here (4,096
+#: rows: 0.07 s; 65,536: 1.5 s; 2**18, 65,536 ranks of 4 rows: 3.4 s). Larger blocks are
+#: refused rather than left to hang every step.
+MAX_BLOCK_ROWS = 2**18
 
 
 def _digest(payload: object) -> str:
@@ -208,11 +213,17 @@ class _Mixture:
 # NOTE [ Packed state fields ]
 #     A field a configuration forces carries no information and is left out (a state is at most
 #     MAX_STATE_BYTES, NOTE [ State size ]): ``total_rows`` of one corpus (a function of the
-#     lengths and the packing), ``long_documents`` under ``"overflow"`` (always "truncate"),
-#     ``drop_last`` and ``pad`` of a mixture (always True and False). ``from_state`` then uses
-#     the constructor's default, which is the forced value. Arguments the user sets come before
-#     what they determine, so a state from another seed names the seed, not the row count.
+#     lengths and the packing), ``long_documents`` unless ``"drop"`` (then ``split`` reads
+#     ``"never-drop"``), ``drop_last`` and ``pad`` of a mixture (always True and False).
+#     ``from_state`` then uses the constructor's default, which is the forced value. Arguments
+#     the user sets come before what they determine, so a state from another seed names the
+#     seed, not the row count.
+#     The packing's four arguments share one field, ``config.packing`` (``"8192/overflow/
+#     16384/128"``): the state of a mixture at every cap at once (a batch-size schedule, a long
+#     schedule tag, 19-digit counts) fits MAX_STATE_BYTES that way, and a one-corpus state at
+#     the caps fits 512 bytes.
 _MIXTURE_PREFIX = "sources:"
+_PACKING_LABEL = "packing (seq_len/split/window/chunk; split 'never-drop' is long_documents='drop')"
 
 
 def _lengths_field() -> Field:
@@ -247,10 +258,56 @@ def _global_batch_size_field() -> Field:
     return Field("global_batch_size", lambda s: s.global_batch_size_field, args)
 
 
+def _check_block(micro_batch_size: int, data_parallel_size: int) -> None:
+    if micro_batch_size * data_parallel_size > MAX_BLOCK_ROWS:
+        fail(
+            "micro_batch_size x data_parallel_size",
+            f"at most MAX_BLOCK_ROWS = {MAX_BLOCK_ROWS} rows (every rank builds and deals the "
+            "whole block each step)",
+            f"{micro_batch_size} x {data_parallel_size} = {micro_batch_size * data_parallel_size}",
+        )
+
+
+def _packing_field() -> Field:
+    """``config.packing``: ``"seq_len/split/window/chunk"``, the packing in one field (NOTE
+    [ Packed state fields ]); ``split`` is ``"never-drop"`` under ``split="never",
+    long_documents="drop"``."""
+
+    def read(sampler: PackedSampler) -> Scalar:
+        split = sampler.split
+        if split == "never" and sampler.long_documents == "drop":
+            split = "never-drop"
+        return f"{sampler.seq_len}/{split}/{sampler.window}/{sampler.chunk}"
+
+    def args(value: Scalar) -> Mapping[str, Any]:
+        parts = str(value).split("/")
+        splits = {"overflow": ("overflow", "truncate"), "never": ("never", "truncate")}
+        splits["never-drop"] = ("never", "drop")
+        if (
+            not isinstance(value, str)
+            or len(parts) != 4
+            or parts[1] not in splits
+            or not all(p.isdigit() and p.isascii() for p in (parts[0], parts[2], parts[3]))
+        ):
+            fail("state['config.packing']", "'seq_len/split/window/chunk'", value)
+        split, long_documents = splits[parts[1]]
+        return {
+            "seq_len": int(parts[0]),
+            "split": split,
+            "window": int(parts[2]),
+            "chunk": int(parts[3]),
+            "long_documents": long_documents,
+        }
+
+    return Field("packing", read, args, _PACKING_LABEL)
+
+
 def _only_if(field: Field, when: Callable[[Any], bool], label: str) -> Field:
     """``field``, recorded only when ``when(sampler)`` (NOTE [ Packed state fields ]); ``label``
     names it in messages and says when it is recorded."""
-    return Field(field.name, lambda s: field.read(s) if when(s) else None, field.args, label)
+    return Field(
+        field.name, lambda s: field.read(s) if when(s) else None, field.args, label, optional=True
+    )
 
 
 def _one_corpus(sampler: PackedSampler) -> bool:
@@ -337,29 +394,21 @@ class PackedSampler(
     >>> t = PackedSampler([5, 3, 9, 2, 7], 8, 1, 0, 2, seed=0, chunk=1, window=5)
     >>> _ = next(iter(t))
     >>> sorted(t.state_dict())  # doctest: +NORMALIZE_WHITESPACE
-    ['config.chunk', 'config.drop_last', 'config.global_batch_size', 'config.lengths',
-     'config.pad', 'config.seed', 'config.seq_len', 'config.split', 'config.versions',
-     'config.window', 'consumed', 'epoch', 'fingerprint', 'format', 'kind',
-     'layout.data_parallel_size', 'layout.micro_batch_size', 'version']
+    ['config.drop_last', 'config.global_batch_size', 'config.lengths', 'config.packing',
+     'config.pad', 'config.seed', 'config.versions', 'consumed', 'epoch', 'fingerprint',
+     'format', 'kind', 'layout.data_parallel_size', 'layout.micro_batch_size', 'version']
+    >>> t.state_dict()["config.packing"]  # seq_len/split/window/chunk
+    '8/overflow/5/1'
 
-    (``config.long_documents`` only under ``split="never"``; a mixture records
-    ``config.total_rows`` and the ``mixture`` digest instead of ``drop_last`` and ``pad``: NOTE
-    [ Packed state fields ].)
+    (A mixture records ``config.total_rows`` and the ``mixture`` digest instead of
+    ``drop_last`` and ``pad``: NOTE [ Packed state fields ].)
     """
 
     schema = Schema(
         kind="packed",
         fields=(
             _lengths_field(),
-            recorded("seq_len"),
-            recorded("split"),
-            recorded("window"),
-            recorded("chunk"),
-            _only_if(
-                recorded("long_documents"),
-                lambda s: s.split == "never",
-                "long_documents (recorded under split='never' only)",
-            ),
+            _packing_field(),
             _only_if(flag("drop_last"), _one_corpus, "drop_last (recorded without mixture= only)"),
             _global_batch_size_field(),
             _only_if(
@@ -393,6 +442,7 @@ class PackedSampler(
             ),
             BATCH_SIZE_SCHEDULE,
         ),
+        batching_of=lambda s: PackedRows(s.seq_len),
         extras=(MIXTURE_STATE,),
         details=(
             Detail("consumed_samples", lambda s: f"{s.consumed_samples} rows (run-wide)"),
@@ -435,6 +485,7 @@ class PackedSampler(
             dp_dims=dp_dims,
             topology=topology,
         )
+        _check_block(self._mbs, self._dp)
         self._drop_last = check_bool("drop_last", drop_last)
         self._pad = check_bool("pad_samples_to_global_batch_size", pad_samples_to_global_batch_size)
 
@@ -481,18 +532,13 @@ class PackedSampler(
                 "total_rows", f"None or {rows} without mixture= (an epoch is one pass)", total_rows
             )
         block = self._mbs * self._dp
-        gbs = None
-        if global_batch_size is not None:
-            gbs = check_int(
-                "global_batch_size", global_batch_size, min_value=1, max_value=MAX_POSITIONS
-            )
-            if gbs % block:
-                fail("global_batch_size", f"a multiple of micro_batch_size x data_parallel_size "
-                     f"= {self._mbs} x {self._dp} = {block}", gbs)  # fmt: skip
-        if self._pad and gbs is None:
-            fail("global_batch_size", "an int when pad_samples_to_global_batch_size=True", None)
-        if self._pad and self._drop_last:
-            fail("drop_last", "False when pad_samples_to_global_batch_size=True", True)
+        _, gbs, _ = check_epoch_end(
+            self._drop_last,
+            global_batch_size,
+            self._pad,
+            micro_batch_size=self._mbs,
+            data_parallel_size=self._dp,
+        )
         self._gbs = gbs
         self._source = _OneCorpus(self.plans[0])
         if self._one_layout(self._mbs, self._dp).num_batches == 0:
@@ -604,12 +650,6 @@ class PackedSampler(
         return epoch, {"consumed": consumed}
 
     # -- configuration, read-only ---------------------------------------------------------------
-    @property
-    def batching(self) -> PackedRows:
-        """Micro-batches of rows of ``seq_len`` tokens (:class:`~dataorder.llm.packing.rule.
-        PackedRows`)."""
-        return PackedRows(self.seq_len)
-
     @property
     def seq_len(self) -> int:
         """Tokens per row."""
@@ -787,6 +827,7 @@ class PackedSampler(
     def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> DealtBlocks:
         mbs = check_int("micro_batch_size", layout["micro_batch_size"], min_value=1)
         dp = check_int("data_parallel_size", layout["data_parallel_size"], min_value=1)
+        _check_block(mbs, dp)
         if self.mixture is None:
             if self._gbs is not None and self._gbs % (mbs * dp):
                 fail(

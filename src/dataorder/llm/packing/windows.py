@@ -81,8 +81,8 @@ class WindowGrid:
 
     def totals(self, chunk_totals: IntArray) -> IntArray:
         """Tokens of every window, from the tokens of every chunk (``M`` entries): int64,
-        ``nW`` entries. Exact: a window holds at most ``2**24`` documents of ``< 2**31``
-        tokens (NOTE [ Length bounds ] in :mod:`dataorder.llm.packing.lengths`)."""
+        ``nW`` entries. Exact: a window holds at most ``2**20`` documents (``MAX_WINDOW``) of
+        ``< 2**31`` tokens (NOTE [ Length bounds ] in :mod:`dataorder.llm.packing.lengths`)."""
         n_w, m = self.num_windows, chunk_totals.shape[0]
         out = np.zeros(n_w, dtype=np.int64)
         for j, o in enumerate(self.offsets.tolist()):

@@ -52,6 +52,7 @@ __all__ = [
     "Scalar",
     "build_state",
     "config_fingerprint",
+    "digest",
     "find_sampler_states",
     "parse_state",
     "split_state",
@@ -80,10 +81,21 @@ def _check_scalar(name: str, value: object) -> Scalar:
     raise TypeError(f"{name} must be an int or str; got {name}={value!r}")
 
 
+def digest(payload: object) -> str:
+    """16 hex digits of BLAKE2b over ``payload`` as compact JSON: what a state records of a
+    value too large to hold (a list of sizes, a schedule, the fingerprints of sources).
+
+    Example:
+        >>> digest([10, 20])
+        '6414a95eef5c43a8'
+    """
+    text = json.dumps(payload, separators=(",", ":"))
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
+
+
 def config_fingerprint(config: Mapping[str, Scalar]) -> str:
     """Return a 16-hex-digit digest of ``config`` (order of keys does not matter)."""
-    payload = json.dumps(sorted(config.items()), separators=(",", ":"))
-    return hashlib.blake2b(payload.encode("utf-8"), digest_size=8).hexdigest()
+    return digest(sorted(config.items()))
 
 
 def build_state(

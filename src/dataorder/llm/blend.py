@@ -46,8 +46,6 @@ digests prove them.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -71,7 +69,7 @@ from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.partition import plan_epoch
 from dataorder.core.permutation import MAX_DOMAIN, PERMUTATION_VERSION
-from dataorder.core.state import MAX_EPOCH, Scalar
+from dataorder.core.state import MAX_EPOCH, Scalar, digest
 from dataorder.core.topology import Topology
 from dataorder.llm.blend_order import BLEND_STREAM, BLEND_VERSION, BlendOrder
 from dataorder.llm.mixture import Mixture, MixtureSchedule, WeightVector
@@ -95,11 +93,6 @@ _DIGEST_ONLY = "(a state holds only its digest)"
 _SHOWN_SOURCES = 8
 
 
-def _digest(payload: object) -> str:
-    text = json.dumps(payload, separators=(",", ":")).encode()
-    return hashlib.blake2b(text, digest_size=8).hexdigest()
-
-
 def _check_sizes(sizes: object) -> tuple[int, ...]:
     items = check_sequence("sizes", sizes, "a sequence of positive ints, one per source")
     out = tuple(
@@ -121,7 +114,7 @@ def _global_batch_size() -> Field:
 
     def read(sampler: BlendedSampler) -> Scalar:
         thresholds = sampler.batch_size_schedule.thresholds
-        return thresholds[0][1] if len(thresholds) == 1 else f"schedule:{_digest(thresholds)}"
+        return thresholds[0][1] if len(thresholds) == 1 else f"schedule:{digest(thresholds)}"
 
     def args(value: Scalar) -> Mapping[str, Any]:
         return {"global_batch_size": value} if isinstance(value, int) else {}
@@ -283,7 +276,7 @@ class BlendedSampler(
     schema = Schema(
         kind="blended",
         fields=(
-            Field("sizes", lambda s: _digest(s.sizes)),
+            Field("sizes", lambda s: digest(s.sizes)),
             recorded("total_samples"),
             _global_batch_size(),
             recorded("seed"),

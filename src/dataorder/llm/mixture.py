@@ -105,7 +105,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import json
 import math
 import numbers
 from collections.abc import Iterable, Sequence
@@ -118,6 +117,7 @@ import numpy.typing as npt
 
 from dataorder._validate import check_int, check_sequence, fail, is_zero_d
 from dataorder.core.apportion import MAX_POSITION, MAX_TOTAL, Apportionment, quantize_weights
+from dataorder.core.state import digest as state_digest
 
 __all__ = [
     "Mixture",
@@ -245,8 +245,7 @@ class MixtureSegment:
 
     def digest(self) -> str:
         """16 hex digits of BLAKE2b over :meth:`canonical`."""
-        payload = json.dumps(self.canonical(), separators=(",", ":")).encode()
-        return hashlib.blake2b(payload, digest_size=8).hexdigest()
+        return state_digest(self.canonical())
 
 
 class MixtureSchedule:

@@ -28,8 +28,6 @@ mixture the digest of the schedule's trained part. A resume costs the packing of
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +50,7 @@ from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.partition import MAX_POSITIONS, EpochBlocks, plan_epoch
 from dataorder.core.permutation import PERMUTATION_VERSION
-from dataorder.core.state import Scalar
+from dataorder.core.state import Scalar, digest
 from dataorder.core.topology import Topology
 from dataorder.llm.blend import BATCH_SIZE_SCHEDULE, MIXTURE_STATE
 from dataorder.llm.blend_order import BLEND_VERSION, BlendOrder
@@ -86,11 +84,6 @@ _CHUNK_ROWS = 4096
 #: rows: 0.07 s; 65,536: 1.5 s; 2**18, 65,536 ranks of 4 rows: 3.4 s). Larger blocks are
 #: refused rather than left to hang every step.
 MAX_BLOCK_ROWS = 2**18
-
-
-def _digest(payload: object) -> str:
-    text = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
-    return hashlib.blake2b(text, digest_size=8).hexdigest()
 
 
 # -- the epoch plan -------------------------------------------------------------------------------
@@ -234,7 +227,7 @@ def _lengths_field() -> Field:
     def read(sampler: PackedSampler) -> Scalar:
         if sampler.mixture is None:
             return str(sampler.plans[0].config()["lengths"])
-        return _MIXTURE_PREFIX + _digest([p.config()["lengths"] for p in sampler.plans])
+        return _MIXTURE_PREFIX + digest([p.config()["lengths"] for p in sampler.plans])
 
     def args(value: Scalar) -> Mapping[str, Any]:
         return {"lengths": None} if _is_mixture_print(value) else {}
@@ -701,7 +694,7 @@ class PackedSampler(
         if self.mixture is None:
             return self._gbs or 0
         thresholds = self._batches.thresholds
-        return thresholds[0][1] if len(thresholds) == 1 else f"schedule:{_digest(thresholds)}"
+        return thresholds[0][1] if len(thresholds) == 1 else f"schedule:{digest(thresholds)}"
 
     @property
     def versions(self) -> str:

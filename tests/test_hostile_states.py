@@ -292,7 +292,8 @@ def judge_edit(run: Run, step: int, x: int) -> str | None:
     if refused is not None:
         if not must_refuse(run, saved, x):
             return f"{what}: refused an edit the rule allows: {refused}"
-        wanted = ("the mixture schedule cannot continue this state", "segment", f"sample {e}")
+        unit = rest[0].position_unit  # "row" for packed rows
+        wanted = ("the mixture schedule cannot continue this state", "segment", f"{unit} {e}")
         missing = [w for w in wanted if w not in refused]
         return f"{what}: the refusal does not say {missing}: {refused}" if missing else None
     after = [v for step in zip(*[list(s) for s in rest], strict=True) for mb in step for v in mb]

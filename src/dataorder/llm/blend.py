@@ -131,7 +131,12 @@ def _check_trained(
 ) -> None:
     # NOTE [ Trained part of a schedule ]: through the end of the global batch under way
     saved = sampler.order.epoch_bounds(epoch)[0] + progress["consumed"]
-    sampler.schedule.check_trained(tag, sampler.order.quotas_fixed_through(saved), saved_at=saved)
+    sampler.schedule.check_trained(
+        tag,
+        sampler.order.quotas_fixed_through(saved),
+        saved_at=saved,
+        unit=sampler.position_unit,
+    )
 
 
 def _trained_tag(sampler: Any) -> str | None:
@@ -147,7 +152,8 @@ def _trained_tag(sampler: Any) -> str | None:
 #: The ``mixture`` key of the state of a sampler over a :class:`~dataorder.llm.mixture.
 #: MixtureSchedule` (NOTE [ Trained part of a schedule ]): declared by every sampler whose
 #: ``schedule``, ``order`` (a :class:`~dataorder.llm.blend_order.BlendOrder`) and
-#: ``consumed_samples`` say what was trained; absent when ``schedule`` is None.
+#: ``consumed_samples`` say what was trained (and ``position_unit`` what a position counts, in
+#: messages); absent when ``schedule`` is None.
 MIXTURE_STATE = Extra(
     "mixture", _trained_tag, _check_trained, required=lambda s: s.schedule is not None
 )
@@ -272,6 +278,9 @@ class BlendedSampler(
      'config.seed': 0, 'config.versions': 'blend1-permutation1-key1-apportionment1',
      'layout.micro_batch_size': 2, 'layout.data_parallel_size': 2}
     """
+
+    #: What a position of the order counts, in messages.
+    position_unit = "sample"
 
     schema = Schema(
         kind="blended",

@@ -546,6 +546,7 @@ class MixtureSchedule:
         *,
         name: str = "state['mixture']",
         saved_at: int | None = None,
+        unit: str = "sample",
     ) -> None:
         """Refuse this schedule if its part before ``samples`` is not the one ``tag`` digests.
 
@@ -555,6 +556,7 @@ class MixtureSchedule:
             name: What the message calls ``tag``.
             saved_at: The saved position ``P`` when it is not ``samples`` (a state saved inside
                 a global batch): the message says why the schedule is fixed beyond it.
+            unit: What a position counts, in the message (``"row"`` for packed rows).
 
         Raises:
             ValueError: If ``tag`` is not a trained tag, or the trained parts differ; the message
@@ -588,12 +590,12 @@ class MixtureSchedule:
             first = min(theirs_m, ours_m)
         if first is not None:
             if first < len(self._segments):
-                where = f"segment {first} (starting at sample {self._segments[first].start})"
+                where = f"segment {first} (starting at {unit} {self._segments[first].start})"
             else:
                 where = f"segment {first}"
             what = (
-                f"the state trained {theirs_m} segments before sample {samples} and this "
-                f"schedule has {ours_m}; its {where} differs"
+                f"the state trained {theirs_m} segment{_s(theirs_m)} before {unit} {samples} "
+                f"and this schedule has {ours_m}; its {where} differs"
                 if first == min(theirs_m, ours_m)
                 else f"its {where} differs from the one the state was trained with"
             )
@@ -603,17 +605,21 @@ class MixtureSchedule:
                 "state was trained with"
             )
         if saved_at is None or saved_at == samples:
-            allowed = f"start at or after the saved position (sample {samples}) may change"
+            allowed = f"start at or after the saved position ({unit} {samples}) may change"
         else:
             allowed = (
-                f"start at or after sample {samples}, the end of the global batch under way at "
-                f"the saved position (sample {saved_at}), may change: that batch's quotas were "
+                f"start at or after {unit} {samples}, the end of the global batch under way at "
+                f"the saved position ({unit} {saved_at}), may change: that batch's quotas were "
                 "fixed when it started"
             )
         raise ValueError(
             f"the mixture schedule cannot continue this state: {what}. Only segments that "
             f"{allowed} (NOTE [ Trained part of a schedule ])"
         )
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
 
 
 def ramp_split(tau: int, length: int) -> int:

@@ -397,6 +397,9 @@ class PackedSampler(
     ``drop_last`` and ``pad``: NOTE [ Packed state fields ].)
     """
 
+    #: What a position of the order counts, in messages.
+    position_unit = "row"
+
     schema = Schema(
         kind="packed",
         fields=(

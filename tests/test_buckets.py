@@ -31,9 +31,9 @@ from dataorder.diffusion.buckets import (
     PRESETS,
     MultiTierBucketCalculator,
 )
-from dataorder.diffusion.compat_nemo import NemoBucketRule
 from dataorder.diffusion.cost import CostModel, image_tokens
 from dataorder.diffusion.lattice import best_resolution, default_resolutions
+from dataorder.diffusion.nemo_rule import NemoBucketRule
 from dataorder.diffusion.video import VideoBucketCalculator
 
 QUANTS = (8, 16, 32, 64)

@@ -36,7 +36,7 @@ NOTE [ Bucket order strategies ]
     Which buckets come in which order, how each bucket is shuffled, and how a bucket's end is
     padded are a :class:`BucketOrder` strategy chosen once when the sampler is built: the default
     :class:`KeyedBucketOrder` (structured keys, O(1) memory, elastic) here, NeMo Automodel's
-    (``compat="nemo"``) in :mod:`dataorder.diffusion.compat_nemo`. The plan and the iteration
+    (``compat="nemo"``) in :mod:`dataorder.diffusion.nemo_order`. The plan and the iteration
     code never look at the mode.
 """
 

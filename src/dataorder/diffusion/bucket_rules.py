@@ -10,7 +10,7 @@ NOTE [ Bucket rules ]
     * ``"default"``, :class:`DefaultBucketRule` (below): one bucket per nominal aspect ratio,
       each image to the bucket of least crop loss, in exact integers; batch sizes inversely
       proportional to pixels, clamped to ``4 * base``;
-    * ``"nemo"``, :class:`~dataorder.diffusion.compat_nemo.NemoBucketRule`: NeMo Automodel
+    * ``"nemo"``, :class:`~dataorder.diffusion.nemo_rule.NemoBucketRule`: NeMo Automodel
       0.7.0's buckets, assignment and batch sizes exactly (only bad input differs: a
       ValueError/TypeError here, not a ZeroDivisionError or a math domain error);
     * ``"fitted"``, :class:`~dataorder.diffusion.fit_rule.FittedBucketRule`: buckets and exact

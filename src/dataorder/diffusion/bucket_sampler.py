@@ -25,7 +25,7 @@ Resume. The cursor is ``(epoch, bucket, consumed)``: the ordinal of the current 
 epoch's order and the positions of it that all ranks together have taken. Loading a state sets
 the cursor; nothing is replayed. The bucket streams do not depend on ``R``, so in the default
 mode a state saved on 8 ranks continues on 4 (or any ``R'`` with ``b_j x R'`` dividing
-``consumed``); ``compat="nemo"`` (:mod:`dataorder.diffusion.compat_nemo`) records
+``consumed``); ``compat="nemo"`` (:mod:`dataorder.diffusion.nemo_order`) records
 ``num_replicas`` and refuses another one, as its padding and drop rule depend on it. Epochs,
 ``len()`` and checkpoints follow the loop contract of :mod:`dataorder.core.cursor`.
 """
@@ -75,7 +75,7 @@ from dataorder.diffusion.bucket_plan import (
     longest_shape_run,
     plan_sampler_epoch,
 )
-from dataorder.diffusion.compat_nemo import NEMO_BUCKET_MODE
+from dataorder.diffusion.nemo_order import NEMO_BUCKET_MODE
 from dataorder.diffusion.table import BucketTable
 
 __all__ = ["BUCKET_MODES", "COMPAT_MODES", "BucketSampler", "SequentialBucketSampler"]
@@ -163,7 +163,7 @@ class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], 
             environment (:func:`~dataorder.core.topology.resolve_topology`).
         rank: Data-parallel rank, in ``[0, num_replicas)``; default as ``num_replicas``.
         compat: ``"default"`` (structured keys, elastic) or ``"nemo"`` (NeMo Automodel's exact
-            batches; :mod:`dataorder.diffusion.compat_nemo`).
+            batches; :mod:`dataorder.diffusion.nemo_order`).
         bucket_order: ``"sequential"`` or ``"interleaved"`` (see above). With
             ``"interleaved"``, ``shuffle_buckets`` draws a new arrangement every epoch (else
             the same one), and ``compat`` must be ``"default"``.

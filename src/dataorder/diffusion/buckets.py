@@ -44,11 +44,11 @@ from dataorder.diffusion.bucket_rules import (
     CostModelBatchSizes,
     DefaultBucketRule,
 )
-from dataorder.diffusion.compat_nemo import NEMO_ASPECT_RATIOS, NemoBucketRule
 from dataorder.diffusion.cost import DEFAULT_MAX_BATCH_FACTOR, CostModel, cost_model_from_field
 from dataorder.diffusion.crop import CropResult, require_pillow, resize_and_crop
 from dataorder.diffusion.lattice import DEFAULT_ASPECT_RATIOS, AspectRatio
 from dataorder.diffusion.lookup import MAX_IMAGE_SIDE, as_size_array
+from dataorder.diffusion.nemo_rule import NEMO_ASPECT_RATIOS, NemoBucketRule
 
 __all__ = [
     "BUCKETS_VERSION",

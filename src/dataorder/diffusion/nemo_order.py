@@ -1,9 +1,9 @@
-"""``compat="nemo"`` for diffusion: NeMo Automodel 0.7.0's bucket sampler order and bucket rule.
+"""``compat="nemo"`` of the bucket sampler: NeMo Automodel 0.7.0's sampler order.
 
-Everything NeMo does differently lives here, behind the strategies the default code uses
-(NOTE [ Bucket order strategies ] in :mod:`dataorder.diffusion.bucket_plan`, NOTE [ Bucket rules ]
-in :mod:`dataorder.diffusion.buckets`), so the default path reads as if no compatibility mode
-existed. Reproduced on purpose, from the behaviour spec (nemo_behaviour.md sections 2 and 4):
+Everything NeMo's sampler does differently lives here, behind the bucket order strategy the
+default code uses (NOTE [ Bucket order strategies ] in :mod:`dataorder.diffusion.bucket_plan`), so
+the default path reads as if no compatibility mode existed. Reproduced on purpose, from the
+behaviour spec (nemo_behaviour.md section 4):
 
 * the sampler draws every permutation from one ``torch.Generator`` seeded ``seed + epoch``
   (additive seeding: seed ``s`` in epoch ``e + 1`` replays seed ``s + 1`` in epoch ``e``):
@@ -13,17 +13,18 @@ existed. Reproduced on purpose, from the behaviour spec (nemo_behaviour.md secti
 * each bucket is padded to a multiple of the number of ranks with its own first samples, then
   each rank drops its last short batch (``drop_last``): so the order depends on the number of
   ranks, which is recorded in the configuration (a state from another number is refused);
-* the dynamic batch size is NeMo's float formula, without the upper clamp.
+* the dynamic batch size is NeMo's float formula, without the upper clamp
+  (:func:`~dataorder.diffusion.nemo_rule.nemo_dynamic_batch_size`).
 
-The bucket rule (which buckets exist, which bucket an image goes to) is NeMo's too; see
-:class:`NemoBucketRule`. torch is imported only by the sampler order, when it draws.
+NeMo's bucket rule (which buckets exist, which bucket an image goes to) is geometry, not order:
+it is :mod:`dataorder.diffusion.nemo_rule`, chosen by the calculator's own ``compat="nemo"``.
+torch is imported only by this order, when it draws.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,45 +33,24 @@ from dataorder._validate import check_int, fail
 from dataorder.core.assembly import Extra, Foreign, Mode
 from dataorder.core.state import MAX_EPOCH, Scalar
 from dataorder.diffusion.bucket_plan import BucketEpochPlan, Within, identity
-from dataorder.diffusion.lookup import Lookup
+from dataorder.diffusion.nemo_rule import nemo_dynamic_batch_size
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "NEMO_ASPECT_RATIOS",
     "NEMO_BUCKET_MODE",
     "NemoBucketOrder",
-    "NemoBucketRule",
     "nemo_bucket_order",
-    "nemo_dynamic_batch_size",
     "nemo_generator",
 ]
-
-#: NeMo's 14 nominal (w, h) ratios, in its order.
-NEMO_ASPECT_RATIOS: tuple[tuple[int, int], ...] = (
-    (1, 2),
-    (9, 16),
-    (2, 3),
-    (3, 4),
-    (4, 5),
-    (1, 1),
-    (5, 4),
-    (4, 3),
-    (3, 2),
-    (16, 10),
-    (5, 3),
-    (16, 9),
-    (2, 1),
-    (21, 9),
-)
 
 IntArray = npt.NDArray[np.int64]
 
 
 def nemo_generator(seed: int, epoch: int) -> torch.Generator:
     """NeMo's generator of an epoch: seeded ``seed + epoch``."""
-    import torch  # only this mode needs it: the bucket rule and the default order do not
+    import torch  # only this mode needs it: the default order does not
 
     generator = torch.Generator()
     generator.manual_seed(seed + epoch)
@@ -205,104 +185,3 @@ NEMO_BUCKET_MODE = Mode(
     ),
     layout_in_config=True,
 )
-
-
-def nemo_dynamic_batch_size(
-    resolution: tuple[int, int], base_batch_size: int, base_resolution: tuple[int, int]
-) -> int:
-    """NeMo's ``max(1, int(base / ((w * h) / (bw * bh))))``: float division, no upper clamp."""
-    (w, h), (bw, bh) = resolution, base_resolution
-    return max(1, int(base_batch_size / ((w * h) / (bw * bh))))
-
-
-# -- the bucket rule ------------------------------------------------------------------------------
-_NEMO_CHUNK = 1 << 16
-
-
-def nemo_resolutions(budget: int, q: int) -> list[tuple[int, int]]:
-    """NeMo 0.7.0's bucket generation, step by step (nemo_behaviour.md section 2)."""
-    seen: dict[tuple[int, int], None] = {}
-    for aw, ah in NEMO_ASPECT_RATIOS:
-        r = aw / ah
-        # Python's round() (half to even) on float quotients, as NeMo does.
-        h = round(int(math.sqrt(budget / r)) / q) * q
-        w = round(int(h * r) / q) * q
-        while w * h > budget:
-            if w >= h:
-                w -= q
-            else:
-                h -= q
-        if w < q or h < q:
-            continue
-        seen.setdefault((w, h), None)
-    return sorted(seen, key=lambda wh: wh[0] / wh[1])
-
-
-class _NemoTable:
-    """NeMo's rule: least ``|bucket_ar - W / H|`` in float64, ties to the first bucket."""
-
-    def __init__(self, ar: npt.NDArray[np.float64]) -> None:
-        self.ar = ar
-        distinct = np.unique(ar)
-        self.thresholds = (distinct[:-1] + distinct[1:]) / 2
-
-    def positions(
-        self, w: npt.NDArray[np.int64], h: npt.NDArray[np.int64], x: npt.NDArray[np.float64]
-    ) -> npt.NDArray[np.int64]:
-        out = np.empty(x.shape, dtype=np.int64)
-        for s in range(0, x.size, _NEMO_CHUNK):
-            part = x[s : s + _NEMO_CHUNK]
-            out[s : s + _NEMO_CHUNK] = np.abs(self.ar[None, :] - part[:, None]).argmin(axis=1)
-        return out
-
-
-class _NemoAssigner:
-    """NeMo's choice of bucket: least ``|bucket_ar - W / H|`` in float64, ties to the first."""
-
-    def __init__(self, resolutions: Sequence[tuple[int, int]]) -> None:
-        self._ar = np.array([w / h for w, h in resolutions], dtype=np.float64)
-        every = np.arange(len(resolutions), dtype=np.int64)
-        self._lookup = Lookup(_NemoTable(self._ar), every)
-
-    def choose(self, w: int, h: int) -> int:
-        x = w / h
-        return min(range(self._ar.size), key=lambda i: abs(float(self._ar[i]) - x))
-
-    def assign(self, w: npt.NDArray[np.int64], h: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        ids = np.empty(w.shape, dtype=np.int64)
-        self._lookup.lookup(w, h, ids)
-        return ids
-
-
-class NemoBucketRule:
-    """NeMo Automodel 0.7.0's bucket rule, behind :class:`~dataorder.diffusion.buckets.BucketRule`.
-
-    Its 14 aspect ratios, its rounding (half to even, which makes some presets asymmetric), its
-    bucket order, its image-to-bucket rule (least ``|bucket_ar - W / H|`` in floating point, ties
-    to the first bucket) and its unclamped dynamic batch size.
-    """
-
-    name: ClassVar[str] = "nemo"
-
-    def __init__(self, aspect_ratios: object = None, no_upscale: bool = False) -> None:
-        if aspect_ratios is not None:
-            fail(
-                "aspect_ratios", "None with compat='nemo' (NeMo's ratios are fixed)", aspect_ratios
-            )
-        if no_upscale:
-            fail("no_upscale", "False with compat='nemo' (NeMo has no such rule)", no_upscale)
-
-    def resolutions(self, budget: int, quantization: int) -> list[tuple[int, int]]:
-        return nemo_resolutions(budget, quantization)
-
-    def assigner(self, resolutions: Sequence[tuple[int, int]], quantization: int) -> _NemoAssigner:
-        return _NemoAssigner(resolutions)
-
-    def dynamic_batch_size(
-        self, w: int, h: int, base: int, bw: int, bh: int, max_batch_size: int | None
-    ) -> int:
-        size = nemo_dynamic_batch_size((w, h), base, (bw, bh))
-        return size if max_batch_size is None else min(size, max_batch_size)
-
-    def config(self) -> dict[str, Any]:
-        return {"aspect_ratios": None, "no_upscale": False}

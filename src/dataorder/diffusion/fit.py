@@ -69,7 +69,6 @@ from dataorder.diffusion.fit_candidates import (
     _merge,
     _preset_resolutions,
     _sizes,
-    check_points,
     check_share,
     lattice_candidates,
     prune_candidates,
@@ -85,6 +84,7 @@ from dataorder.diffusion.fit_programme import (
 )
 from dataorder.diffusion.fit_rule import FIT_VERSION, FittedBucketRule, ThresholdAssigner
 from dataorder.diffusion.lookup import as_size_array
+from dataorder.diffusion.points import check_points
 
 __all__ = [
     "DEFAULT_MAX_CANDIDATES",

@@ -4,31 +4,28 @@
 presets are built on, its largest point within the pixel budget. The fit keeps the candidates
 within the data's aspect range (:func:`prune_candidates`) and thins the rest evenly in log aspect
 ratio (:func:`thin_candidates`). :func:`size_digest` (:func:`clip_digest` for clips) identifies
-the data a set was fitted to. The input checks that the fits and the fitted rules share live here
-too.
+the data a set was fitted to.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_int, fail
+from dataorder._validate import fail
 from dataorder.diffusion.buckets import MultiTierBucketCalculator
 from dataorder.diffusion.fit_bins import _CHUNK, _EPS, BoolArray, IntArray
 from dataorder.diffusion.lookup import MAX_IMAGE_SIDE, as_size_array
+from dataorder.diffusion.points import check_points
 
 __all__ = [
     "DEFAULT_MAX_CANDIDATES",
     "DEFAULT_MIN_SHARE",
     "MAX_LATTICE_STEPS",
-    "check_pairs",
-    "check_points",
     "check_share",
     "clip_digest",
     "lattice_candidates",
@@ -298,76 +295,6 @@ def check_share(name: str, value: object, *, low: float, high: float, open_low: 
             fail(name, f"a finite float >= {low}", value)
         fail(name, f"a float in {'(' if open_low else '['}{low}, {high}]", value)
     return v
-
-
-def check_points(
-    name: str, values: object, budget: int | None, q: int | None
-) -> list[tuple[int, int]]:
-    """``(K, 2)`` int ``(w, h)`` pairs; on the lattice and within budget when those are given.
-
-    A numpy array is checked whole; any other sequence pair by pair, so a bad entry is named
-    (``name[i]``) rather than left to numpy's shape errors.
-
-    Raises:
-        TypeError: If ``values`` is not an int array or a sequence of int pairs.
-        ValueError: If its shape is not ``(K, 2)`` or a point is out of range, off the lattice
-            of ``q`` or over ``budget``.
-    """
-    what = "a (width, height) pair of ints"
-    if isinstance(values, np.ndarray):
-        if values.size == 0 and values.ndim <= 2:
-            return []
-        if values.dtype == np.bool_ or not np.issubdtype(values.dtype, np.integer):
-            fail(name, "an array of (width, height) int pairs", values, TypeError)
-        if values.ndim != 2 or values.shape[1] != 2:
-            fail(name, "an array of shape (K, 2)", values)
-        pairs = values.tolist()
-    else:
-        if isinstance(values, str | bytes) or not isinstance(values, Sequence):
-            fail(name, "an array of (width, height) int pairs", values, TypeError)
-        pairs = []
-        for i, pair in enumerate(values):
-            if isinstance(pair, str | bytes) or not isinstance(pair, Sequence | np.ndarray):
-                fail(f"{name}[{i}]", what, pair, TypeError)
-            if len(pair) != 2:
-                fail(f"{name}[{i}]", what, pair)
-            pairs.append(
-                [check_int(f"{name}[{i}][{j}]", v, min_value=1) for j, v in enumerate(pair)]
-            )
-    out = []
-    for i, (w, h) in enumerate(pairs):
-        if not (1 <= w <= MAX_IMAGE_SIDE and 1 <= h <= MAX_IMAGE_SIDE):
-            fail(f"{name}[{i}]", f"a (w, h) of ints in [1, {MAX_IMAGE_SIDE}]", (w, h))
-        if q is not None and budget is not None and (w % q or h % q or w * h > budget):
-            fail(
-                f"{name}[{i}]",
-                f"a (w, h) with both sides multiples of quantization={q} and "
-                f"w * h <= max_pixels={budget}",
-                (w, h),
-            )
-        out.append((w, h))
-    return out
-
-
-def check_pairs(name: str, values: object) -> list[tuple[int, int]]:
-    """A sequence of ``(p, q)`` pairs of ints in ``[1, MAX_IMAGE_SIDE]``.
-
-    Raises:
-        TypeError: If it is not a sequence of pairs of ints.
-        ValueError: If a pair has another length or a term is out of range.
-    """
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
-        fail(name, "a sequence of (p, q) int pairs", values, TypeError)
-    out = []
-    for i, pair in enumerate(values):
-        if isinstance(pair, str | bytes) or not isinstance(pair, Sequence | np.ndarray):
-            fail(f"{name}[{i}]", "a (p, q) pair of ints", pair, TypeError)
-        if len(pair) != 2:
-            fail(f"{name}[{i}]", "a (p, q) pair of ints", pair)
-        p = check_int(f"{name}[{i}][0]", pair[0], min_value=1, max_value=MAX_IMAGE_SIDE)
-        q = check_int(f"{name}[{i}][1]", pair[1], min_value=1, max_value=MAX_IMAGE_SIDE)
-        out.append((p, q))
-    return out
 
 
 def _budget(max_pixels: int | None, quantization: int) -> tuple[int, int]:

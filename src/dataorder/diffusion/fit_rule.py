@@ -19,8 +19,8 @@ import numpy.typing as npt
 from dataorder._validate import fail
 from dataorder.diffusion.bucket_rules import DefaultBucketRule
 from dataorder.diffusion.fit_bins import FloatArray, IntArray
-from dataorder.diffusion.fit_candidates import check_pairs, check_points
 from dataorder.diffusion.lookup import Lookup
+from dataorder.diffusion.points import check_pairs, check_points
 
 __all__ = ["FIT_VERSION", "FittedBucketRule", "ThresholdAssigner"]
 

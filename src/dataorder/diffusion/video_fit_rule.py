@@ -60,8 +60,8 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_int, fail
-from dataorder.diffusion.fit_candidates import check_pairs, check_points
 from dataorder.diffusion.fit_rule import ThresholdAssigner
+from dataorder.diffusion.points import check_pairs, check_points
 from dataorder.diffusion.video_assign import TOO_SHORT, TOO_SMALL
 from dataorder.diffusion.video_frames import MAX_VIDEO_SIZE
 

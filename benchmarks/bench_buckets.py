@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dataorder.diffusion.buckets import PRESETS, MultiTierBucketCalculator
+from dataorder.diffusion.calculators.image import PRESETS, MultiTierBucketCalculator
 from dataorder.diffusion.scan import build_manifest, read_manifest, scan_images, write_manifest
 from dataorder.diffusion.stats import crop_loss
 

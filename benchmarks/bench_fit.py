@@ -48,7 +48,7 @@ from baselines import SDXL_BUCKETS, assign_log_nearest
 from bench_buckets import log_uniform_sizes
 
 from dataorder.core.partition import plan_segments
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.fit import FitResult, fit_to_data
 from dataorder.diffusion.stats import crop_loss
 from dataorder.tools.demo import load_image_sizes

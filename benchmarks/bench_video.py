@@ -50,15 +50,15 @@ import numpy.typing as npt
 
 import dataorder
 from dataorder.core.partition import plan_segments
-from dataorder.diffusion.cost import CostModel
-from dataorder.diffusion.stats import bucket_stats, crop_loss
-from dataorder.diffusion.video import (
+from dataorder.diffusion.calculators.video import (
     TOO_SHORT,
     TOO_SMALL,
     VideoBucketCalculator,
     resample_frame_counts,
     trim_loss,
 )
+from dataorder.diffusion.cost import CostModel
+from dataorder.diffusion.stats import bucket_stats, crop_loss
 
 Ints = npt.NDArray[np.int64]
 CAMERA_RATIOS = ["1:1", "4:3", "3:2", "16:9", "2:1", "7:3"]

@@ -335,7 +335,7 @@ def case_assign(spec: dict[str, Any]) -> dict[str, Any]:
     """Bucket assignment of ``n`` sizes: vectorised (timed on all), per-image (on subsets)."""
     from baselines import SDXL_BUCKETS, assign_log_nearest, nemo_assign_loop
 
-    from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
     from dataorder.diffusion.multires import BaseMultiresolutionDataset
 
     n, loop_n, ref_n = spec["n"], spec["loop_n"], spec["ref_n"]
@@ -371,7 +371,7 @@ def case_assign(spec: dict[str, Any]) -> dict[str, Any]:
 def case_bucket_sampler(spec: dict[str, Any]) -> dict[str, Any]:
     """The bucket sampler on ``n`` shipped sizes (1024p buckets): first batch, per-step cost."""
     from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-    from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
     from dataorder.diffusion.multires import BaseMultiresolutionDataset
 
     n, world, compat, steps = spec["n"], spec["world"], spec["compat"], spec["steps"]
@@ -836,7 +836,7 @@ class BucketSet:
 def bucket_sets() -> list[BucketSet]:
     from baselines import SDXL_BUCKETS, assign_log_nearest
 
-    from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 
     out = []
     for compat in ("default", "nemo"):

@@ -37,7 +37,7 @@ from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.multires import BaseMultiresolutionDataset
 from dataorder.tools.demo import load_image_sizes
 

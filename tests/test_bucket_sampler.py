@@ -25,7 +25,7 @@ from dataorder.core.state import MAX_EPOCH
 from dataorder.core.topology import MAX_DP_SIZE
 from dataorder.diffusion.bucket_plan import KeyedBucketOrder, plan_bucket_epoch
 from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.multires import BaseMultiresolutionDataset
 from dataorder.diffusion.nemo_order import nemo_bucket_order
 from dataorder.testing import (

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+from dataorder.diffusion.calculators.video import VideoBucketCalculator
 from dataorder.diffusion.multires import BaseMultiresolutionDataset
-from dataorder.diffusion.video import VideoBucketCalculator
 from dataorder.testing import RECIPES, WORKER_RECIPES, SamplerCase, check_contract
 
 

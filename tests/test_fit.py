@@ -33,7 +33,7 @@ import dataorder.diffusion.fit_programme as FP
 import dataorder.diffusion.fit_rule as FR
 from dataorder.core.partition import plan_segments
 from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-from dataorder.diffusion.buckets import PRESETS, MultiTierBucketCalculator
+from dataorder.diffusion.calculators.image import PRESETS, MultiTierBucketCalculator
 from dataorder.diffusion.cost import CostModel
 from dataorder.diffusion.lookup import MAX_IMAGE_SIDE, NearestLogAspect
 from dataorder.diffusion.multires import BaseMultiresolutionDataset

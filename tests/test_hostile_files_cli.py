@@ -44,9 +44,9 @@ import numpy as np
 import pytest
 
 from dataorder.core.state import find_sampler_states
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.video import VideoBucketCalculator
 from dataorder.diffusion.scan import build_manifest, read_manifest, write_manifest
-from dataorder.diffusion.video import VideoBucketCalculator
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 from dataorder.tools import cli
 

@@ -104,7 +104,7 @@ def test_the_core_the_llm_samplers_and_the_contract_import_without_torch() -> No
         if _layer(m) in ("core", "llm")
         or m
         in (
-            "dataorder.diffusion.buckets",
+            "dataorder.diffusion.calculators.image",
             "dataorder.diffusion.bucket_rules",
             "dataorder.diffusion.table",
             "dataorder.diffusion.bucket_plan",
@@ -114,7 +114,7 @@ def test_the_core_the_llm_samplers_and_the_contract_import_without_torch() -> No
             "dataorder.diffusion.fit_rule",
             "dataorder.diffusion.manifest",
             "dataorder.diffusion.scan_files",
-            "dataorder.diffusion.video",
+            "dataorder.diffusion.calculators.video",
             "dataorder.diffusion.video_assign",
             "dataorder.diffusion.video_fit",
             "dataorder.diffusion.video_fit_bands",

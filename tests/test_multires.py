@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import nemo_oracle
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.multires import BaseMultiresolutionDataset
 from dataorder.diffusion.table import BucketTable, aspect_name, group_by_bucket
 

@@ -20,7 +20,7 @@ pytest.importorskip("PIL")
 from PIL import Image, ImageFile
 
 import dataorder.diffusion.scan as scan_module
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.scan import (
     Manifest,
     build_manifest,

@@ -11,7 +11,7 @@ import pytest
 
 av = pytest.importorskip("av")
 
-from dataorder.diffusion.video import VideoBucketCalculator  # noqa: E402
+from dataorder.diffusion.calculators.video import VideoBucketCalculator  # noqa: E402
 from dataorder.diffusion.video_frames import estimated_frame_count  # noqa: E402
 from dataorder.diffusion.video_scan import read_video_info, scan_videos  # noqa: E402
 

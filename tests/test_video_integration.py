@@ -23,7 +23,13 @@ import pytest
 import dataorder
 import dataorder.diffusion.manifest as manifest_module
 from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.video import (
+    TOO_SMALL,
+    VideoBucketCalculator,
+    resample_frame_counts,
+    trim_loss,
+)
 from dataorder.diffusion.manifest import (
     COLUMNS,
     VIDEO_COLUMNS,
@@ -36,12 +42,6 @@ from dataorder.diffusion.manifest import (
 from dataorder.diffusion.multires import BaseMultiresolutionDataset
 from dataorder.diffusion.stats import bucket_stats, format_bucket_table, plot_bucket_stats
 from dataorder.diffusion.table import table_from_ids
-from dataorder.diffusion.video import (
-    TOO_SMALL,
-    VideoBucketCalculator,
-    resample_frame_counts,
-    trim_loss,
-)
 from dataorder.diffusion.video_scan import build_video_scan
 
 #: 18 buckets: frame counts 1, 17, ..., 81 at 1:1, 16:9 and 9:16 (Wan 2.1's 480p budget).

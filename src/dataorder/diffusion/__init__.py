@@ -1,9 +1,9 @@
 """Diffusion: resolution and video buckets, fits, scans, manifests, multi-resolution datasets and
 the lock-step bucket sampler.
 
-Lazy: ``import dataorder.diffusion.buckets`` (and every module but the sampler's) never imports
-torch, so the command line's bucket tables and scans start fast; a name below is imported when
-it is first used.
+Lazy: ``import dataorder.diffusion.calculators.image`` (and every module but the sampler's) never
+imports torch, so the command line's bucket tables and scans start fast; a name below is imported
+when it is first used.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ _EXPORTS: dict[str, str] = {
     "CropResult": "crop",
     "FitResult": "fit",
     "Manifest": "manifest",
-    "MultiTierBucketCalculator": "buckets",
+    "MultiTierBucketCalculator": "calculators.image",
     "SequentialBucketSampler": "bucket_sampler",
-    "VideoBucketCalculator": "video",
+    "VideoBucketCalculator": "calculators.video",
     "VideoScan": "video_scan",
     "bucket_stats": "stats",
     "build_manifest": "manifest",
@@ -49,7 +49,10 @@ if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
     from dataorder.diffusion.bucket_sampler import (
         SequentialBucketSampler as SequentialBucketSampler,
     )
-    from dataorder.diffusion.buckets import MultiTierBucketCalculator as MultiTierBucketCalculator
+    from dataorder.diffusion.calculators.image import (
+        MultiTierBucketCalculator as MultiTierBucketCalculator,
+    )
+    from dataorder.diffusion.calculators.video import VideoBucketCalculator as VideoBucketCalculator
     from dataorder.diffusion.cost import CostModel as CostModel
     from dataorder.diffusion.crop import CropResult as CropResult
     from dataorder.diffusion.crop import resize_and_crop as resize_and_crop
@@ -68,7 +71,6 @@ if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
     from dataorder.diffusion.stats import format_bucket_table as format_bucket_table
     from dataorder.diffusion.stats import plot_bucket_stats as plot_bucket_stats
     from dataorder.diffusion.table import BucketTable as BucketTable
-    from dataorder.diffusion.video import VideoBucketCalculator as VideoBucketCalculator
     from dataorder.diffusion.video_scan import VideoScan as VideoScan
     from dataorder.diffusion.video_scan import scan_videos as scan_videos
 

@@ -1,11 +1,11 @@
 """Bucket rules: what decides a calculator's buckets, and dataorder's own (``compat="default"``).
 
 NOTE [ Bucket rules ]
-    Which buckets exist, which bucket an image goes to and how a batch size scales with a bucket
-    are a :class:`BucketRule`, chosen once when the calculator
-    (:class:`~dataorder.diffusion.buckets.MultiTierBucketCalculator`) is built; the calculator
-    delegates to it and never branches on the mode. There are three, each documented where it
-    lives:
+    Which buckets exist, which bucket an image goes to and how a batch size scales with a bucket are
+    a :class:`BucketRule`, chosen once when the calculator
+    (:class:`~dataorder.diffusion.calculators.image.MultiTierBucketCalculator`) is built; the
+    calculator delegates to it and never branches on the mode. There are three, each documented
+    where it lives:
 
     * ``"default"``, :class:`DefaultBucketRule` (below): one bucket per nominal aspect ratio,
       each image to the bucket of least crop loss, in exact integers; batch sizes inversely

@@ -19,7 +19,7 @@ between their aspect ratios, so an image goes to one of the two buckets that bra
 
 Example:
     >>> import numpy as np
-    >>> from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    >>> from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
     >>> rng = np.random.default_rng(0)
     >>> h = rng.integers(500, 3000, 20_000)
     >>> w = np.rint(h * np.exp(rng.uniform(-1, 1, h.size))).astype(np.int64)
@@ -58,7 +58,7 @@ import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
 from dataorder.core.partition import MAX_BATCH_SIZE, plan_segments
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.cost import CostModel
 from dataorder.diffusion.fit_bins import IntArray, ratio_range
 from dataorder.diffusion.fit_candidates import (
@@ -412,8 +412,8 @@ class FitResult:
         cost_model: CostModel | None = None,
         patch_side: int | None = None,
     ) -> MultiTierBucketCalculator:
-        """The :class:`~dataorder.diffusion.buckets.MultiTierBucketCalculator` over the fitted
-        set: ``MultiTierBucketCalculator(quantization, max_pixels, rule=self.rule, ...)``
+        """The :class:`~dataorder.diffusion.calculators.image.MultiTierBucketCalculator` over the
+        fitted set: ``MultiTierBucketCalculator(quantization, max_pixels, rule=self.rule, ...)``
         (``compat="fitted"``); its ``config()`` rebuilds it through ``from_config``.
 
         Args:

@@ -6,7 +6,7 @@ nominal ratio ``r`` the best lattice point ``(w, h)`` minimises
 the first how much a crop to that shape shortens one side, the second how much the budget
 shortfall shortens both. Ties go to the larger area. Ratios are taken as ``max(r, 1 / r)`` and
 mirrored, so a set is symmetric under swapping ``w`` and ``h`` by construction. The default
-bucket rule (:mod:`dataorder.diffusion.buckets`) builds its sets here.
+bucket rule (:mod:`dataorder.diffusion.calculators.image`) builds its sets here.
 """
 
 from __future__ import annotations

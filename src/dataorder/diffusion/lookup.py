@@ -1,11 +1,11 @@
 """Vectorised bucket assignment: one pass of cheap array operations per chunk of images.
 
 The default bucket rule (nearest bucket in log aspect ratio, exact integer tie-breaks; see
-:mod:`dataorder.diffusion.buckets`) is a ``searchsorted`` of ``W / H`` over thresholds between
-neighbouring buckets. :class:`Lookup` precomputes its answer for every float ``W / H`` cell so an
-assignment is a table read; :class:`NearestLogAspect` adds the no-upscale restriction. Every
-decision near a threshold is redone in exact integers, so the vectorised answers equal the
-one-image reference bit for bit (property-tested).
+:mod:`dataorder.diffusion.calculators.image`) is a ``searchsorted`` of ``W / H`` over thresholds
+between neighbouring buckets. :class:`Lookup` precomputes its answer for every float ``W / H`` cell
+so an assignment is a table read; :class:`NearestLogAspect` adds the no-upscale restriction. Every
+decision near a threshold is redone in exact integers, so the vectorised answers equal the one-image
+reference bit for bit (property-tested).
 """
 
 from __future__ import annotations

@@ -19,19 +19,18 @@ the file name ends in ``.gz``. Line 1 is one JSON object (ASCII only)::
 
 followed by exactly ``count`` rows of tab-separated ``width  height  bucket_id  path``. A video
 manifest's columns are ``["width", "height", "frames", "bucket_id", "path"]``, its calculator a
-:meth:`~dataorder.diffusion.video.VideoBucketCalculator.config` (``"kind": "video"``) and its
-buckets carry ``frames``, ``latent_frames`` and ``tokens``; a reader that predates it refuses
-the file at its columns. The path is the last column, so it may hold spaces, commas, quotes and
-any Unicode; backslash, tab, newline and carriage return are escaped as ``\\\\``, ``\\t``,
-``\\n``, ``\\r``, and bytes that are not UTF-8 (possible in POSIX file names) are kept as they
-are (``surrogateescape``). Rows are plain text, so ``cut``, ``awk`` and
-``pandas.read_csv(sep="\\t", skiprows=1, quoting=3)`` can read them. Writing goes to a
-temporary file that replaces the target at the end, so a crash never leaves a half-written
-manifest under the final name.
+:meth:`~dataorder.diffusion.calculators.video.VideoBucketCalculator.config` (``"kind": "video"``)
+and its buckets carry ``frames``, ``latent_frames`` and ``tokens``; a reader that predates it
+refuses the file at its columns. The path is the last column, so it may hold spaces, commas, quotes
+and any Unicode; backslash, tab, newline and carriage return are escaped as ``\\\\``, ``\\t``,
+``\\n``, ``\\r``, and bytes that are not UTF-8 (possible in POSIX file names) are kept as they are
+(``surrogateescape``). Rows are plain text, so ``cut``, ``awk`` and ``pandas.read_csv(sep="\\t",
+skiprows=1, quoting=3)`` can read them. Writing goes to a temporary file that replaces the target at
+the end, so a crash never leaves a half-written manifest under the final name.
 
 Example:
     >>> import tempfile, os
-    >>> from dataorder.diffusion.video import VideoBucketCalculator
+    >>> from dataorder.diffusion.calculators.video import VideoBucketCalculator
     >>> calc = VideoBucketCalculator.from_preset("wan2.1-480p")
     >>> m = build_manifest(["a.mp4", "b c.mp4"], [1920, 720], [1080, 1280], calc,
     ...                    frames=[250, 33])
@@ -58,10 +57,10 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_int, fail
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.video import VideoBucketCalculator
 from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
 from dataorder.diffusion.scan_files import path_arg
-from dataorder.diffusion.video import VideoBucketCalculator
 from dataorder.diffusion.video_scan import VideoScan, build_video_scan
 
 __all__ = [
@@ -163,8 +162,8 @@ class Manifest:
             ``aspect_ratio``, ``pixels`` (and ``frames``, ``latent_frames``, ``tokens`` for
             video), in id order.
         calculator: The calculator configuration (``config()`` of a
-            :class:`~dataorder.diffusion.buckets.MultiTierBucketCalculator` or a
-            :class:`~dataorder.diffusion.video.VideoBucketCalculator`); rebuild it with
+            :class:`~dataorder.diffusion.calculators.image.MultiTierBucketCalculator` or a
+            :class:`~dataorder.diffusion.calculators.video.VideoBucketCalculator`); rebuild it with
             :meth:`calculator_object`.
         errors: ``(path, reason)`` of every file that could not be read or bucketed.
         frames: Frame counts of a video manifest; None for images.
@@ -263,9 +262,9 @@ def build_manifest(
 ) -> Manifest:
     """A manifest from sizes you already have (e.g. a metadata table), bucketed by ``calculator``.
 
-    With a :class:`~dataorder.diffusion.video.VideoBucketCalculator`, pass ``frames`` too; every
-    clip must have a bucket (a row is a training sample): a clip too short or too small for
-    every bucket is refused, naming it. ``build_video_scan(...).assigned()`` instead lists such
+    With a :class:`~dataorder.diffusion.calculators.video.VideoBucketCalculator`, pass ``frames``
+    too; every clip must have a bucket (a row is a training sample): a clip too short or too small
+    for every bucket is refused, naming it. ``build_video_scan(...).assigned()`` instead lists such
     clips as errors, and :func:`manifest_from_scan` turns that into a manifest.
 
     Raises:

@@ -70,8 +70,8 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
     Attributes:
         bucket_table: The :class:`BucketTable` (what the sampler reads).
         calculator: For dynamic batch sizes: a ``MultiTierBucketCalculator``
-            (:mod:`dataorder.diffusion.buckets`), or a ``VideoBucketCalculator``
-            (:mod:`dataorder.diffusion.video`) whose cost model sizes video batches.
+            (:mod:`dataorder.diffusion.calculators.image`), or a ``VideoBucketCalculator``
+            (:mod:`dataorder.diffusion.calculators.video`) whose cost model sizes video batches.
         metadata: The cache's items (``None`` for array-built datasets).
         widths: Shape ``(N,)``, sample widths (``from_sizes``, ``from_video_sizes``,
             ``from_manifest``), else ``None``.
@@ -101,7 +101,7 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
     #     derived from the table when someone reads them.
 
     def __init__(self, cache_dir: str | os.PathLike[str], quantization: int = 64) -> None:
-        from dataorder.diffusion.buckets import MultiTierBucketCalculator
+        from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 
         self.cache_dir = Path(path_arg("cache_dir", cache_dir))
         self.quantization = check_int("quantization", quantization, min_value=1)
@@ -198,7 +198,7 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
                 batch sizes are computed from (with a ``VideoBucketCalculator`` as calculator).
             calculator: For dynamic batch sizes; default ``MultiTierBucketCalculator()``.
         """
-        from dataorder.diffusion.buckets import MultiTierBucketCalculator
+        from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 
         ids = as_int_array("bucket_ids", bucket_ids, 1)
         table, id_to_row = table_from_ids(
@@ -225,7 +225,7 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
             calculator: A ``MultiTierBucketCalculator``; default ``MultiTierBucketCalculator()``.
                 For clips use :meth:`from_video_sizes`.
         """
-        from dataorder.diffusion.buckets import MultiTierBucketCalculator
+        from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 
         w, h = _sizes(widths=widths, heights=heights)
         calc = calculator if calculator is not None else MultiTierBucketCalculator()
@@ -263,7 +263,7 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
             TypeError: If ``calculator`` is not a ``VideoBucketCalculator``.
             ValueError: If the shapes differ, a value is out of range, or a clip has no bucket.
         """
-        from dataorder.diffusion.video import TOO_SHORT, VideoBucketCalculator
+        from dataorder.diffusion.calculators.video import TOO_SHORT, VideoBucketCalculator
 
         if not isinstance(calculator, VideoBucketCalculator):
             fail("calculator", "a VideoBucketCalculator", calculator, TypeError)

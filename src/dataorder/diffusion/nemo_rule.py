@@ -114,7 +114,8 @@ class _NemoAssigner:
 
 
 class NemoBucketRule:
-    """NeMo Automodel 0.7.0's bucket rule, behind :class:`~dataorder.diffusion.buckets.BucketRule`.
+    """NeMo Automodel 0.7.0's bucket rule, behind
+    :class:`~dataorder.diffusion.calculators.image.BucketRule`.
 
     Its 14 aspect ratios, its rounding (half to even, which makes some presets asymmetric), its
     bucket order, its image-to-bucket rule (least ``|bucket_ar - W / H|`` in floating point, ties

@@ -20,7 +20,7 @@ importable from here.
 
 Example:
     >>> import tempfile, os
-    >>> from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    >>> from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
     >>> from dataorder.diffusion.scan import build_manifest, read_manifest, write_manifest
     >>> calc = MultiTierBucketCalculator.from_preset("512p")
     >>> m = build_manifest(["a b.jpg", "ü,2.png"], [640, 300], [480, 900], calc)
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from dataorder._validate import check_bool, fail
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.crop import require_pillow
 from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
 from dataorder.diffusion.manifest import (

@@ -1,9 +1,10 @@
 """What a bucket set does to a dataset: crop loss, trim loss, budget, and lock-step waste.
 
 :func:`bucket_stats` takes a :class:`~dataorder.diffusion.manifest.Manifest` (of images or of
-clips), or image sizes plus a :class:`~dataorder.diffusion.buckets.MultiTierBucketCalculator`, or
-clip sizes and frame counts plus a :class:`~dataorder.diffusion.video.VideoBucketCalculator`, and
-measures per bucket:
+clips), or image sizes plus a
+:class:`~dataorder.diffusion.calculators.image.MultiTierBucketCalculator`, or clip sizes and frame
+counts plus a :class:`~dataorder.diffusion.calculators.video.VideoBucketCalculator`, and measures
+per bucket:
 
 * **images** in it;
 * **crop loss**, the share of an image's area cut away when it is resized to cover its bucket and
@@ -11,7 +12,7 @@ measures per bucket:
   and how many images lose more than 10 %;
 * **trim loss** of clips (video only), its twin in time: the share of a clip's frames cut when
   it is trimmed to its bucket's frame count, ``(F - f) / F``
-  (:func:`~dataorder.diffusion.video.trim_loss`); mean and 95th percentile;
+  (:func:`~dataorder.diffusion.calculators.video.trim_loss`); mean and 95th percentile;
 * **upscaled** images, those smaller than their bucket on some side;
 * **budget** adherence, the bucket's pixels over ``max_pixels`` (video: its latent tokens over
   ``max_tokens``), never above 1 for our buckets; a memory budget is only safe if it holds;
@@ -33,7 +34,7 @@ table, and :func:`plot_bucket_stats` as a PNG (matplotlib, imported only there, 
 canvas without touching pyplot's global state).
 
 Example:
-    >>> from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    >>> from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
     >>> from dataorder.diffusion.stats import bucket_stats
     >>> calc = MultiTierBucketCalculator(compat="nemo")
     >>> st = bucket_stats([256, 256, 256, 300], [256, 256, 256, 100], calc, num_replicas=2,
@@ -65,12 +66,12 @@ from dataorder.diffusion.bucket_plan import (
     longest_shape_run,
     plan_sampler_epoch,
 )
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.video import TOO_SHORT, VideoBucketCalculator, trim_loss
 from dataorder.diffusion.cost import CostModel
 from dataorder.diffusion.manifest import Manifest
 from dataorder.diffusion.scan_files import path_arg
 from dataorder.diffusion.table import group_by_bucket, sort_key
-from dataorder.diffusion.video import TOO_SHORT, VideoBucketCalculator, trim_loss
 
 __all__ = [
     "MAX_DPI",

@@ -1,17 +1,18 @@
 """The vectorised assignment of clips to video buckets: flat lookup tables, no per-clip Python.
 
-:class:`~dataorder.diffusion.video.VideoBucketCalculator` builds its buckets as spatial *tiers*
-(one pixel budget each, shared by the frame counts that have it) and hands them to a
-:class:`VideoAssigner`, which answers :meth:`~dataorder.diffusion.video.VideoBucketCalculator.
-assign`. Per chunk of 32,768 clips everything is a table lookup: frame count to frame index;
-``W / H`` to a position in the tier's aspect order (the image calculator's float-bit-pattern
-cells, :class:`~dataorder.diffusion.lookup.Lookup`, with an exact integer re-check near a
-threshold); ``W`` and ``H`` to the run ``[lo, hi)`` of positions the upscale limit allows. The
-last step holds because a tier is a *staircase* (widths never fall and heights never rise along
-the aspect order, true of every preset), so the nearest allowed bucket is the overall nearest
-clamped into the run. A tier that is not a staircase is re-checked with :meth:`Tier.position`,
-the exact reference rule, for the clips its nearest bucket would upscale too much; so are all
-tiers when the limit tables would be too large.
+:class:`~dataorder.diffusion.calculators.video.VideoBucketCalculator` builds its buckets as spatial
+*tiers* (one pixel budget each, shared by the frame counts that have it) and hands them to a
+:class:`VideoAssigner`, which answers
+:meth:`~dataorder.diffusion.calculators.video.VideoBucketCalculator.assign`. Per chunk of 32,768
+clips everything is a table lookup: frame count to frame index; ``W / H`` to a position in the
+tier's aspect order (the image calculator's float-bit-pattern cells,
+:class:`~dataorder.diffusion.lookup.Lookup`, with an exact integer re-check near a threshold); ``W``
+and ``H`` to the run ``[lo, hi)`` of positions the upscale limit allows. The last step holds because
+a tier is a *staircase* (widths never fall and heights never rise along the aspect order, true of
+every preset), so the nearest allowed bucket is the overall nearest clamped into the run. A tier
+that is not a staircase is re-checked with :meth:`Tier.position`, the exact reference rule, for the
+clips its nearest bucket would upscale too much; so are all tiers when the limit tables would be too
+large.
 """
 
 from __future__ import annotations

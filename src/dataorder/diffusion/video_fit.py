@@ -56,7 +56,7 @@ NOTE [ video fit ]
 
 Example:
     >>> import numpy as np
-    >>> from dataorder.diffusion.video import VideoBucketCalculator
+    >>> from dataorder.diffusion.calculators.video import VideoBucketCalculator
     >>> rng = np.random.default_rng(0)
     >>> h = rng.choice([720, 1080], 5_000)
     >>> w = np.where(rng.random(5_000) < 0.7, h * 16 // 9, h * 9 // 16)

@@ -1,7 +1,7 @@
 """A fitted video bucket set: bands of clip lengths, each with aspect classes and their frame
 counts.
 
-What a :class:`~dataorder.diffusion.video.VideoBucketCalculator` over a fitted set runs
+What a :class:`~dataorder.diffusion.calculators.video.VideoBucketCalculator` over a fitted set runs
 (``bucket_set=``), and all that its ``config()`` records so ``from_config`` and a manifest
 rebuild it without the data. Fitting one is :mod:`dataorder.diffusion.video_fit`.
 

@@ -1,9 +1,9 @@
 """Frame counts of video buckets: the legal counts, what trimming costs, resampled counts.
 
-The time half of the video bucket rules (:mod:`dataorder.diffusion.video`): a causal VAE takes
-``step * k + 1`` frames (:func:`causal_frame_counts`), a clip is trimmed to the largest legal
-count it holds and :func:`trim_loss` measures what that cuts, :func:`resample_frame_counts`
-gives the counts a clip keeps when the pipeline samples it at the model's frame rate, and
+The time half of the video bucket rules (:mod:`dataorder.diffusion.calculators.video`): a causal VAE
+takes ``step * k + 1`` frames (:func:`causal_frame_counts`), a clip is trimmed to the largest legal
+count it holds and :func:`trim_loss` measures what that cuts, :func:`resample_frame_counts` gives
+the counts a clip keeps when the pipeline samples it at the model's frame rate, and
 :func:`estimated_frame_count` the count a clip whose headers hold none is trusted to have.
 
 NOTE [ estimated frame counts ]

@@ -1,12 +1,13 @@
 """Video sizes, frame counts, rates and durations from container headers, and their buckets.
 
-:func:`scan_videos` reads every video in a folder (recursively) or in a list of paths with PyAV,
-an optional dependency (``pip install 'dataorder[video]'``), in a thread pool, with a progress
-bar (rich or tqdm, if installed) or your own callback. A file that cannot be read is reported in
+:func:`scan_videos` reads every video in a folder (recursively) or in a list of paths with PyAV, an
+optional dependency (``pip install 'dataorder[video]'``), in a thread pool, with a progress bar
+(rich or tqdm, if installed) or your own callback. A file that cannot be read is reported in
 :attr:`VideoScan.errors` with its path and the reason, and skipped; it never stops the scan. The
-result is a :class:`VideoScan`: per readable clip its path, width, height, frame count, frame
-rate, duration and bucket id (from a :class:`~dataorder.diffusion.video.VideoBucketCalculator`),
-plus the buckets and the calculator configuration behind the ids.
+result is a :class:`VideoScan`: per readable clip its path, width, height, frame count, frame rate,
+duration and bucket id (from a
+:class:`~dataorder.diffusion.calculators.video.VideoBucketCalculator`), plus the buckets and the
+calculator configuration behind the ids.
 
 Each file is read by :func:`~dataorder.diffusion.video_probe.read_video_info`, from its
 headers only: no frame is decoded (see :mod:`dataorder.diffusion.video_probe` for what is read
@@ -15,7 +16,7 @@ one is an error, not a guess.
 
 Example:
     >>> import os, tempfile
-    >>> from dataorder.diffusion.video import VideoBucketCalculator
+    >>> from dataorder.diffusion.calculators.video import VideoBucketCalculator
     >>> from dataorder.diffusion.video_scan import scan_videos
     >>> folder = tempfile.mkdtemp()
     >>> with open(os.path.join(folder, "broken.mp4"), "w") as f:
@@ -38,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, fail
+from dataorder.diffusion.calculators.video import TOO_SHORT, TOO_SMALL, VideoBucketCalculator
 from dataorder.diffusion.scan_files import (
     Progress,
     list_files,
@@ -45,7 +47,6 @@ from dataorder.diffusion.scan_files import (
     scan_paths,
     workers_arg,
 )
-from dataorder.diffusion.video import TOO_SHORT, TOO_SMALL, VideoBucketCalculator
 from dataorder.diffusion.video_probe import (
     MIN_AV_VERSION,
     OPEN_OPTIONS,
@@ -116,10 +117,10 @@ class VideoScan:
     """Header facts and bucket ids of a video dataset, with the buckets and calculator behind them.
 
     Row ``i`` is readable clip ``i``, in input order. Arrays are read-only copies of shape
-    ``(len(paths),)``. A clip that no bucket takes keeps its row, with id :data:`~dataorder.
-    diffusion.video.TOO_SHORT` (-1) or :data:`~dataorder.diffusion.video.TOO_SMALL` (-2);
-    :meth:`assigned` moves such clips to ``errors``, which is what a manifest (one row per
-    training sample) needs.
+    ``(len(paths),)``. A clip that no bucket takes keeps its row, with id
+    :data:`~dataorder.diffusion.calculators.video.TOO_SHORT` (-1) or
+    :data:`~dataorder.diffusion.calculators.video.TOO_SMALL` (-2); :meth:`assigned` moves such clips
+    to ``errors``, which is what a manifest (one row per training sample) needs.
 
     Attributes:
         paths: Clip paths, as given or joined to the scanned directory.
@@ -133,7 +134,7 @@ class VideoScan:
         bucket_ids: Bucket ids, or -1 / -2 (int64).
         buckets: The calculator's buckets, in id order.
         calculator: The calculator configuration
-            (:meth:`~dataorder.diffusion.video.VideoBucketCalculator.config`).
+            (:meth:`~dataorder.diffusion.calculators.video.VideoBucketCalculator.config`).
         errors: ``(path, reason)`` of every file that could not be used.
     """
 
@@ -202,7 +203,7 @@ class VideoScan:
         """The clips that have a bucket; the others join :attr:`errors` with the reason.
 
         Example:
-            >>> from dataorder.diffusion.video import VideoBucketCalculator
+            >>> from dataorder.diffusion.calculators.video import VideoBucketCalculator
             >>> calc = VideoBucketCalculator(4096, frame_counts=[5, 9])
             >>> scan = build_video_scan(["a.mp4", "b.mp4", "c.mp4"], [512, 512, 64], [512, 512,
             ...                         64], [12, 3, 9], calc)

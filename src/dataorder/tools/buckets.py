@@ -1,5 +1,5 @@
 """``dataorder buckets``: the bucket table of a preset or a pixel budget, or with ``--video`` of a
-video model's setting (:mod:`dataorder.diffusion.video`)."""
+video model's setting (:mod:`dataorder.diffusion.calculators.video`)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
 
 def _video_buckets(args: argparse.Namespace, out: Output, calc: Any, buckets: Any) -> int:
-    from dataorder.diffusion.video import PRESETS
+    from dataorder.diffusion.calculators.video import PRESETS
 
     sizes = None if args.batch_size is None else calc.batch_sizes(args.batch_size).tolist()
     if args.json:

@@ -6,7 +6,7 @@ Subcommands:
   mid-epoch, restarts on another data-parallel size and checks the result
   (:mod:`dataorder.tools.demo`);
 * ``dataorder buckets --preset 1024p``: the bucket table of a preset (``--video --preset
-  wan2.1-480p``: of a video model's setting, :mod:`dataorder.diffusion.video`);
+  wan2.1-480p``: of a video model's setting, :mod:`dataorder.diffusion.calculators.video`);
 * ``dataorder scan DIR -o MANIFEST``: image sizes from headers into a manifest
   (:mod:`dataorder.diffusion.scan`); with ``--video``, clip sizes and frame counts
   (:mod:`dataorder.diffusion.video_scan`, needs PyAV: ``pip install 'dataorder[video]'``);

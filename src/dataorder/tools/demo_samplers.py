@@ -383,7 +383,7 @@ class FittedImages:
 
     @classmethod
     def load(cls, config: DemoShape) -> FittedImages:
-        from dataorder.diffusion.buckets import MultiTierBucketCalculator
+        from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
         from dataorder.diffusion.multires import BaseMultiresolutionDataset
 
         widths, heights = load_image_sizes()
@@ -466,8 +466,11 @@ class VideoClips:
 
     @classmethod
     def load(cls, _config: DemoShape) -> VideoClips:
+        from dataorder.diffusion.calculators.video import (
+            VideoBucketCalculator,
+            resample_frame_counts,
+        )
         from dataorder.diffusion.multires import BaseMultiresolutionDataset
-        from dataorder.diffusion.video import VideoBucketCalculator, resample_frame_counts
 
         widths, heights, frames, fps = load_clip_sizes()
         widths, heights, frames = widths[:VIDEO_CLIPS], heights[:VIDEO_CLIPS], frames[:VIDEO_CLIPS]
@@ -568,7 +571,7 @@ def _packed_lengths(_config: DemoShape, stem: Path) -> list[Path]:
 _MEGATRON = ("dataorder.llm.factory", "dataorder.llm.megatron")
 _BUCKETS = (
     "dataorder.diffusion.bucket_sampler",
-    "dataorder.diffusion.buckets",
+    "dataorder.diffusion.calculators.image",
     "dataorder.diffusion.multires",
 )
 
@@ -627,7 +630,7 @@ DEMO_SAMPLERS: Mapping[str, DemoSampler[Any]] = _registry(
         padding=_declared_padding,
         notes=_video_notes,
         inspect=None,  # its dataset is the shipped clip table, cut and resampled: no file to pass
-        imports=(*_BUCKETS, "dataorder.diffusion.video"),
+        imports=(*_BUCKETS, "dataorder.diffusion.calculators.video"),
     ),
     DemoSampler(
         "distributed",

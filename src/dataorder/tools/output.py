@@ -225,7 +225,7 @@ def calculator_from_args(args: argparse.Namespace) -> Any:
     """
     if getattr(args, "video", False):
         return _video_calculator(args)
-    from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 
     for flag, value in (("--max-frames", getattr(args, "max_frames", None)),
                         ("--max-upscale", getattr(args, "max_upscale", None))):  # fmt: skip
@@ -242,7 +242,7 @@ def calculator_from_args(args: argparse.Namespace) -> Any:
 
 
 def _video_calculator(args: argparse.Namespace) -> Any:
-    from dataorder.diffusion.video import VideoBucketCalculator
+    from dataorder.diffusion.calculators.video import VideoBucketCalculator
 
     for flag, given in (("--max-pixels", args.max_pixels is not None),
                         ("--compat", args.compat != "default"),
@@ -283,12 +283,12 @@ def _upscale_arg(text: str) -> Any:
 
 def add_calculator_args(p: argparse.ArgumentParser, *, upscale: bool, video: bool = False) -> None:
     """The bucket-set options; with ``video``, also ``--video`` and its own options."""
-    from dataorder.diffusion.buckets import COMPATS, MAX_PIXELS, MAX_QUANTIZATION, PRESETS
+    from dataorder.diffusion.calculators.image import COMPATS, MAX_PIXELS, MAX_QUANTIZATION, PRESETS
     from dataorder.diffusion.video_frames import MAX_VIDEO_SIZE
 
     presets = f"{', '.join(PRESETS)} (default: {DEFAULT_IMAGE_PRESET})"
     if video:
-        from dataorder.diffusion.video import PRESETS as VIDEO_PRESETS
+        from dataorder.diffusion.calculators.video import PRESETS as VIDEO_PRESETS
 
         presets += f"; with --video: {', '.join(VIDEO_PRESETS)} (default: {DEFAULT_VIDEO_PRESET})"
     p.add_argument("--preset", default=None, help=f"pixel budget: {presets}")

@@ -269,7 +269,7 @@ class _Fitted:
     def build(cls, manifest: Any, calc: Any, args: argparse.Namespace) -> _Fitted:
         """Fit for the sampler's own waste on this layout: ``drop_last`` drops ``n mod (b R)``
         per bucket; without it the last batch shrinks and pads ``(-n) mod R``."""
-        from dataorder.diffusion.buckets import MultiTierBucketCalculator
+        from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
         from dataorder.diffusion.fit import fit_to_data
         from dataorder.diffusion.manifest import build_manifest, write_manifest
         from dataorder.diffusion.multires import BaseMultiresolutionDataset
@@ -381,10 +381,10 @@ class _VideoFitted:
         """Fit for the sampler's own waste on this layout: ``drop_last`` drops ``n mod (b R)``
         per bucket (``b`` from the cost model with ``--dynamic-batch-size``); without it the
         last batch shrinks and pads ``(-n) mod R``."""
+        from dataorder.diffusion.calculators.video import VideoBucketCalculator
         from dataorder.diffusion.manifest import build_manifest, write_manifest
         from dataorder.diffusion.multires import BaseMultiresolutionDataset
         from dataorder.diffusion.stats import bucket_stats
-        from dataorder.diffusion.video import VideoBucketCalculator
         from dataorder.diffusion.video_fit import fit_video_to_data
 
         base = calc

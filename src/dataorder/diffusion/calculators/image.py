@@ -13,7 +13,7 @@ set fitted to data (NOTE [ Bucket rules ] in :mod:`dataorder.diffusion.bucket_ru
 ``max_pixels=None`` means 65,536 (256 x 256) for every rule, as in NeMo.
 
 Example:
-    >>> from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    >>> from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
     >>> calc = MultiTierBucketCalculator.from_preset("1024p")
     >>> calc.get_bucket_for_image(1920, 1080)["resolution"]
     (1344, 768)

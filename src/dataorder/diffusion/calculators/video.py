@@ -1,8 +1,9 @@
 """Video buckets over (frames, height, width) under a latent-token budget, and each clip's bucket.
 
-The video counterpart of :mod:`dataorder.diffusion.buckets`: a bucket is one training shape
-``(frames, w, h)``, and the spatial rule is the image rule (:mod:`dataorder.diffusion.lattice`,
-:mod:`dataorder.diffusion.lookup`) applied once per pixel budget.
+The video counterpart of :mod:`dataorder.diffusion.calculators.image`: a bucket is one training
+shape ``(frames, w, h)``, and the spatial rule is the image rule
+(:mod:`dataorder.diffusion.lattice`, :mod:`dataorder.diffusion.lookup`) applied once per pixel
+budget.
 
 **Tokens.** A clip of ``f`` frames at ``w x h`` becomes ``L(f) = 1 + (f - 1) // tc`` latent
 frames in a causal VAE with temporal compression ``tc`` (the first frame is encoded alone, then
@@ -60,7 +61,7 @@ generated one's too short and too small, and its :meth:`~VideoBucketCalculator.c
 the set (``bucket_set``).
 
 Example:
-    >>> from dataorder.diffusion.video import VideoBucketCalculator
+    >>> from dataorder.diffusion.calculators.video import VideoBucketCalculator
     >>> calc = VideoBucketCalculator.from_preset("wan2.1-480p")
     >>> calc.max_tokens, calc.frame_counts[:3], calc.frame_counts[-1], len(calc)
     (32760, (1, 5, 9), 81, 693)
@@ -87,7 +88,7 @@ import numpy.typing as npt
 
 from dataorder._validate import as_field, check_int, check_optional_int, fail
 from dataorder.core.partition import MAX_BATCH_SIZE
-from dataorder.diffusion.buckets import MAX_PIXELS
+from dataorder.diffusion.calculators.image import MAX_PIXELS
 from dataorder.diffusion.cost import CostModel, cost_model_from_field, exact_rational
 from dataorder.diffusion.lattice import (
     DEFAULT_ASPECT_RATIOS,

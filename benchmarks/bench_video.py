@@ -50,6 +50,7 @@ import numpy.typing as npt
 
 import dataorder
 from dataorder.core.partition import plan_segments
+from dataorder.diffusion.buckets.cost import CostModel
 from dataorder.diffusion.calculators.video import (
     TOO_SHORT,
     TOO_SMALL,
@@ -57,7 +58,6 @@ from dataorder.diffusion.calculators.video import (
     resample_frame_counts,
     trim_loss,
 )
-from dataorder.diffusion.cost import CostModel
 from dataorder.diffusion.stats import bucket_stats, crop_loss
 
 Ints = npt.NDArray[np.int64]

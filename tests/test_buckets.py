@@ -21,10 +21,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import dataorder._validate as validate_module
-import dataorder.diffusion.bucket_rules as bucket_rules_module
+import dataorder.diffusion.buckets.rules as bucket_rules_module
 import dataorder.diffusion.calculators.image as buckets_module
 from dataorder._validate import as_field
-from dataorder.diffusion.bucket_rules import BucketRule, CostModelBatchSizes, DefaultBucketRule
+from dataorder.diffusion.buckets.cost import CostModel, image_tokens
+from dataorder.diffusion.buckets.lattice import best_resolution, default_resolutions
+from dataorder.diffusion.buckets.nemo_rule import NemoBucketRule
+from dataorder.diffusion.buckets.rules import BucketRule, CostModelBatchSizes, DefaultBucketRule
 from dataorder.diffusion.calculators.image import (
     DEFAULT_MAX_PIXELS,
     MAX_IMAGE_SIDE,
@@ -32,9 +35,6 @@ from dataorder.diffusion.calculators.image import (
     MultiTierBucketCalculator,
 )
 from dataorder.diffusion.calculators.video import VideoBucketCalculator
-from dataorder.diffusion.cost import CostModel, image_tokens
-from dataorder.diffusion.lattice import best_resolution, default_resolutions
-from dataorder.diffusion.nemo_rule import NemoBucketRule
 
 QUANTS = (8, 16, 32, 64)
 MODES = (

@@ -26,16 +26,16 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+import dataorder.diffusion.buckets.fitted_rule as FR
 import dataorder.diffusion.fit as F
 import dataorder.diffusion.fit_bins as FB
 import dataorder.diffusion.fit_candidates as FC
 import dataorder.diffusion.fit_programme as FP
-import dataorder.diffusion.fit_rule as FR
 from dataorder.core.partition import plan_segments
 from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+from dataorder.diffusion.buckets.cost import CostModel
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE, NearestLogAspect
 from dataorder.diffusion.calculators.image import PRESETS, MultiTierBucketCalculator
-from dataorder.diffusion.cost import CostModel
-from dataorder.diffusion.lookup import MAX_IMAGE_SIDE, NearestLogAspect
 from dataorder.diffusion.multires import BaseMultiresolutionDataset
 from dataorder.diffusion.scan import build_manifest, read_manifest, write_manifest
 from dataorder.diffusion.stats import bucket_stats, crop_loss

@@ -23,11 +23,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+import dataorder.diffusion.buckets.cost as cost_module
+import dataorder.diffusion.buckets.video_assign as assign_module
+import dataorder.diffusion.buckets.video_frames as frames_module
+import dataorder.diffusion.buckets.video_presets as presets_module
 import dataorder.diffusion.calculators.video as video_module
-import dataorder.diffusion.cost as cost_module
-import dataorder.diffusion.video_assign as assign_module
-import dataorder.diffusion.video_frames as frames_module
-import dataorder.diffusion.video_presets as presets_module
+from dataorder.diffusion.buckets.cost import CostModel, exact_rational, image_tokens
+from dataorder.diffusion.buckets.lookup import _SHIFT
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.calculators.video import (
     PRESETS,
@@ -38,8 +40,6 @@ from dataorder.diffusion.calculators.video import (
     resample_frame_counts,
     trim_loss,
 )
-from dataorder.diffusion.cost import CostModel, exact_rational, image_tokens
-from dataorder.diffusion.lookup import _SHIFT
 
 DATA = Path(video_module.__file__).resolve().parents[2] / "data"
 
@@ -1092,7 +1092,7 @@ def test_shipped_clip_sizes_regenerate_byte_for_byte(tmp_path: Path) -> None:
 def test_video_modules_import_without_torch() -> None:
     code = (
         "import sys\n"
-        "import dataorder.diffusion.cost, dataorder.diffusion.calculators.video\n"
+        "import dataorder.diffusion.buckets.cost, dataorder.diffusion.calculators.video\n"
         "import dataorder.diffusion.video_scan, dataorder.diffusion.video_probe\n"
         "import dataorder.diffusion.manifest, dataorder.diffusion.scan_files\n"
         "print(sorted(k for k in sys.modules if k == 'torch' or k.startswith('torch.')))\n"

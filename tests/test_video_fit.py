@@ -24,11 +24,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import dataorder.diffusion.buckets.video_set as VR
 import dataorder.diffusion.video_fit as VF
-import dataorder.diffusion.video_fit_rule as VR
 from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+from dataorder.diffusion.buckets.cost import CostModel
 from dataorder.diffusion.calculators.video import TOO_SHORT, TOO_SMALL, VideoBucketCalculator
-from dataorder.diffusion.cost import CostModel
 from dataorder.diffusion.fit_candidates import clip_digest
 from dataorder.diffusion.manifest import build_manifest, read_manifest, write_manifest
 from dataorder.diffusion.multires import BaseMultiresolutionDataset

@@ -19,8 +19,8 @@ _EXPORTS: dict[str, str] = {
     "BucketSampler": "bucket_sampler",
     "BucketStats": "stats",
     "BucketTable": "table",
-    "CostModel": "cost",
-    "CropResult": "crop",
+    "CostModel": "buckets.cost",
+    "CropResult": "buckets.crop",
     "FitResult": "fit",
     "Manifest": "manifest",
     "MultiTierBucketCalculator": "calculators.image",
@@ -34,7 +34,7 @@ _EXPORTS: dict[str, str] = {
     "plan_bucket_epoch": "bucket_plan",
     "plot_bucket_stats": "stats",
     "read_manifest": "manifest",
-    "resize_and_crop": "crop",
+    "resize_and_crop": "buckets.crop",
     "scan_images": "scan",
     "scan_videos": "video_scan",
     "write_manifest": "manifest",
@@ -49,13 +49,13 @@ if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
     from dataorder.diffusion.bucket_sampler import (
         SequentialBucketSampler as SequentialBucketSampler,
     )
+    from dataorder.diffusion.buckets.cost import CostModel as CostModel
+    from dataorder.diffusion.buckets.crop import CropResult as CropResult
+    from dataorder.diffusion.buckets.crop import resize_and_crop as resize_and_crop
     from dataorder.diffusion.calculators.image import (
         MultiTierBucketCalculator as MultiTierBucketCalculator,
     )
     from dataorder.diffusion.calculators.video import VideoBucketCalculator as VideoBucketCalculator
-    from dataorder.diffusion.cost import CostModel as CostModel
-    from dataorder.diffusion.crop import CropResult as CropResult
-    from dataorder.diffusion.crop import resize_and_crop as resize_and_crop
     from dataorder.diffusion.fit import FitResult as FitResult
     from dataorder.diffusion.manifest import Manifest as Manifest
     from dataorder.diffusion.manifest import build_manifest as build_manifest

@@ -7,7 +7,7 @@ cursor; these module-level functions give it its inputs and describe its output:
 * :func:`dataset_batch_sizes`: each bucket's per-rank batch size. Image buckets scale with their
   pixels (the calculator's ``get_dynamic_batch_size``, or NeMo's formula in its mode); video
   buckets with their latent tokens, through the video calculator's cost model, relative to its
-  full budget (NOTE [ Cost-model batch sizes ] in :mod:`dataorder.diffusion.cost`);
+  full budget (NOTE [ Cost-model batch sizes ] in :mod:`dataorder.diffusion.buckets.cost`);
 * :func:`check_something_to_train`: the refusal (or warning) when ``drop_last`` leaves buckets,
   or everything, without a whole global batch;
 * :func:`batch_info`: what step ``k`` of an epoch plan is on one rank.

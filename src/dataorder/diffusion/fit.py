@@ -38,11 +38,12 @@ Example:
 images dropped: N mod G with G=512, one bucket); got max_waste=0.001
 
 Where the pieces are: this module is the way in (:func:`fit_to_data`, :class:`FitResult`);
-:mod:`dataorder.diffusion.fit_rule` is the fitted rule a calculator runs (:class:`FittedBucketRule`,
-:class:`ThresholdAssigner`, re-exported here); :mod:`dataorder.diffusion.fit_candidates` lists
-the candidate buckets and checks the input; :mod:`dataorder.diffusion.fit_bins` bins the images'
-aspect ratios exactly (NOTE [ exact bins ]); :mod:`dataorder.diffusion.fit_programme` chooses the
-buckets and the thresholds (NOTE [ waste telescopes ], NOTE [ dynamic G ]).
+:mod:`dataorder.diffusion.buckets.fitted_rule` is the fitted rule a calculator runs
+(:class:`FittedBucketRule`, :class:`ThresholdAssigner`, re-exported here);
+:mod:`dataorder.diffusion.fit_candidates` lists the candidate buckets and checks the input;
+:mod:`dataorder.diffusion.fit_bins` bins the images' aspect ratios exactly (NOTE [ exact bins ]);
+:mod:`dataorder.diffusion.fit_programme` chooses the buckets and the thresholds (NOTE [ waste
+telescopes ], NOTE [ dynamic G ]).
 """
 
 from __future__ import annotations
@@ -58,8 +59,11 @@ import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
 from dataorder.core.partition import MAX_BATCH_SIZE, plan_segments
+from dataorder.diffusion.buckets.cost import CostModel
+from dataorder.diffusion.buckets.fitted_rule import FIT_VERSION, FittedBucketRule, ThresholdAssigner
+from dataorder.diffusion.buckets.lookup import as_size_array
+from dataorder.diffusion.buckets.points import check_points
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-from dataorder.diffusion.cost import CostModel
 from dataorder.diffusion.fit_bins import IntArray, ratio_range
 from dataorder.diffusion.fit_candidates import (
     DEFAULT_MAX_CANDIDATES,
@@ -82,9 +86,6 @@ from dataorder.diffusion.fit_programme import (
     check_global_batch_size,
     waste_budget,
 )
-from dataorder.diffusion.fit_rule import FIT_VERSION, FittedBucketRule, ThresholdAssigner
-from dataorder.diffusion.lookup import as_size_array
-from dataorder.diffusion.points import check_points
 
 __all__ = [
     "DEFAULT_MAX_CANDIDATES",

@@ -17,10 +17,10 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import fail
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE, as_size_array
+from dataorder.diffusion.buckets.points import check_points
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.fit_bins import _CHUNK, _EPS, BoolArray, IntArray
-from dataorder.diffusion.lookup import MAX_IMAGE_SIDE, as_size_array
-from dataorder.diffusion.points import check_points
 
 __all__ = [
     "DEFAULT_MAX_CANDIDATES",

@@ -44,6 +44,7 @@ import numpy as np
 
 from dataorder._validate import check_int, fail
 from dataorder.core.partition import MAX_BATCH_SIZE
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
 from dataorder.diffusion.fit_bins import (
     Bins,
     FloatArray,
@@ -52,7 +53,6 @@ from dataorder.diffusion.fit_bins import (
     candidate_splits,
     gap_bounds,
 )
-from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
 
 __all__ = [
     "RELAXATION_CAP",

@@ -57,9 +57,9 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_int, fail
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.calculators.video import VideoBucketCalculator
-from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
 from dataorder.diffusion.scan_files import path_arg
 from dataorder.diffusion.video_scan import VideoScan, build_video_scan
 

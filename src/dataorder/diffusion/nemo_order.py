@@ -14,11 +14,11 @@ behaviour spec (nemo_behaviour.md section 4):
   each rank drops its last short batch (``drop_last``): so the order depends on the number of
   ranks, which is recorded in the configuration (a state from another number is refused);
 * the dynamic batch size is NeMo's float formula, without the upper clamp
-  (:func:`~dataorder.diffusion.nemo_rule.nemo_dynamic_batch_size`).
+  (:func:`~dataorder.diffusion.buckets.nemo_rule.nemo_dynamic_batch_size`).
 
 NeMo's bucket rule (which buckets exist, which bucket an image goes to) is geometry, not order:
-it is :mod:`dataorder.diffusion.nemo_rule`, chosen by the calculator's own ``compat="nemo"``.
-torch is imported only by this order, when it draws.
+it is :mod:`dataorder.diffusion.buckets.nemo_rule`, chosen by the calculator's own
+``compat="nemo"``. torch is imported only by this order, when it draws.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataorder._validate import check_int, fail
 from dataorder.core.assembly import Extra, Foreign, Mode
 from dataorder.core.state import MAX_EPOCH, Scalar
 from dataorder.diffusion.bucket_plan import BucketEpochPlan, Within, identity
-from dataorder.diffusion.nemo_rule import nemo_dynamic_batch_size
+from dataorder.diffusion.buckets.nemo_rule import nemo_dynamic_batch_size
 
 if TYPE_CHECKING:
     import torch

@@ -42,9 +42,9 @@ from typing import Any
 import numpy as np
 
 from dataorder._validate import check_bool, fail
+from dataorder.diffusion.buckets.crop import require_pillow
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-from dataorder.diffusion.crop import require_pillow
-from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
 from dataorder.diffusion.manifest import (
     MANIFEST_FORMAT,
     MANIFEST_VERSION,

@@ -25,7 +25,7 @@ per bucket:
 * the **longest run** of steps that read one shape, for the sampler's ``bucket_order``
   (sequential: the largest bucket's steps; interleaved: NOTE [ Interleaved buckets ]);
 * for clips, the **spread of per-step cost**: a step's cost on a rank is its batch times the
-  calculator's cost model of the bucket's tokens (:mod:`dataorder.diffusion.cost`); with
+  calculator's cost model of the bucket's tokens (:mod:`dataorder.diffusion.buckets.cost`); with
   cost-model batch sizes every step should cost about the same, and ``step_cost_max_over_mean``
   (and ``..._min_...``) over an epoch's steps say how far it is from that.
 
@@ -66,9 +66,9 @@ from dataorder.diffusion.bucket_plan import (
     longest_shape_run,
     plan_sampler_epoch,
 )
+from dataorder.diffusion.buckets.cost import CostModel
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.calculators.video import TOO_SHORT, VideoBucketCalculator, trim_loss
-from dataorder.diffusion.cost import CostModel
 from dataorder.diffusion.manifest import Manifest
 from dataorder.diffusion.scan_files import path_arg
 from dataorder.diffusion.table import group_by_bucket, sort_key

@@ -11,7 +11,7 @@ calculator's own rules (token budget, VAE compression, patch, legal frame counts
 padded) by whole global batches, at the least loss of content.
 
 NOTE [ video fit ]
-    *The set* (:mod:`dataorder.diffusion.video_fit_rule`): bands of clip lengths; in each band,
+    *The set* (:mod:`dataorder.diffusion.buckets.video_set`): bands of clip lengths; in each band,
     aspect classes split by exact aspect thresholds, as an image fit's buckets are; each class
     has one shape and its own frame counts, split by thresholds on the clip's key ``(F, W, H)``
     (NOTE [ thresholds in time ] in :mod:`dataorder.diffusion.video_fit_time`). A clip is
@@ -82,10 +82,16 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
+from dataorder.diffusion.buckets.lookup import as_size_array
+from dataorder.diffusion.buckets.video_set import (
+    VIDEO_FIT_VERSION,
+    FittedVideoSet,
+    VideoBand,
+    VideoClass,
+)
 from dataorder.diffusion.fit_bins import IntArray
 from dataorder.diffusion.fit_candidates import DEFAULT_MIN_SHARE, check_share, clip_digest
 from dataorder.diffusion.fit_programme import waste_budget
-from dataorder.diffusion.lookup import as_size_array
 from dataorder.diffusion.video_fit_bands import (
     BandPick,
     BandSpec,
@@ -96,12 +102,6 @@ from dataorder.diffusion.video_fit_bands import (
     picks_loss,
 )
 from dataorder.diffusion.video_fit_classes import checked_batch
-from dataorder.diffusion.video_fit_rule import (
-    VIDEO_FIT_VERSION,
-    FittedVideoSet,
-    VideoBand,
-    VideoClass,
-)
 
 __all__ = [
     "DEFAULT_VIDEO_MAX_CANDIDATES",
@@ -170,7 +170,7 @@ def fit_video_to_data(
         widths: Integer array of clip widths (``N`` clips, any shape).
         heights: Integer array of heights, the same shape.
         frames: Integer array of frame counts (resampled to the model's rate if the pipeline
-            does that: :func:`~dataorder.diffusion.video_frames.resample_frame_counts`).
+            does that: :func:`~dataorder.diffusion.buckets.video_frames.resample_frame_counts`).
         base: A calculator of generated buckets (a preset, say): its token budget, VAE
             compression, patch, legal frame counts, quantization and ``max_upscale`` are kept,
             and its buckets are always among the candidates.
@@ -374,7 +374,7 @@ class VideoFitResult:
     Arrays are per bucket, in the calculator's id order (ascending frame count, then aspect).
 
     Attributes:
-        bucket_set: The set (:class:`~dataorder.diffusion.video_fit_rule.FittedVideoSet`).
+        bucket_set: The set (:class:`~dataorder.diffusion.buckets.video_set.FittedVideoSet`).
         base: The calculator whose rules it keeps.
         frames: ``(K,)`` frame count of each bucket.
         resolutions: ``(K, 2)`` ``(w, h)`` of each bucket.

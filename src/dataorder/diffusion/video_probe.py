@@ -18,9 +18,9 @@ is read (:func:`require_av`). :mod:`dataorder.diffusion.video_scan` reads a whol
   orientation. PyAV exposes a stream's display matrix only on decoded frames, so for mp4/mov it
   is read from the ``tkhd`` box (:func:`mp4_rotation`, which reads box headers and the ``moov``
   box only); other containers report 0.
-* ``frames``: the stream's frame count (the sample table of mp4/mov, the avi header). Matroska,
-  WebM and MPEG-TS store none: the count is then estimated from the duration and the rate, low
-  rather than high (NOTE [ estimated frame counts ] in :mod:`dataorder.diffusion.video_frames`:
+* ``frames``: the stream's frame count (the sample table of mp4/mov, the avi header). Matroska, WebM
+  and MPEG-TS store none: the count is then estimated from the duration and the rate, low rather
+  than high (NOTE [ estimated frame counts ] in :mod:`dataorder.diffusion.buckets.video_frames`:
   ``floor(duration * fps * 9 / 10)``), and marked in :attr:`VideoScan.frames_estimated`.
 * ``fps``: the average frame rate, else FFmpeg's guess; exact (a ``Fraction``, 30000/1001).
 * ``duration`` (seconds): the stream's duration, else the container's.
@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, BinaryIO
 
+from dataorder.diffusion.buckets.video_frames import MAX_VIDEO_SIZE, estimated_frame_count
 from dataorder.diffusion.scan_files import check_regular_file
-from dataorder.diffusion.video_frames import MAX_VIDEO_SIZE, estimated_frame_count
 
 __all__ = [
     "MIN_AV_VERSION",
@@ -106,7 +106,7 @@ class VideoInfo:
         duration: Seconds, or None.
         frames_estimated: True if ``frames`` is estimated from ``duration * fps``, a tenth
             below it (NOTE [ estimated frame counts ] in
-            :mod:`dataorder.diffusion.video_frames`).
+            :mod:`dataorder.diffusion.buckets.video_frames`).
         rotation: Display rotation in degrees counter-clockwise (PyAV's sign); 0 if none or the
             container is not mp4/mov.
         codec: Codec name.

@@ -129,8 +129,9 @@ class VideoScan:
         frames: Frame counts (int64).
         fps: Frame rates (float64; NaN if unknown).
         durations: Durations in seconds (float64; NaN if unknown).
-        frames_estimated: Whether each count is estimated from ``duration * fps``, a tenth below
-            it (bool; NOTE [ estimated frame counts ] in :mod:`dataorder.diffusion.video_frames`).
+        frames_estimated: Whether each count is estimated from ``duration * fps``, a tenth below it
+            (bool; NOTE [ estimated frame counts ] in
+            :mod:`dataorder.diffusion.buckets.video_frames`).
         bucket_ids: Bucket ids, or -1 / -2 (int64).
         buckets: The calculator's buckets, in id order.
         calculator: The calculator configuration

@@ -189,7 +189,7 @@ def float_arg(
 def resolution_arg(text: str) -> tuple[int, int]:
     """An argparse ``type`` for ``WIDTHxHEIGHT`` (``512x512``), each side in
     ``[1, MAX_IMAGE_SIDE]``."""
-    from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
+    from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
 
     try:
         w, h = (int(v) for v in text.lower().split("x"))
@@ -266,7 +266,7 @@ def _upscale_arg(text: str) -> Any:
     """``--max-upscale``: ``none``, or an exact number such as ``3/2`` or ``1.5``."""
     from fractions import Fraction
 
-    from dataorder.diffusion.video_frames import MAX_VIDEO_SIZE
+    from dataorder.diffusion.buckets.video_frames import MAX_VIDEO_SIZE
 
     if text.lower() == "none":
         return "none"
@@ -283,8 +283,8 @@ def _upscale_arg(text: str) -> Any:
 
 def add_calculator_args(p: argparse.ArgumentParser, *, upscale: bool, video: bool = False) -> None:
     """The bucket-set options; with ``video``, also ``--video`` and its own options."""
+    from dataorder.diffusion.buckets.video_frames import MAX_VIDEO_SIZE
     from dataorder.diffusion.calculators.image import COMPATS, MAX_PIXELS, MAX_QUANTIZATION, PRESETS
-    from dataorder.diffusion.video_frames import MAX_VIDEO_SIZE
 
     presets = f"{', '.join(PRESETS)} (default: {DEFAULT_IMAGE_PRESET})"
     if video:

@@ -1,15 +1,15 @@
 """Resolution buckets under a pixel budget, and which bucket each image goes to.
 
-A *bucket* is one training resolution ``(w, h)``: both sides are multiples of ``quantization``
-and ``w * h <= max_pixels``. Each image is resized to cover its bucket and cropped to it (see
-:mod:`dataorder.diffusion.crop`), so the share of the image's area that is cut away, its *crop
-loss*, is ``1 - min(r_img / r_bkt, r_bkt / r_img)`` with ``r = w / h``. Buckets are dicts
+A *bucket* is one training resolution ``(w, h)``: both sides are multiples of ``quantization`` and
+``w * h <= max_pixels``. Each image is resized to cover its bucket and cropped to it (see
+:mod:`dataorder.diffusion.buckets.crop`), so the share of the image's area that is cut away, its
+*crop loss*, is ``1 - min(r_img / r_bkt, r_bkt / r_img)`` with ``r = w / h``. Buckets are dicts
 ``{"id", "resolution": (w, h), "aspect_ratio": w / h, "pixels": w * h}``, with ids ``0..K-1`` in
 ascending aspect ratio (tallest first).
 
 Which buckets exist and which bucket an image goes to is the calculator's bucket rule, chosen
 once at construction: ``compat="default"``, ``"nemo"`` or a rule given with ``rule=``, such as a
-set fitted to data (NOTE [ Bucket rules ] in :mod:`dataorder.diffusion.bucket_rules`).
+set fitted to data (NOTE [ Bucket rules ] in :mod:`dataorder.diffusion.buckets.rules`).
 ``max_pixels=None`` means 65,536 (256 x 256) for every rule, as in NeMo.
 
 Example:
@@ -38,17 +38,21 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import as_field, check_bool, check_choice, check_int, fail
-from dataorder.diffusion.bucket_rules import (
+from dataorder.diffusion.buckets.cost import (
+    DEFAULT_MAX_BATCH_FACTOR,
+    CostModel,
+    cost_model_from_field,
+)
+from dataorder.diffusion.buckets.crop import CropResult, require_pillow, resize_and_crop
+from dataorder.diffusion.buckets.lattice import DEFAULT_ASPECT_RATIOS, AspectRatio
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE, as_size_array
+from dataorder.diffusion.buckets.nemo_rule import NEMO_ASPECT_RATIOS, NemoBucketRule
+from dataorder.diffusion.buckets.rules import (
     Assigner,
     BucketRule,
     CostModelBatchSizes,
     DefaultBucketRule,
 )
-from dataorder.diffusion.cost import DEFAULT_MAX_BATCH_FACTOR, CostModel, cost_model_from_field
-from dataorder.diffusion.crop import CropResult, require_pillow, resize_and_crop
-from dataorder.diffusion.lattice import DEFAULT_ASPECT_RATIOS, AspectRatio
-from dataorder.diffusion.lookup import MAX_IMAGE_SIDE, as_size_array
-from dataorder.diffusion.nemo_rule import NEMO_ASPECT_RATIOS, NemoBucketRule
 
 __all__ = [
     "BUCKETS_VERSION",
@@ -121,11 +125,11 @@ class MultiTierBucketCalculator:
             ``4 * base_batch_size`` in the default mode and no clamp with ``compat="nemo"``.
         no_upscale: Only assign an image to buckets that fit inside it (default mode only).
         rule: A :class:`BucketRule` built beforehand, used instead of the one ``compat`` names
-            (e.g. a :class:`~dataorder.diffusion.fit_rule.FittedBucketRule`); ``compat``,
+            (e.g. a :class:`~dataorder.diffusion.buckets.fitted_rule.FittedBucketRule`); ``compat``,
             ``aspect_ratios`` and ``no_upscale`` are then the rule's and must be left unset.
             Its ``name`` is the calculator's :attr:`compat`.
-        cost_model: Batch sizes from a :class:`~dataorder.diffusion.cost.CostModel` over image
-            tokens (NOTE [ Cost-model batch sizes ]) instead of the rule's; not with
+        cost_model: Batch sizes from a :class:`~dataorder.diffusion.buckets.cost.CostModel` over
+            image tokens (NOTE [ Cost-model batch sizes ]) instead of the rule's; not with
             ``compat="nemo"``. ``CostModel()`` gives the default rule's batch sizes whenever the
             sides are multiples of ``patch_side``.
         patch_side: Pixel side of one token for ``cost_model`` (VAE factor x patch); None means
@@ -304,8 +308,8 @@ class MultiTierBucketCalculator:
     def from_config(cls, config: Mapping[str, Any]) -> MultiTierBucketCalculator:
         """Rebuild a calculator from :meth:`config` (e.g. a manifest's ``calculator`` field).
 
-        A fitted set is rebuilt from the buckets and thresholds its config records, without the
-        data (:meth:`FittedBucketRule.from_config <dataorder.diffusion.fit_rule.FittedBucketRule>`).
+        A fitted set is rebuilt from the buckets and thresholds its config records, without the data
+        (:meth:`~dataorder.diffusion.buckets.fitted_rule.FittedBucketRule.from_config`).
 
         Raises:
             TypeError: If ``config`` is not a mapping, or a field has the wrong type.
@@ -324,7 +328,7 @@ class MultiTierBucketCalculator:
     @classmethod
     def _from_config(cls, config: Mapping[str, Any]) -> MultiTierBucketCalculator:
         if config.get("compat") == "fitted":  # NOTE [ Bucket rules ]: the one given rule
-            from dataorder.diffusion.fit_rule import FittedBucketRule
+            from dataorder.diffusion.buckets.fitted_rule import FittedBucketRule
 
             options = _options(config, FittedBucketRule.CONFIG_KEYS)
             rule = FittedBucketRule.from_config(
@@ -528,12 +532,13 @@ class MultiTierBucketCalculator:
     ) -> int:
         """Per-rank batch size for a bucket, inversely proportional to its pixel count.
 
-        Default mode: ``floor(base_batch_size * bw * bh / (w * h))`` in exact integers, clamped
-        to ``[1, max_batch_size]`` (``max_batch_size`` None means ``4 * base_batch_size``).
-        ``compat="nemo"``: NeMo's ``max(1, int(base / ((w*h) / (bw*bh))))`` in floats, clamped
-        above only if ``max_batch_size`` was given. With a ``cost_model``: the largest batch
-        whose cost fits ``base_batch_size`` samples at ``base_resolution``, in image tokens
-        (:meth:`~dataorder.diffusion.cost.CostModel.batch_size`), clamped as in default mode.
+        Default mode: ``floor(base_batch_size * bw * bh / (w * h))`` in exact integers, clamped to
+        ``[1, max_batch_size]`` (``max_batch_size`` None means ``4 * base_batch_size``).
+        ``compat="nemo"``: NeMo's ``max(1, int(base / ((w*h) / (bw*bh))))`` in floats, clamped above
+        only if ``max_batch_size`` was given. With a ``cost_model``: the largest batch whose cost
+        fits ``base_batch_size`` samples at ``base_resolution``, in image tokens
+        (:meth:`~dataorder.diffusion.buckets.cost.CostModel.batch_size`), clamped as in default
+        mode.
 
         Args:
             resolution: The bucket's ``(width, height)``.
@@ -567,14 +572,15 @@ class MultiTierBucketCalculator:
     ) -> CropResult:
         """Resize ``image`` to cover the target, then crop it to exactly the target size.
 
-        Delegates to :func:`dataorder.diffusion.crop.resize_and_crop` (see there for the modes).
+        Delegates to :func:`dataorder.diffusion.buckets.crop.resize_and_crop` (see there for the
+        modes).
 
         Returns:
-            ``(image, (x, y))``, the shape NeMo's code really returns (its docs say a 3-tuple), as
-            a :class:`~dataorder.diffusion.crop.CropResult` with ``.x`` and ``.y`` too, in every
-            mode. The image is always exactly the target size and offsets are never negative.
-            Default mode keeps the input's type; ``compat="nemo"`` returns a PIL image, as NeMo
-            does (it passes any input through ``Image.fromarray``).
+            ``(image, (x, y))``, the shape NeMo's code really returns (its docs say a 3-tuple), as a
+            :class:`~dataorder.diffusion.buckets.crop.CropResult` with ``.x`` and ``.y`` too, in
+            every mode. The image is always exactly the target size and offsets are never negative.
+            Default mode keeps the input's type; ``compat="nemo"`` returns a PIL image, as NeMo does
+            (it passes any input through ``Image.fromarray``).
         """
         if self._compat == "nemo" and crop_mode == "random" and seed is None and rng is None:
             # NeMo draws from Python's global random; code written for it passes no seed

@@ -2,8 +2,8 @@
 
 The video counterpart of :mod:`dataorder.diffusion.calculators.image`: a bucket is one training
 shape ``(frames, w, h)``, and the spatial rule is the image rule
-(:mod:`dataorder.diffusion.lattice`, :mod:`dataorder.diffusion.lookup`) applied once per pixel
-budget.
+(:mod:`dataorder.diffusion.buckets.lattice`, :mod:`dataorder.diffusion.buckets.lookup`) applied once
+per pixel budget.
 
 **Tokens.** A clip of ``f`` frames at ``w x h`` becomes ``L(f) = 1 + (f - 1) // tc`` latent
 frames in a causal VAE with temporal compression ``tc`` (the first frame is encoded alone, then
@@ -50,13 +50,13 @@ NOTE [ too small: drop, not upscale ]
     480p set (scale 1.3) and an 854x480 clip in a 720p set (1.5); ``u = 1`` is no default,
     because every bucket sits near the budget and a 832x479 clip would have nowhere to go.
 
-**Batch sizes** come from a :class:`~dataorder.diffusion.cost.CostModel` (NOTE [ Cost-model
-batch sizes ] in :mod:`dataorder.diffusion.cost`): :meth:`VideoBucketCalculator.batch_sizes`
+**Batch sizes** come from a :class:`~dataorder.diffusion.buckets.cost.CostModel` (NOTE [ Cost-model
+batch sizes ] in :mod:`dataorder.diffusion.buckets.cost`): :meth:`VideoBucketCalculator.batch_sizes`
 gives every bucket the largest per-rank batch within the cost of the full-budget bucket.
 
 **Fitted sets.** :meth:`VideoBucketCalculator.fit_to_data` fits the buckets to a dataset and a
 job layout within these rules (NOTE [ video fit ] in :mod:`dataorder.diffusion.video_fit`); the
-calculator then runs the fitted rule (:mod:`dataorder.diffusion.video_fit_rule`) after the
+calculator then runs the fitted rule (:mod:`dataorder.diffusion.buckets.video_set`) after the
 generated one's too short and too small, and its :meth:`~VideoBucketCalculator.config` records
 the set (``bucket_set``).
 
@@ -88,26 +88,26 @@ import numpy.typing as npt
 
 from dataorder._validate import as_field, check_int, check_optional_int, fail
 from dataorder.core.partition import MAX_BATCH_SIZE
-from dataorder.diffusion.calculators.image import MAX_PIXELS
-from dataorder.diffusion.cost import CostModel, cost_model_from_field, exact_rational
-from dataorder.diffusion.lattice import (
+from dataorder.diffusion.buckets.cost import CostModel, cost_model_from_field, exact_rational
+from dataorder.diffusion.buckets.lattice import (
     DEFAULT_ASPECT_RATIOS,
     AspectRatio,
     canonical_ratio,
     default_resolutions,
 )
-from dataorder.diffusion.lookup import as_size_array
-from dataorder.diffusion.video_assign import TOO_SHORT, TOO_SMALL, Tier, VideoAssigner
-from dataorder.diffusion.video_fit import fit_video_to_data
-from dataorder.diffusion.video_fit_rule import FittedVideoAssigner, FittedVideoSet
-from dataorder.diffusion.video_frames import (
+from dataorder.diffusion.buckets.lookup import as_size_array
+from dataorder.diffusion.buckets.video_assign import TOO_SHORT, TOO_SMALL, Tier, VideoAssigner
+from dataorder.diffusion.buckets.video_frames import (
     MAX_VIDEO_SIZE,
     causal_frame_counts,
     frame_counts_arg,
     resample_frame_counts,
     trim_loss,
 )
-from dataorder.diffusion.video_presets import PRESETS, VideoPreset
+from dataorder.diffusion.buckets.video_presets import PRESETS, VideoPreset
+from dataorder.diffusion.buckets.video_set import FittedVideoAssigner, FittedVideoSet
+from dataorder.diffusion.calculators.image import MAX_PIXELS
+from dataorder.diffusion.video_fit import fit_video_to_data
 
 __all__ = [
     "DEFAULT_MAX_UPSCALE",
@@ -169,7 +169,7 @@ class VideoBucketCalculator:
             most ``2**20`` (one bucket of ``quantization**2`` pixels within :data:`MAX_PIXELS`).
         aspect_ratios: Nominal ratios, as for the image calculator (floats, ``(w, h)`` pairs or
             ``"W:H"`` strings; each also stands for its transpose). None means
-            :data:`~dataorder.diffusion.lattice.DEFAULT_ASPECT_RATIOS`.
+            :data:`~dataorder.diffusion.buckets.lattice.DEFAULT_ASPECT_RATIOS`.
         max_upscale: Largest cover-resize scale a clip may get, ``>= 1``: an int, a Fraction, a
             ``'p/q'`` string or a finite float (taken at its exact value, so 1.01 is a fraction
             over 2**52); any size, compared exactly; None means no limit.
@@ -177,7 +177,7 @@ class VideoBucketCalculator:
             ``CostModel()`` (cost proportional to tokens).
         max_batch_size: Upper clamp of :meth:`batch_sizes`, at most ``2**31``; None means 4
             times the reference batch size.
-        bucket_set: A :class:`~dataorder.diffusion.video_fit_rule.FittedVideoSet` (what
+        bucket_set: A :class:`~dataorder.diffusion.buckets.video_set.FittedVideoSet` (what
             :meth:`fit_to_data` fits) instead of the generated buckets: its frame counts must be
             legal under the frame rule above and its buckets on the lattice and within each
             frame count's budget; ``aspect_ratios`` then plays no part.
@@ -503,7 +503,7 @@ class VideoBucketCalculator:
         ``kind`` is ``"video"``, which tells it apart from an image calculator's config in a
         manifest. Frame counts are always listed explicitly: the frame rule's legal counts
         (for a fitted set, its groups use some of them). A calculator over a fitted set adds
-        ``bucket_set``, the set's :meth:`~dataorder.diffusion.video_fit_rule.FittedVideoSet.
+        ``bucket_set``, the set's :meth:`~dataorder.diffusion.buckets.video_set.FittedVideoSet.
         config` (groups and what they were fitted to), so it is rebuilt without the data.
 
         Example:
@@ -756,7 +756,7 @@ class VideoBucketCalculator:
 
         Each bucket gets the largest batch whose cost fits ``reference_batch_size`` samples of
         ``reference_tokens`` tokens, clamped to ``[1, max_batch_size]`` (NOTE [ Cost-model batch
-        sizes ] in :mod:`dataorder.diffusion.cost`).
+        sizes ] in :mod:`dataorder.diffusion.buckets.cost`).
 
         Args:
             reference_batch_size: Per-rank batch size known to fit the reference.
@@ -837,7 +837,8 @@ class VideoBucketCalculator:
     ) -> npt.NDArray[np.int64]:
         """Bucket ids of arrays of clips; equal to :meth:`get_bucket_id_for_video` element-wise.
 
-        Table lookups only, 32,768 clips at a time (:mod:`dataorder.diffusion.video_assign`).
+        Table lookups only, 32,768 clips at a time
+        (:mod:`dataorder.diffusion.buckets.video_assign`).
 
         Args:
             widths: Integer array of widths, any shape.

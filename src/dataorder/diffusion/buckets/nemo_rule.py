@@ -1,7 +1,7 @@
 """``compat="nemo"``'s bucket rule: NeMo Automodel 0.7.0's buckets, choices and batch sizes.
 
 :class:`NemoBucketRule` is one of the bucket rules (NOTE [ Bucket rules ] in
-:mod:`dataorder.diffusion.bucket_rules`), reproduced exactly from the behaviour spec
+:mod:`dataorder.diffusion.buckets.rules`), reproduced exactly from the behaviour spec
 (nemo_behaviour.md section 2): its 14 aspect ratios, its rounding (half to even, which makes some
 presets asymmetric), its bucket order, its image-to-bucket rule (least ``|bucket_ar - W / H|`` in
 floating point, ties to the first bucket) and its unclamped dynamic batch size. Only bad input
@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import fail
-from dataorder.diffusion.lookup import Lookup
+from dataorder.diffusion.buckets.lookup import Lookup
 
 __all__ = [
     "NEMO_ASPECT_RATIOS",

@@ -1,7 +1,7 @@
 """The fitted bucket rule: buckets and exact aspect-ratio thresholds, given rather than generated.
 
 :class:`FittedBucketRule` is the third bucket rule (NOTE [ Bucket rules ] in
-:mod:`dataorder.diffusion.bucket_rules`): what a calculator over a fitted set runs, and all that
+:mod:`dataorder.diffusion.buckets.rules`): what a calculator over a fitted set runs, and all that
 ``MultiTierBucketCalculator.from_config`` needs to rebuild one without the data. Image ``W x H``
 goes to the number of thresholds ``(p, q)`` it is *above*, ``W * q > H * p`` in exact integers
 (:class:`ThresholdAssigner`). Fitting the set is :mod:`dataorder.diffusion.fit`.
@@ -17,10 +17,10 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import fail
-from dataorder.diffusion.bucket_rules import DefaultBucketRule
+from dataorder.diffusion.buckets.lookup import Lookup
+from dataorder.diffusion.buckets.points import check_pairs, check_points
+from dataorder.diffusion.buckets.rules import DefaultBucketRule
 from dataorder.diffusion.fit_bins import FloatArray, IntArray
-from dataorder.diffusion.lookup import Lookup
-from dataorder.diffusion.points import check_pairs, check_points
 
 __all__ = ["FIT_VERSION", "FittedBucketRule", "ThresholdAssigner"]
 
@@ -39,7 +39,7 @@ class ThresholdAssigner:
     Image ``W x H`` is *above* threshold ``(p, q)`` iff ``W * q > H * p``; its bucket is the
     number of thresholds it is above. :meth:`choose` is the reference, in Python integers.
     :meth:`assign` reads the answer of the image's float ``W / H`` cell from a table
-    (:class:`~dataorder.diffusion.lookup.Lookup`) and places any image within ``1e-10`` of a
+    (:class:`~dataorder.diffusion.buckets.lookup.Lookup`) and places any image within ``1e-10`` of a
     threshold by an int64 bisection (``W * q < 2**62``), so the two agree on every image.
 
     Args:
@@ -64,7 +64,8 @@ class ThresholdAssigner:
         self.pairs: tuple[tuple[int, int], ...] = tuple(pairs)
         self._p = np.array([p for p, _ in pairs], dtype=np.int64)
         self._q = np.array([q for _, q in pairs], dtype=np.int64)
-        #: The thresholds as floats (what :class:`~dataorder.diffusion.lookup.Lookup` reads).
+        #: The thresholds as floats (what :class:`~dataorder.diffusion.buckets.lookup.Lookup`
+        #: reads).
         self.thresholds: FloatArray = self._p / self._q if pairs else np.zeros(0)
         self._padded = np.concatenate(([-np.inf], self.thresholds, [np.inf]))
         every = np.arange(len(pairs) + 1, dtype=np.int64)
@@ -107,7 +108,7 @@ class ThresholdAssigner:
 
 class FittedBucketRule:
     """A bucket set with given thresholds (``compat="fitted"``), behind
-    :class:`~dataorder.diffusion.bucket_rules.BucketRule` (NOTE [ Bucket rules ]), fitted by
+    :class:`~dataorder.diffusion.buckets.rules.BucketRule` (NOTE [ Bucket rules ]), fitted by
     :func:`dataorder.diffusion.fit.fit_to_data`.
 
     A calculator over it is ``MultiTierBucketCalculator(quantization, max_pixels, rule=rule)``.

@@ -23,7 +23,7 @@ NOTE [ Cost-model batch sizes ]
     long ones smaller.
 
 Example:
-    >>> from dataorder.diffusion.cost import CostModel
+    >>> from dataorder.diffusion.buckets.cost import CostModel
     >>> linear = CostModel()  # 1 * t + 0 * t**2
     >>> linear.batch_sizes([1024, 4096, 256, 64], reference_tokens=1024,
     ...                    reference_batch_size=8).tolist()  # 64 tokens: 128, clamped to 32

@@ -38,8 +38,8 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_int, fail
-from dataorder.diffusion.cost import exact_rational
-from dataorder.diffusion.lookup import MAX_IMAGE_SIDE, as_size_array
+from dataorder.diffusion.buckets.cost import exact_rational
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE, as_size_array
 
 __all__ = [
     "ESTIMATE_MARGIN",

@@ -10,11 +10,11 @@ NOTE [ Bucket rules ]
     * ``"default"``, :class:`DefaultBucketRule` (below): one bucket per nominal aspect ratio,
       each image to the bucket of least crop loss, in exact integers; batch sizes inversely
       proportional to pixels, clamped to ``4 * base``;
-    * ``"nemo"``, :class:`~dataorder.diffusion.nemo_rule.NemoBucketRule`: NeMo Automodel
+    * ``"nemo"``, :class:`~dataorder.diffusion.buckets.nemo_rule.NemoBucketRule`: NeMo Automodel
       0.7.0's buckets, assignment and batch sizes exactly (only bad input differs: a
       ValueError/TypeError here, not a ZeroDivisionError or a math domain error);
-    * ``"fitted"``, :class:`~dataorder.diffusion.fit_rule.FittedBucketRule`: buckets and exact
-      thresholds fitted to a dataset (``MultiTierBucketCalculator.fit_to_data``).
+    * ``"fitted"``, :class:`~dataorder.diffusion.buckets.fitted_rule.FittedBucketRule`: buckets and
+      exact thresholds fitted to a dataset (``MultiTierBucketCalculator.fit_to_data``).
 
     The calculator's ``compat=`` names one of the first two; its ``rule=`` takes any rule built
     beforehand. Its ``compat`` is the rule's ``name`` and its ``config()`` records the rule's
@@ -71,14 +71,14 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_int, fail
-from dataorder.diffusion.cost import DEFAULT_MAX_BATCH_FACTOR, CostModel, image_tokens
-from dataorder.diffusion.lattice import (
+from dataorder.diffusion.buckets.cost import DEFAULT_MAX_BATCH_FACTOR, CostModel, image_tokens
+from dataorder.diffusion.buckets.lattice import (
     DEFAULT_ASPECT_RATIOS,
     AspectRatio,
     canonical_ratio,
     default_resolutions,
 )
-from dataorder.diffusion.lookup import NearestLogAspect
+from dataorder.diffusion.buckets.lookup import NearestLogAspect
 
 __all__ = [
     "Assigner",
@@ -178,8 +178,8 @@ class CostModelBatchSizes:
 
     The largest per-rank batch whose cost fits ``base`` samples at ``bw x bh``, clamped to
     ``[1, max_batch_size]`` (None: ``4 * base``), in exact arithmetic (NOTE [ Cost-model batch
-    sizes ] in :mod:`dataorder.diffusion.cost`). ``CostModel()`` gives the default rule's batch
-    sizes whenever the sides are multiples of ``patch_side``.
+    sizes ] in :mod:`dataorder.diffusion.buckets.cost`). ``CostModel()`` gives the default rule's
+    batch sizes whenever the sides are multiples of ``patch_side``.
 
     Args:
         cost_model: What a sample of ``t`` tokens costs.

@@ -11,7 +11,7 @@ lexicographically (NOTE [ thresholds in time ] in :mod:`dataorder.diffusion.vide
 * *Bands* ``b = 0 .. B-1`` of keys, split by ``B - 1`` increasing keys (:attr:`FittedVideoSet.
   band_starts`); a band's frame counts are all below the next band's.
 * In each band (a :class:`VideoBand`), *classes* in ascending aspect ratio split by exact aspect
-  thresholds ``(p, q)``, as an image fit's (:class:`~dataorder.diffusion.fit_rule.
+  thresholds ``(p, q)``, as an image fit's (:class:`~dataorder.diffusion.buckets.fitted_rule.
   FittedBucketRule`).
 * Each class (a :class:`VideoClass`) has its shape ``(w, h)`` and its frame counts ``f_0 < f_1
   < ...`` (legal counts of the calculator's frame rule), each with the least key it takes,
@@ -23,8 +23,8 @@ bucket of the smallest frame count first, in ascending aspect ratio).
 **A clip ``(W, H, F)``.**
 
 1. *The calculator's own rules first.* A clip its generated buckets call too short or too small
-   (:data:`~dataorder.diffusion.video_assign.TOO_SHORT`, :data:`~dataorder.diffusion.
-   video_assign.TOO_SMALL`) is so here too: a fitted set keeps those ids and counts.
+   (:data:`~dataorder.diffusion.buckets.video_assign.TOO_SHORT`, :data:`~dataorder.diffusion.
+   buckets.video_assign.TOO_SMALL`) is so here too: a fitted set keeps those ids and counts.
 2. *Band:* the last whose start its key reaches (band 0 otherwise).
 3. *Class:* the number of the band's aspect thresholds it is above (``W * q > H * p``).
 4. *Frame count:* its class's last ``f_j`` with ``s_j <= (F, W, H)``: trimmed, never stretched.
@@ -60,10 +60,10 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_int, fail
-from dataorder.diffusion.fit_rule import ThresholdAssigner
-from dataorder.diffusion.points import check_pairs, check_points
-from dataorder.diffusion.video_assign import TOO_SHORT, TOO_SMALL
-from dataorder.diffusion.video_frames import MAX_VIDEO_SIZE
+from dataorder.diffusion.buckets.fitted_rule import ThresholdAssigner
+from dataorder.diffusion.buckets.points import check_pairs, check_points
+from dataorder.diffusion.buckets.video_assign import TOO_SHORT, TOO_SMALL
+from dataorder.diffusion.buckets.video_frames import MAX_VIDEO_SIZE
 
 __all__ = ["VIDEO_FIT_VERSION", "FittedVideoAssigner", "FittedVideoSet", "VideoBand", "VideoClass"]
 

@@ -6,13 +6,13 @@
 :meth:`~dataorder.diffusion.calculators.video.VideoBucketCalculator.assign`. Per chunk of 32,768
 clips everything is a table lookup: frame count to frame index; ``W / H`` to a position in the
 tier's aspect order (the image calculator's float-bit-pattern cells,
-:class:`~dataorder.diffusion.lookup.Lookup`, with an exact integer re-check near a threshold); ``W``
-and ``H`` to the run ``[lo, hi)`` of positions the upscale limit allows. The last step holds because
-a tier is a *staircase* (widths never fall and heights never rise along the aspect order, true of
-every preset), so the nearest allowed bucket is the overall nearest clamped into the run. A tier
-that is not a staircase is re-checked with :meth:`Tier.position`, the exact reference rule, for the
-clips its nearest bucket would upscale too much; so are all tiers when the limit tables would be too
-large.
+:class:`~dataorder.diffusion.buckets.lookup.Lookup`, with an exact integer re-check near a
+threshold); ``W`` and ``H`` to the run ``[lo, hi)`` of positions the upscale limit allows. The last
+step holds because a tier is a *staircase* (widths never fall and heights never rise along the
+aspect order, true of every preset), so the nearest allowed bucket is the overall nearest clamped
+into the run. A tier that is not a staircase is re-checked with :meth:`Tier.position`, the exact
+reference rule, for the clips its nearest bucket would upscale too much; so are all tiers when the
+limit tables would be too large.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder.diffusion.lookup import _SHIFT, LogTable, Lookup, Rule
+from dataorder.diffusion.buckets.lookup import _SHIFT, LogTable, Lookup, Rule
 
 __all__ = ["TOO_SHORT", "TOO_SMALL", "Tier", "VideoAssigner"]
 
@@ -46,7 +46,7 @@ class Tier:
         u: The upscale limit (None: no limit).
         table: Where a clip's ``W / H`` puts it before the upscale limit; None means the nearest
             bucket in log aspect ratio (the generated sets' rule). A fitted set gives its
-            thresholds (:class:`~dataorder.diffusion.video_fit_rule.ThresholdTier`).
+            thresholds (:class:`~dataorder.diffusion.buckets.video_set.ThresholdTier`).
     """
 
     def __init__(

@@ -2,8 +2,8 @@
 
 A fitted bucket set is given, not generated, so its buckets (``(w, h)`` points) and thresholds
 (``(p, q)`` pairs) come in as data: from a fit, from a saved ``config()`` or by hand. The fitted
-rules (:mod:`dataorder.diffusion.fit_rule`, :mod:`dataorder.diffusion.video_fit_rule`) and the
-fits (:mod:`dataorder.diffusion.fit`) check them here, so a bad entry is named (``name[i]``)
+rules (:mod:`dataorder.diffusion.buckets.fitted_rule`, :mod:`dataorder.diffusion.buckets.video_set`)
+and the fits (:mod:`dataorder.diffusion.fit`) check them here, so a bad entry is named (``name[i]``)
 rather than left to numpy's shape errors.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dataorder._validate import check_int, fail
-from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
 
 __all__ = ["check_pairs", "check_points"]
 

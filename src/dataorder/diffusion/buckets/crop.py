@@ -22,7 +22,7 @@ called, and its absence raises an ImportError naming the ``dataorder[images]`` e
 
 Example:
     >>> import numpy as np
-    >>> from dataorder.diffusion.crop import cover_size, resize_and_crop
+    >>> from dataorder.diffusion.buckets.crop import cover_size, resize_and_crop
     >>> cover_size(49, 98, 256, 256)
     (256, 512)
     >>> img = np.zeros((98, 49, 3), dtype=np.uint8)
@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_choice, check_int, fail
-from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
 
 __all__ = ["CROP_MODES", "CropResult", "cover_size", "require_pillow", "resize_and_crop"]
 

@@ -408,7 +408,7 @@ def fit_or_least(
     w: Ints, h: Ints, f: Ints, base: VideoBucketCalculator, g: Any, drop: bool, budget: float
 ) -> tuple[Any, float, str]:
     """The fit at ``budget``, or at the least waste it reaches when that is above; its time."""
-    from dataorder.diffusion.video_fit import fit_video_to_data
+    from dataorder.diffusion.fit.video import fit_video_to_data
 
     start = time.perf_counter()
     try:

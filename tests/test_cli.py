@@ -21,7 +21,7 @@ from dataorder.core.state import find_sampler_states
 from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.calculators.video import PRESETS, VideoBucketCalculator
-from dataorder.diffusion.fit import fit_to_data
+from dataorder.diffusion.fit.images import fit_to_data
 from dataorder.diffusion.multires import BaseMultiresolutionDataset
 from dataorder.diffusion.scan import build_manifest, read_manifest, write_manifest
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler

@@ -1,4 +1,4 @@
-"""Fitting a bucket set to data (:mod:`dataorder.diffusion.fit`).
+"""Fitting a bucket set to data (:mod:`dataorder.diffusion.fit.images`).
 
 Exact assignment; the waste budget is met whenever a feasible set exists, and the error says the
 least achievable waste when none does; determinism; optimality against brute force and against
@@ -27,10 +27,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import dataorder.diffusion.buckets.fitted_rule as FR
-import dataorder.diffusion.fit as F
-import dataorder.diffusion.fit_bins as FB
-import dataorder.diffusion.fit_candidates as FC
-import dataorder.diffusion.fit_programme as FP
+import dataorder.diffusion.fit.bins as FB
+import dataorder.diffusion.fit.candidates as FC
+import dataorder.diffusion.fit.images as F
+import dataorder.diffusion.fit.programme as FP
 from dataorder.core.partition import plan_segments
 from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
 from dataorder.diffusion.buckets.cost import CostModel

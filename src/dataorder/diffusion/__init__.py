@@ -21,7 +21,7 @@ _EXPORTS: dict[str, str] = {
     "BucketTable": "table",
     "CostModel": "buckets.cost",
     "CropResult": "buckets.crop",
-    "FitResult": "fit",
+    "FitResult": "fit.images",
     "Manifest": "manifest",
     "MultiTierBucketCalculator": "calculators.image",
     "SequentialBucketSampler": "bucket_sampler",
@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
         MultiTierBucketCalculator as MultiTierBucketCalculator,
     )
     from dataorder.diffusion.calculators.video import VideoBucketCalculator as VideoBucketCalculator
-    from dataorder.diffusion.fit import FitResult as FitResult
+    from dataorder.diffusion.fit.images import FitResult as FitResult
     from dataorder.diffusion.manifest import Manifest as Manifest
     from dataorder.diffusion.manifest import build_manifest as build_manifest
     from dataorder.diffusion.manifest import manifest_from_scan as manifest_from_scan

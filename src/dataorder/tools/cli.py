@@ -13,8 +13,8 @@ Subcommands:
 * ``dataorder plan MANIFEST --num-replicas 64 --batch-size 8``: what an epoch of the bucket
   sampler looks like on that layout: samples per bucket, crop loss (and trim loss for clips),
   dropped or padded samples, steps (:mod:`dataorder.diffusion.stats`); ``--fit`` adds a bucket
-  set fitted to the manifest, beside its own (:mod:`dataorder.diffusion.fit`; for a video
-  manifest, ``--video --fit``: :mod:`dataorder.diffusion.video_fit`);
+  set fitted to the manifest, beside its own (:mod:`dataorder.diffusion.fit.images`; for a video
+  manifest, ``--video --fit``: :mod:`dataorder.diffusion.fit.video`);
 * ``dataorder pack LENGTHS --seq-len 8192``: what packing a corpus into rows does (padding,
   split documents, rows and steps) and a PNG of row fill (:mod:`dataorder.tools.pack`);
 * ``dataorder inspect STATE.json``: what a saved sampler state means, and the next batch.

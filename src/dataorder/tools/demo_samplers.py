@@ -619,7 +619,7 @@ DEMO_SAMPLERS: Mapping[str, DemoSampler[Any]] = _registry(
         notes=_bucket_notes,
         files=_bucket_manifest,
         inspect=Inspect(lambda _config, file: f" --manifest {file('.manifest.tsv')}"),
-        imports=(*_BUCKETS, "dataorder.diffusion.fit", "dataorder.diffusion.stats"),
+        imports=(*_BUCKETS, "dataorder.diffusion.fit.images", "dataorder.diffusion.stats"),
     ),
     DemoSampler(
         "video",

@@ -6,7 +6,7 @@ sampler's own plan (:mod:`dataorder.diffusion.bucket_plan`); ``bucket_stats`` ad
 and the per-bucket view over the same partition.
 
 With ``--fit`` it also fits a bucket set to the manifest's sizes for this layout (images:
-:func:`dataorder.diffusion.fit.fit_to_data`; clips: :func:`dataorder.diffusion.video_fit.
+:func:`dataorder.diffusion.fit.images.fit_to_data`; clips: :func:`dataorder.diffusion.fit.video.
 fit_video_to_data`, within the manifest's calculator's token budget and frame rule; at most
 ``--max-waste`` of the samples wasted) and prints it beside the manifest's set: crop loss (and
 trim loss and the spread of per-step cost for clips), steps and waste for both.
@@ -270,7 +270,7 @@ class _Fitted:
         """Fit for the sampler's own waste on this layout: ``drop_last`` drops ``n mod (b R)``
         per bucket; without it the last batch shrinks and pads ``(-n) mod R``."""
         from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-        from dataorder.diffusion.fit import fit_to_data
+        from dataorder.diffusion.fit.images import fit_to_data
         from dataorder.diffusion.manifest import build_manifest, write_manifest
         from dataorder.diffusion.multires import BaseMultiresolutionDataset
         from dataorder.diffusion.stats import bucket_stats
@@ -382,10 +382,10 @@ class _VideoFitted:
         per bucket (``b`` from the cost model with ``--dynamic-batch-size``); without it the
         last batch shrinks and pads ``(-n) mod R``."""
         from dataorder.diffusion.calculators.video import VideoBucketCalculator
+        from dataorder.diffusion.fit.video import fit_video_to_data
         from dataorder.diffusion.manifest import build_manifest, write_manifest
         from dataorder.diffusion.multires import BaseMultiresolutionDataset
         from dataorder.diffusion.stats import bucket_stats
-        from dataorder.diffusion.video_fit import fit_video_to_data
 
         base = calc
         if calc.bucket_set is not None:  # refit from the same rules

@@ -4,7 +4,7 @@
 :mod:`dataorder.diffusion.buckets.rules`): what a calculator over a fitted set runs, and all that
 ``MultiTierBucketCalculator.from_config`` needs to rebuild one without the data. Image ``W x H``
 goes to the number of thresholds ``(p, q)`` it is *above*, ``W * q > H * p`` in exact integers
-(:class:`ThresholdAssigner`). Fitting the set is :mod:`dataorder.diffusion.fit`.
+(:class:`ThresholdAssigner`). Fitting the set is :mod:`dataorder.diffusion.fit.images`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataorder._validate import fail
 from dataorder.diffusion.buckets.lookup import Lookup
 from dataorder.diffusion.buckets.points import check_pairs, check_points
 from dataorder.diffusion.buckets.rules import DefaultBucketRule
-from dataorder.diffusion.fit_bins import FloatArray, IntArray
+from dataorder.diffusion.fit.bins import FloatArray, IntArray
 
 __all__ = ["FIT_VERSION", "FittedBucketRule", "ThresholdAssigner"]
 
@@ -109,7 +109,7 @@ class ThresholdAssigner:
 class FittedBucketRule:
     """A bucket set with given thresholds (``compat="fitted"``), behind
     :class:`~dataorder.diffusion.buckets.rules.BucketRule` (NOTE [ Bucket rules ]), fitted by
-    :func:`dataorder.diffusion.fit.fit_to_data`.
+    :func:`dataorder.diffusion.fit.images.fit_to_data`.
 
     A calculator over it is ``MultiTierBucketCalculator(quantization, max_pixels, rule=rule)``.
     The buckets are given, not generated; the assignment is :class:`ThresholdAssigner`; dynamic

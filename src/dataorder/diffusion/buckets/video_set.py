@@ -3,10 +3,10 @@ counts.
 
 What a :class:`~dataorder.diffusion.calculators.video.VideoBucketCalculator` over a fitted set runs
 (``bucket_set=``), and all that its ``config()`` records so ``from_config`` and a manifest
-rebuild it without the data. Fitting one is :mod:`dataorder.diffusion.video_fit`.
+rebuild it without the data. Fitting one is :mod:`dataorder.diffusion.fit.video`.
 
 **The set.** A clip's *key* is ``(F, W, H)``: its length, then its size, compared
-lexicographically (NOTE [ thresholds in time ] in :mod:`dataorder.diffusion.video_fit_time`).
+lexicographically (NOTE [ thresholds in time ] in :mod:`dataorder.diffusion.fit.video_time`).
 
 * *Bands* ``b = 0 .. B-1`` of keys, split by ``B - 1`` increasing keys (:attr:`FittedVideoSet.
   band_starts`); a band's frame counts are all below the next band's.

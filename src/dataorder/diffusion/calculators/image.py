@@ -268,14 +268,14 @@ class MultiTierBucketCalculator:
         The least mean crop loss with at most ``max_waste`` of the samples dropped (or padded)
         by whole global batches of ``global_batch_size`` per bucket; its :meth:`config` records
         the fitted set, so :meth:`from_config` rebuilds it without the data. The arguments are
-        those of :func:`dataorder.diffusion.fit.fitted_calculator` (``max_pixels``,
+        those of :func:`dataorder.diffusion.fit.images.fitted_calculator` (``max_pixels``,
         ``quantization``, ``drop_last``, ``max_batch_size``, ``cost_model``, ...).
 
         Raises:
             ValueError: If no bucket set meets ``max_waste`` (the message gives the least
                 achievable waste), or an argument is out of range.
         """
-        from dataorder.diffusion.fit import fitted_calculator
+        from dataorder.diffusion.fit.images import fitted_calculator
 
         return fitted_calculator(
             widths, heights, global_batch_size=global_batch_size, max_waste=max_waste, **kwargs

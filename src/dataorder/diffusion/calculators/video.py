@@ -55,7 +55,7 @@ batch sizes ] in :mod:`dataorder.diffusion.buckets.cost`): :meth:`VideoBucketCal
 gives every bucket the largest per-rank batch within the cost of the full-budget bucket.
 
 **Fitted sets.** :meth:`VideoBucketCalculator.fit_to_data` fits the buckets to a dataset and a
-job layout within these rules (NOTE [ video fit ] in :mod:`dataorder.diffusion.video_fit`); the
+job layout within these rules (NOTE [ video fit ] in :mod:`dataorder.diffusion.fit.video`); the
 calculator then runs the fitted rule (:mod:`dataorder.diffusion.buckets.video_set`) after the
 generated one's too short and too small, and its :meth:`~VideoBucketCalculator.config` records
 the set (``bucket_set``).
@@ -107,7 +107,7 @@ from dataorder.diffusion.buckets.video_frames import (
 from dataorder.diffusion.buckets.video_presets import PRESETS, VideoPreset
 from dataorder.diffusion.buckets.video_set import FittedVideoAssigner, FittedVideoSet
 from dataorder.diffusion.calculators.image import MAX_PIXELS
-from dataorder.diffusion.video_fit import fit_video_to_data
+from dataorder.diffusion.fit.video import fit_video_to_data
 
 __all__ = [
     "DEFAULT_MAX_UPSCALE",
@@ -430,7 +430,7 @@ class VideoBucketCalculator:
     ) -> VideoBucketCalculator:
         """A calculator over a bucket set fitted to these clips and this job layout.
 
-        :func:`dataorder.diffusion.video_fit.fit_video_to_data` (NOTE [ video fit ] there):
+        :func:`dataorder.diffusion.fit.video.fit_video_to_data` (NOTE [ video fit ] there):
         the frame counts, the spatial buckets per frame count and the thresholds between them
         of least mean loss of content (crop in space plus trim in time) such that at most
         ``max_waste`` of the clips that have a bucket are dropped (``drop_last``) or padded by

@@ -1,22 +1,22 @@
-"""The aspect classes of the video bucket fit (:mod:`dataorder.diffusion.video_fit`), each one's
+"""The aspect classes of the video bucket fit (:mod:`dataorder.diffusion.fit.video`), each one's
 choices in time, and exact Pareto fronts.
 
 :class:`ClassSpace` holds, for one band, the candidate shapes (the image fit's
-:func:`~dataorder.diffusion.fit_candidates.lattice_candidates` of the per-frame pixel budget,
+:func:`~dataorder.diffusion.fit.candidates.lattice_candidates` of the per-frame pixel budget,
 the calculator's own buckets among them; with cost-model batches, only those whose global batch
 size is the band's at every frame count of it, so every chain telescopes), every clip binned once
-against them (:func:`~dataorder.diffusion.fit_bins.bin_images`), and which bins each candidate may
+against them (:func:`~dataorder.diffusion.fit.bins.bin_images`), and which bins each candidate may
 hold: none with a clip it would upscale beyond ``max_upscale``. :meth:`ClassSpace.structures`
 lists the class structures searched: the image fit's programme
-(:class:`~dataorder.diffusion.fit_programme.AspectProgramme`) over the band's clips, with classes
+(:class:`~dataorder.diffusion.fit.programme.AspectProgramme`) over the band's clips, with classes
 of at least ``kappa`` global batches (:data:`CLASS_LADDER`) whose totals leave at most
 :data:`CLASS_FALLS` falls of the residue. Fewer, larger classes crop more and trim less: a class
 needs whole batches at each of its frame counts.
 
 :func:`chain_options` lists a class's choices in time as ``(waste, trim, chain)``
-(:func:`~dataorder.diffusion.video_fit_time.time_programme`): the least trim, the least waste,
+(:func:`~dataorder.diffusion.fit.video_time.time_programme`): the least trim, the least waste,
 and with one global batch size over its frame counts the exact least trim for each number of
-falls (NOTE [ waste telescopes ] in :mod:`dataorder.diffusion.fit_programme`), else the
+falls (NOTE [ waste telescopes ] in :mod:`dataorder.diffusion.fit.programme`), else the
 relaxation's chains at a ladder of multipliers (NOTE [ dynamic G ]). :class:`Front` merges
 choices exactly into the Pareto front of total waste against total value.
 """
@@ -31,18 +31,18 @@ from typing import Any
 import numpy as np
 
 from dataorder._validate import check_int
-from dataorder.diffusion.fit_bins import (
+from dataorder.diffusion.fit.bins import (
     IntArray,
     LabelledBins,
     bin_images,
     candidate_splits,
 )
-from dataorder.diffusion.fit_candidates import (
+from dataorder.diffusion.fit.candidates import (
     lattice_candidates,
     prune_candidates,
     thin_candidates,
 )
-from dataorder.diffusion.fit_programme import AspectProgramme, Chain, ChainProgramme, chain_cost
+from dataorder.diffusion.fit.programme import AspectProgramme, Chain, ChainProgramme, chain_cost
 
 __all__ = [
     "CLASS_FALLS",

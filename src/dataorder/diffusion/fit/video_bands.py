@@ -1,4 +1,4 @@
-"""The bands of the video bucket fit (:mod:`dataorder.diffusion.video_fit`): how the legal frame
+"""The bands of the video bucket fit (:mod:`dataorder.diffusion.fit.video`): how the legal frame
 counts split into bands, and how each band is fitted and shares the waste budget.
 
 NOTE [ video fit bands ]
@@ -8,9 +8,9 @@ NOTE [ video fit bands ]
     that must fill batches of hundreds get coarse classes while the many long ones get fine
     ones. The bands are fitted from the longest clips down (:func:`descend`): a band takes its
     own clips (keys from its first frame count on) and those the band above hands down, lists
-    its class structures (:meth:`~dataorder.diffusion.video_fit_classes.ClassSpace.structures`),
+    its class structures (:meth:`~dataorder.diffusion.fit.video_classes.ClassSpace.structures`),
     and for each class the choices in time of its remaining clips
-    (:func:`~dataorder.diffusion.video_fit_classes.chain_options`) after it hands its shortest
+    (:func:`~dataorder.diffusion.fit.video_classes.chain_options`) after it hands its shortest
     clips, its total's remainder modulo the band's global batch, to the band below
     (:meth:`Band.hand_down`; the first band cannot). A structure's front is the exact Pareto
     merge of its classes' choices; the band's front, the best of its structures'. Which entry a
@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from dataorder.diffusion.fit_bins import IntArray, ratio_range
-from dataorder.diffusion.fit_programme import AspectProgramme, Chain
-from dataorder.diffusion.video_fit_classes import ClassSpace, Front, Option, chain_options
-from dataorder.diffusion.video_fit_time import TimeAxis, TimeProgramme, time_programme
+from dataorder.diffusion.fit.bins import IntArray, ratio_range
+from dataorder.diffusion.fit.programme import AspectProgramme, Chain
+from dataorder.diffusion.fit.video_classes import ClassSpace, Front, Option, chain_options
+from dataorder.diffusion.fit.video_time import TimeAxis, TimeProgramme, time_programme
 
 __all__ = [
     "BAND_BATCHES",
@@ -64,7 +64,7 @@ def band_spans(f: IntArray, legal: tuple[int, ...], typical: list[int]) -> list[
 def band_layouts(
     spans: list[tuple[int, int]], f: IntArray, legal: tuple[int, ...], typical: list[int]
 ) -> list[list[tuple[int, int]]]:
-    """The band layouts :func:`~dataorder.diffusion.video_fit.fit_video_to_data` tries, distinct:
+    """The band layouts :func:`~dataorder.diffusion.fit.video.fit_video_to_data` tries, distinct:
     one band per batch size (``spans``); the same with every band of fewer than
     :data:`BAND_BATCHES` global batches of clips merged into its neighbour below (the first band
     into the one above)."""

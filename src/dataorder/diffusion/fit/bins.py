@@ -1,4 +1,4 @@
-"""Exact binning of image aspect ratios for the bucket fit (:mod:`dataorder.diffusion.fit`).
+"""Exact binning of image aspect ratios for the bucket fit (:mod:`dataorder.diffusion.fit.images`).
 
 One pass over the images cuts the aspect-ratio axis into bins that no candidate bucket, and no
 threshold the fit may choose, ever splits: :func:`bin_images` gives each bin its count and the

@@ -1,4 +1,4 @@
-"""The time axis of the video bucket fit (:mod:`dataorder.diffusion.video_fit`): where an aspect
+"""The time axis of the video bucket fit (:mod:`dataorder.diffusion.fit.video`): where an aspect
 class's thresholds between frame counts may go, and what trimming costs.
 
 NOTE [ thresholds in time ]
@@ -19,7 +19,7 @@ NOTE [ thresholds in time ]
 
 :class:`TimeAxis` sorts every clip by key once; :func:`time_programme` reads one class's clips
 out of that order as *positions* (its distinct keys) and builds the image fit's chain programme
-over them (:class:`~dataorder.diffusion.fit_programme.ChainProgramme`), with the legal frame
+over them (:class:`~dataorder.diffusion.fit.programme.ChainProgramme`), with the legal frame
 counts for candidates and trim for the loss.
 
 Trim is exact in fixed point: a clip of ``F`` frames trimmed to ``f`` loses ``1 - f / F`` of its
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from dataorder.diffusion.fit_programme import Chain, ChainProgramme
+from dataorder.diffusion.fit.programme import Chain, ChainProgramme
 
 __all__ = ["LENGTH_CAP_FACTOR", "SIZE_RUNS", "TimeAxis", "TimeProgramme", "time_programme"]
 

@@ -1,4 +1,4 @@
-"""What the bucket fit (:mod:`dataorder.diffusion.fit`) chooses from, and what it records.
+"""What the bucket fit (:mod:`dataorder.diffusion.fit.images`) chooses from, and what it records.
 
 :func:`lattice_candidates` lists the candidate buckets: for each aspect ratio of the lattice the
 presets are built on, its largest point within the pixel budget. The fit keeps the candidates
@@ -20,7 +20,7 @@ from dataorder._validate import fail
 from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE, as_size_array
 from dataorder.diffusion.buckets.points import check_points
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-from dataorder.diffusion.fit_bins import _CHUNK, _EPS, BoolArray, IntArray
+from dataorder.diffusion.fit.bins import _CHUNK, _EPS, BoolArray, IntArray
 
 __all__ = [
     "DEFAULT_MAX_CANDIDATES",

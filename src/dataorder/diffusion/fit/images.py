@@ -40,9 +40,9 @@ images dropped: N mod G with G=512, one bucket); got max_waste=0.001
 Where the pieces are: this module is the way in (:func:`fit_to_data`, :class:`FitResult`);
 :mod:`dataorder.diffusion.buckets.fitted_rule` is the fitted rule a calculator runs
 (:class:`FittedBucketRule`, :class:`ThresholdAssigner`, re-exported here);
-:mod:`dataorder.diffusion.fit_candidates` lists the candidate buckets and checks the input;
-:mod:`dataorder.diffusion.fit_bins` bins the images' aspect ratios exactly (NOTE [ exact bins ]);
-:mod:`dataorder.diffusion.fit_programme` chooses the buckets and the thresholds (NOTE [ waste
+:mod:`dataorder.diffusion.fit.candidates` lists the candidate buckets and checks the input;
+:mod:`dataorder.diffusion.fit.bins` bins the images' aspect ratios exactly (NOTE [ exact bins ]);
+:mod:`dataorder.diffusion.fit.programme` chooses the buckets and the thresholds (NOTE [ waste
 telescopes ], NOTE [ dynamic G ]).
 """
 
@@ -64,8 +64,8 @@ from dataorder.diffusion.buckets.fitted_rule import FIT_VERSION, FittedBucketRul
 from dataorder.diffusion.buckets.lookup import as_size_array
 from dataorder.diffusion.buckets.points import check_points
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-from dataorder.diffusion.fit_bins import IntArray, ratio_range
-from dataorder.diffusion.fit_candidates import (
+from dataorder.diffusion.fit.bins import IntArray, ratio_range
+from dataorder.diffusion.fit.candidates import (
     DEFAULT_MAX_CANDIDATES,
     DEFAULT_MIN_SHARE,
     _budget,
@@ -79,7 +79,7 @@ from dataorder.diffusion.fit_candidates import (
     size_digest,
     thin_candidates,
 )
-from dataorder.diffusion.fit_programme import (
+from dataorder.diffusion.fit.programme import (
     _batch_sizes,
     _check_least_waste,
     _fit,

@@ -14,7 +14,7 @@ NOTE [ video fit ]
     *The set* (:mod:`dataorder.diffusion.buckets.video_set`): bands of clip lengths; in each band,
     aspect classes split by exact aspect thresholds, as an image fit's buckets are; each class
     has one shape and its own frame counts, split by thresholds on the clip's key ``(F, W, H)``
-    (NOTE [ thresholds in time ] in :mod:`dataorder.diffusion.video_fit_time`). A clip is
+    (NOTE [ thresholds in time ] in :mod:`dataorder.diffusion.fit.video_time`). A clip is
     trimmed, never stretched, and never upscaled beyond ``max_upscale``. The clips the
     calculator's own buckets call too short or too small (ids -1, -2) stay so, and no other clip
     of the data becomes so: the fit only takes clips that have a bucket, a frame count only
@@ -37,14 +37,14 @@ NOTE [ video fit ]
     large class, a length and a size tens, so a class's frame counts are cut by ``(F, W, H)``.
     With cost-model batches short clips take much larger global batches than long ones, so each
     band (frame counts of one batch size, NOTE [ video fit bands ] in
-    :mod:`dataorder.diffusion.video_fit_bands`) has classes of its own, and a class hands the
+    :mod:`dataorder.diffusion.fit.video_bands`) has classes of its own, and a class hands the
     remainder of its total, its shortest clips, to the band below.
 
     *The search.* Per band: the class structures are the image fit's exact programme over the
     band's clips (least crop, classes of at least ``kappa`` global batches, for a few ``kappa``
     and numbers of falls of the residue); each class's frame counts are the chain programme over
     its keys (the exact least trim for each number of falls, NOTE [ waste telescopes ] in
-    :mod:`dataorder.diffusion.fit_programme`; its relaxation when a class's buckets take several
+    :mod:`dataorder.diffusion.fit.programme`; its relaxation when a class's buckets take several
     batch sizes); a structure's choices are merged exactly into a Pareto front of waste against
     loss. The budget is shared between bands through those fronts. Each step is exact; the whole
     is a search over the structures it lists, not a proof that no other set does better.
@@ -89,10 +89,10 @@ from dataorder.diffusion.buckets.video_set import (
     VideoBand,
     VideoClass,
 )
-from dataorder.diffusion.fit_bins import IntArray
-from dataorder.diffusion.fit_candidates import DEFAULT_MIN_SHARE, check_share, clip_digest
-from dataorder.diffusion.fit_programme import waste_budget
-from dataorder.diffusion.video_fit_bands import (
+from dataorder.diffusion.fit.bins import IntArray
+from dataorder.diffusion.fit.candidates import DEFAULT_MIN_SHARE, check_share, clip_digest
+from dataorder.diffusion.fit.programme import waste_budget
+from dataorder.diffusion.fit.video_bands import (
     BandPick,
     BandSpec,
     FitSettings,
@@ -101,7 +101,7 @@ from dataorder.diffusion.video_fit_bands import (
     fit_bands,
     picks_loss,
 )
-from dataorder.diffusion.video_fit_classes import checked_batch
+from dataorder.diffusion.fit.video_classes import checked_batch
 
 __all__ = [
     "DEFAULT_VIDEO_MAX_CANDIDATES",

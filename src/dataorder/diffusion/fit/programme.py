@@ -1,13 +1,13 @@
-"""The exact programme of the bucket fit (:mod:`dataorder.diffusion.fit`).
+"""The exact programme of the bucket fit (:mod:`dataorder.diffusion.fit.images`).
 
-Given the bins of :mod:`dataorder.diffusion.fit_bins` and the candidate buckets,
+Given the bins of :mod:`dataorder.diffusion.fit.bins` and the candidate buckets,
 :class:`AspectProgramme` holds the crop loss of every bin against every candidate and searches
 chains of buckets: the nearest-bucket rule, the dynamic programme :func:`_solve` (one global batch
 size, NOTE [ waste telescopes ]; :meth:`AspectProgramme.frontier` gives its least crop for every
 number of falls at once) or its relaxation (a batch size per bucket, NOTE [ dynamic G ]).
 :func:`_fit` is the image fit's search: the nearest rule when it already fits, else the
 programme or :func:`_lagrangian`. :func:`_threshold` places a short exact fraction in each chosen
-gap. The video fit (:mod:`dataorder.diffusion.video_fit`) runs one programme per group of frame
+gap. The video fit (:mod:`dataorder.diffusion.fit.video`) runs one programme per group of frame
 counts.
 
 NOTE [ waste telescopes ]
@@ -24,13 +24,13 @@ NOTE [ waste telescopes ]
 NOTE [ dynamic G ]
     With a batch size per bucket (``global_batch_size`` a callable of the bucket's ``(w, h)``,
     e.g. ``R * calc.get_dynamic_batch_size((w, h), b, base)``) the waste no longer telescopes:
-    each bucket wastes ``n_k mod G_k`` with its own modulus, so an exact programme would carry
-    the waste itself. Instead the fit minimises crop + ``lam`` x waste, which the same
-    per-candidate pass solves with each candidate's own modulus and one row of states, searches
-    ``lam`` (doubling, then bisection) for the least value whose chain fits, and keeps the best
-    fitting chain seen. Feasibility stays exact: a first pass that weighs waste above all crop
-    finds the least achievable waste. Where the crop-versus-waste frontier is not convex the
-    result can miss the optimum; :attr:`~dataorder.diffusion.fit.FitResult.exact` is then False.
+    each bucket wastes ``n_k mod G_k`` with its own modulus, so an exact programme would carry the
+    waste itself. Instead the fit minimises crop + ``lam`` x waste, which the same per-candidate
+    pass solves with each candidate's own modulus and one row of states, searches ``lam`` (doubling,
+    then bisection) for the least value whose chain fits, and keeps the best fitting chain seen.
+    Feasibility stays exact: a first pass that weighs waste above all crop finds the least
+    achievable waste. Where the crop-versus-waste frontier is not convex the result can miss the
+    optimum; :attr:`~dataorder.diffusion.fit.images.FitResult.exact` is then False.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import numpy as np
 from dataorder._validate import check_int, fail
 from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
-from dataorder.diffusion.fit_bins import (
+from dataorder.diffusion.fit.bins import (
     Bins,
     FloatArray,
     IntArray,
@@ -329,13 +329,13 @@ class ChainProgramme:
 class AspectProgramme(ChainProgramme):
     """The crop loss of binned images against candidate buckets of ascending aspect ratio.
 
-    The image fit (:mod:`dataorder.diffusion.fit`) searches one; the video fit
-    (:mod:`dataorder.diffusion.video_fit`) one over every clip, for its aspect classes.
+    The image fit (:mod:`dataorder.diffusion.fit.images`) searches one; the video fit
+    (:mod:`dataorder.diffusion.fit.video`) one over every clip, for its aspect classes.
 
     Args:
-        bins: The images' bins (:func:`~dataorder.diffusion.fit_bins.bin_images`), cut by the
+        bins: The images' bins (:func:`~dataorder.diffusion.fit.bins.bin_images`), cut by the
             splits of ``cands`` (``where`` indexes them).
-        where: The split keys of :func:`~dataorder.diffusion.fit_bins.candidate_splits`.
+        where: The split keys of :func:`~dataorder.diffusion.fit.bins.candidate_splits`.
         cands: Candidate ``(w, h)``, ascending in aspect ratio.
         gs: ``(M,)`` global batch size of each candidate.
         drop: Waste is dropping (``n mod G``), else padding (``(-n) mod G``).

@@ -32,7 +32,12 @@ from pathlib import Path
 import numpy as np
 
 from dataorder.diffusion.calculators.image import PRESETS, MultiTierBucketCalculator
-from dataorder.diffusion.scan import build_manifest, read_manifest, scan_images, write_manifest
+from dataorder.diffusion.scan.images import (
+    build_manifest,
+    read_manifest,
+    scan_images,
+    write_manifest,
+)
 from dataorder.diffusion.stats import crop_loss
 
 # SDXL's training resolutions (Podell et al. 2023, appendix I): width x height, landscape half;

@@ -214,7 +214,7 @@ def bench_scan(count: int, big_frames: int) -> str:
         import av
     except ImportError:
         return "PyAV is not installed (pip install 'dataorder[video]'): section skipped."
-    from dataorder.diffusion.video_scan import read_video_info, scan_videos
+    from dataorder.diffusion.scan.videos import read_video_info, scan_videos
 
     av.logging.set_level(None)
     kinds = [("mpeg4", ".mp4"), ("libx264", ".mp4"), ("libvpx-vp9", ".webm"), ("ffv1", ".mkv")]

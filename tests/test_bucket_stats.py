@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import dataorder.diffusion.stats as stats_module
 from dataorder.core.partition import plan_epoch
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-from dataorder.diffusion.scan import build_manifest
+from dataorder.diffusion.scan.images import build_manifest
 from dataorder.diffusion.stats import (
     bucket_stats,
     crop_loss,

@@ -23,7 +23,7 @@ from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.calculators.video import PRESETS, VideoBucketCalculator
 from dataorder.diffusion.fit.images import fit_to_data
 from dataorder.diffusion.multires import BaseMultiresolutionDataset
-from dataorder.diffusion.scan import build_manifest, read_manifest, write_manifest
+from dataorder.diffusion.scan.images import build_manifest, read_manifest, write_manifest
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
 from dataorder.parallel.distributed import DistributedSampler
 from dataorder.testing import run_epoch

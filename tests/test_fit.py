@@ -37,7 +37,7 @@ from dataorder.diffusion.buckets.cost import CostModel
 from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE, NearestLogAspect
 from dataorder.diffusion.calculators.image import PRESETS, MultiTierBucketCalculator
 from dataorder.diffusion.multires import BaseMultiresolutionDataset
-from dataorder.diffusion.scan import build_manifest, read_manifest, write_manifest
+from dataorder.diffusion.scan.images import build_manifest, read_manifest, write_manifest
 from dataorder.diffusion.stats import bucket_stats, crop_loss
 from dataorder.tools.demo import load_image_sizes
 

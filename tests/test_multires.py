@@ -350,7 +350,7 @@ def test_grouping_equals_nemos_dataset(tmp_path: Path) -> None:
 
 # -- scan manifests -------------------------------------------------------------------------------
 def test_from_manifest_path_and_object(tmp_path: Path) -> None:
-    from dataorder.diffusion.scan import build_manifest, read_manifest, write_manifest
+    from dataorder.diffusion.scan.images import build_manifest, read_manifest, write_manifest
 
     rng = np.random.default_rng(3)
     w = rng.integers(100, 2000, 300)

@@ -1093,8 +1093,8 @@ def test_video_modules_import_without_torch() -> None:
     code = (
         "import sys\n"
         "import dataorder.diffusion.buckets.cost, dataorder.diffusion.calculators.video\n"
-        "import dataorder.diffusion.video_scan, dataorder.diffusion.video_probe\n"
-        "import dataorder.diffusion.manifest, dataorder.diffusion.scan_files\n"
+        "import dataorder.diffusion.scan.videos, dataorder.diffusion.scan.probe\n"
+        "import dataorder.diffusion.scan.manifest, dataorder.diffusion.scan.files\n"
         "print(sorted(k for k in sys.modules if k == 'torch' or k.startswith('torch.')))\n"
         "print('av' in sys.modules)"
     )
@@ -1105,7 +1105,7 @@ def test_video_modules_import_without_torch() -> None:
 
 
 def test_scanning_without_pyav_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    import dataorder.diffusion.video_scan as video_scan
+    import dataorder.diffusion.scan.videos as video_scan
 
     monkeypatch.setitem(sys.modules, "av", None)  # makes "import av" fail, installed or not
     calc = VideoBucketCalculator.from_preset("ltx-video")

@@ -30,8 +30,8 @@ from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
 from dataorder.diffusion.buckets.cost import CostModel
 from dataorder.diffusion.calculators.video import TOO_SHORT, TOO_SMALL, VideoBucketCalculator
 from dataorder.diffusion.fit.candidates import clip_digest
-from dataorder.diffusion.manifest import build_manifest, read_manifest, write_manifest
 from dataorder.diffusion.multires import BaseMultiresolutionDataset
+from dataorder.diffusion.scan.manifest import build_manifest, read_manifest, write_manifest
 from dataorder.diffusion.stats import bucket_stats
 from dataorder.tools.cli import main
 

@@ -22,22 +22,22 @@ _EXPORTS: dict[str, str] = {
     "CostModel": "buckets.cost",
     "CropResult": "buckets.crop",
     "FitResult": "fit.images",
-    "Manifest": "manifest",
+    "Manifest": "scan.manifest",
     "MultiTierBucketCalculator": "calculators.image",
     "SequentialBucketSampler": "bucket_sampler",
     "VideoBucketCalculator": "calculators.video",
-    "VideoScan": "video_scan",
+    "VideoScan": "scan.videos",
     "bucket_stats": "stats",
-    "build_manifest": "manifest",
+    "build_manifest": "scan.manifest",
     "format_bucket_table": "stats",
-    "manifest_from_scan": "manifest",
+    "manifest_from_scan": "scan.manifest",
     "plan_bucket_epoch": "bucket_plan",
     "plot_bucket_stats": "stats",
-    "read_manifest": "manifest",
+    "read_manifest": "scan.manifest",
     "resize_and_crop": "buckets.crop",
-    "scan_images": "scan",
-    "scan_videos": "video_scan",
-    "write_manifest": "manifest",
+    "scan_images": "scan.images",
+    "scan_videos": "scan.videos",
+    "write_manifest": "scan.manifest",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -57,22 +57,22 @@ if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
     )
     from dataorder.diffusion.calculators.video import VideoBucketCalculator as VideoBucketCalculator
     from dataorder.diffusion.fit.images import FitResult as FitResult
-    from dataorder.diffusion.manifest import Manifest as Manifest
-    from dataorder.diffusion.manifest import build_manifest as build_manifest
-    from dataorder.diffusion.manifest import manifest_from_scan as manifest_from_scan
-    from dataorder.diffusion.manifest import read_manifest as read_manifest
-    from dataorder.diffusion.manifest import write_manifest as write_manifest
     from dataorder.diffusion.multires import (
         BaseMultiresolutionDataset as BaseMultiresolutionDataset,
     )
-    from dataorder.diffusion.scan import scan_images as scan_images
+    from dataorder.diffusion.scan.images import scan_images as scan_images
+    from dataorder.diffusion.scan.manifest import Manifest as Manifest
+    from dataorder.diffusion.scan.manifest import build_manifest as build_manifest
+    from dataorder.diffusion.scan.manifest import manifest_from_scan as manifest_from_scan
+    from dataorder.diffusion.scan.manifest import read_manifest as read_manifest
+    from dataorder.diffusion.scan.manifest import write_manifest as write_manifest
+    from dataorder.diffusion.scan.videos import VideoScan as VideoScan
+    from dataorder.diffusion.scan.videos import scan_videos as scan_videos
     from dataorder.diffusion.stats import BucketStats as BucketStats
     from dataorder.diffusion.stats import bucket_stats as bucket_stats
     from dataorder.diffusion.stats import format_bucket_table as format_bucket_table
     from dataorder.diffusion.stats import plot_bucket_stats as plot_bucket_stats
     from dataorder.diffusion.table import BucketTable as BucketTable
-    from dataorder.diffusion.video_scan import VideoScan as VideoScan
-    from dataorder.diffusion.video_scan import scan_videos as scan_videos
 
 
 def __getattr__(name: str) -> Any:

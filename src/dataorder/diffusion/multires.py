@@ -3,7 +3,7 @@
 :class:`BaseMultiresolutionDataset` reads NeMo Automodel's preprocessed cache (``metadata.json``
 listing JSON shards of per-sample items) with NeMo's grouping rules, or is built from arrays of
 image sizes, of clip sizes and frame counts, from bucket ids, or from a scan manifest (image or
-video: :mod:`dataorder.diffusion.manifest`). Its buckets are a
+video: :mod:`dataorder.diffusion.scan.manifest`). Its buckets are a
 :class:`~dataorder.diffusion.table.BucketTable` (compact arrays). A video bucket is a shape like
 any other (``(w, h, frames)``), so the bucket sampler reads video datasets unchanged.
 
@@ -29,7 +29,7 @@ import numpy.typing as npt
 from torch.utils.data import Dataset
 
 from dataorder._validate import check_int, fail
-from dataorder.diffusion.scan_files import path_arg
+from dataorder.diffusion.scan.files import path_arg
 from dataorder.diffusion.table import (
     BucketTable,
     IntArray,
@@ -43,7 +43,7 @@ from dataorder.diffusion.table import (
 )
 
 if TYPE_CHECKING:
-    from dataorder.diffusion.manifest import Manifest
+    from dataorder.diffusion.scan.manifest import Manifest
 
 __all__ = ["BaseMultiresolutionDataset"]
 
@@ -251,7 +251,7 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
         Every clip must have a bucket, as the dataset index is the row: a clip too short or too
         small for every bucket is refused, naming it. Drop such clips first with
         ``build_video_scan(paths, widths, heights, frames, calculator).assigned()``
-        (:mod:`dataorder.diffusion.video_scan`), which gives each one's reason.
+        (:mod:`dataorder.diffusion.scan.videos`), which gives each one's reason.
 
         Args:
             widths: Shape ``(N,)``, positive ints (as displayed).
@@ -288,7 +288,7 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
     def from_manifest(
         cls, manifest: str | os.PathLike[str] | Manifest
     ) -> BaseMultiresolutionDataset:
-        """Build from a scan manifest (a path, or a ``dataorder.diffusion.manifest.Manifest``),
+        """Build from a scan manifest (a path, or a ``dataorder.diffusion.scan.manifest.Manifest``),
         of images or of clips.
 
         The dataset index is the position in ``manifest.paths``; the calculator is rebuilt from
@@ -298,7 +298,7 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
             TypeError: If ``manifest`` is neither a Manifest nor a path.
             ValueError: If the file is not a valid manifest (naming the file and line).
         """
-        from dataorder.diffusion.manifest import Manifest, read_manifest
+        from dataorder.diffusion.scan.manifest import Manifest, read_manifest
 
         if not isinstance(manifest, Manifest | str | os.PathLike):
             fail("manifest", "a Manifest or a path to one", manifest, TypeError)

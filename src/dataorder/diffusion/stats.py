@@ -1,6 +1,6 @@
 """What a bucket set does to a dataset: crop loss, trim loss, budget, and lock-step waste.
 
-:func:`bucket_stats` takes a :class:`~dataorder.diffusion.manifest.Manifest` (of images or of
+:func:`bucket_stats` takes a :class:`~dataorder.diffusion.scan.manifest.Manifest` (of images or of
 clips), or image sizes plus a
 :class:`~dataorder.diffusion.calculators.image.MultiTierBucketCalculator`, or clip sizes and frame
 counts plus a :class:`~dataorder.diffusion.calculators.video.VideoBucketCalculator`, and measures
@@ -69,8 +69,8 @@ from dataorder.diffusion.bucket_plan import (
 from dataorder.diffusion.buckets.cost import CostModel
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.calculators.video import TOO_SHORT, VideoBucketCalculator, trim_loss
-from dataorder.diffusion.manifest import Manifest
-from dataorder.diffusion.scan_files import path_arg
+from dataorder.diffusion.scan.files import path_arg
+from dataorder.diffusion.scan.manifest import Manifest
 from dataorder.diffusion.table import group_by_bucket, sort_key
 
 __all__ = [
@@ -288,7 +288,7 @@ def bucket_stats(
     """Measure a bucketing of a dataset (see the module docstring).
 
     Args:
-        source: A :class:`~dataorder.diffusion.manifest.Manifest` (its bucket ids and
+        source: A :class:`~dataorder.diffusion.scan.manifest.Manifest` (its bucket ids and
             calculator are used; a video manifest's frames too), or widths, shape ``(N,)``.
         heights: Heights, shape ``(N,)``, when ``source`` is widths.
         calculator: Assigns the buckets of ``source`` widths and heights (required then): a

@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_int
-from dataorder.diffusion.scan_files import path_arg
+from dataorder.diffusion.scan.files import path_arg
 
 __all__ = [
     "ASPECT_SQUARE_MAX",

@@ -8,8 +8,8 @@ Subcommands:
 * ``dataorder buckets --preset 1024p``: the bucket table of a preset (``--video --preset
   wan2.1-480p``: of a video model's setting, :mod:`dataorder.diffusion.calculators.video`);
 * ``dataorder scan DIR -o MANIFEST``: image sizes from headers into a manifest
-  (:mod:`dataorder.diffusion.scan`); with ``--video``, clip sizes and frame counts
-  (:mod:`dataorder.diffusion.video_scan`, needs PyAV: ``pip install 'dataorder[video]'``);
+  (:mod:`dataorder.diffusion.scan.images`); with ``--video``, clip sizes and frame counts
+  (:mod:`dataorder.diffusion.scan.videos`, needs PyAV: ``pip install 'dataorder[video]'``);
 * ``dataorder plan MANIFEST --num-replicas 64 --batch-size 8``: what an epoch of the bucket
   sampler looks like on that layout: samples per bucket, crop loss (and trim loss for clips),
   dropped or padded samples, steps (:mod:`dataorder.diffusion.stats`); ``--fit`` adds a bucket

@@ -446,7 +446,7 @@ def _bucket_notes(data: FittedImages, sampler: Any, config: DemoShape) -> list[s
 
 def _bucket_manifest(data: FittedImages, stem: Path) -> None:
     """The fitted buckets' manifest: the bucket state's dataset, for ``dataorder inspect``."""
-    from dataorder.diffusion.manifest import build_manifest, write_manifest
+    from dataorder.diffusion.scan.manifest import build_manifest, write_manifest
 
     paths = [f"image_sizes.csv:{row + 2}" for row in range(len(data.widths))]  # the file line
     manifest = build_manifest(paths, data.widths, data.heights, data.fitted)

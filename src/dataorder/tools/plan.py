@@ -129,7 +129,7 @@ def _check_args(args: argparse.Namespace, manifest: Any) -> None:
 
 def run(args: argparse.Namespace, out: Output) -> int:
     """Print (or write as JSON) what an epoch of the bucket sampler is on this layout."""
-    from dataorder.diffusion.manifest import read_manifest
+    from dataorder.diffusion.scan.manifest import read_manifest
     from dataorder.diffusion.stats import bucket_stats, plot_bucket_stats
 
     manifest = read_manifest(args.manifest)
@@ -271,8 +271,8 @@ class _Fitted:
         per bucket; without it the last batch shrinks and pads ``(-n) mod R``."""
         from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
         from dataorder.diffusion.fit.images import fit_to_data
-        from dataorder.diffusion.manifest import build_manifest, write_manifest
         from dataorder.diffusion.multires import BaseMultiresolutionDataset
+        from dataorder.diffusion.scan.manifest import build_manifest, write_manifest
         from dataorder.diffusion.stats import bucket_stats
 
         r = args.num_replicas
@@ -383,8 +383,8 @@ class _VideoFitted:
         last batch shrinks and pads ``(-n) mod R``."""
         from dataorder.diffusion.calculators.video import VideoBucketCalculator
         from dataorder.diffusion.fit.video import fit_video_to_data
-        from dataorder.diffusion.manifest import build_manifest, write_manifest
         from dataorder.diffusion.multires import BaseMultiresolutionDataset
+        from dataorder.diffusion.scan.manifest import build_manifest, write_manifest
         from dataorder.diffusion.stats import bucket_stats
 
         base = calc

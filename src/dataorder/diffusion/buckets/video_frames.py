@@ -8,7 +8,7 @@ the counts a clip keeps when the pipeline samples it at the model's frame rate, 
 
 NOTE [ estimated frame counts ]
     Matroska, WebM and MPEG-TS headers hold no frame count, so a header scan
-    (:mod:`dataorder.diffusion.video_probe`) estimates it from the duration and the frame rate.
+    (:mod:`dataorder.diffusion.scan.probe`) estimates it from the duration and the frame rate.
     The two ways to be wrong cost differently. A count too low trims a few frames more than
     needed. A count too high puts the clip in a bucket longer than the clip, which the loader
     must then stretch, pad with repeated frames or fail on: the one thing the bucket rule

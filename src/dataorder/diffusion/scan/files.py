@@ -1,7 +1,7 @@
 """What the two scans share: finding files, reading them on a thread pool, reporting progress.
 
-The image scan (:mod:`dataorder.diffusion.scan`) and the video scan
-(:mod:`dataorder.diffusion.video_scan`) differ only in how one file is read. Both list a folder
+The image scan (:mod:`dataorder.diffusion.scan.images`) and the video scan
+(:mod:`dataorder.diffusion.scan.videos`) differ only in how one file is read. Both list a folder
 recursively in sorted order (so sample indices do not depend on the file system), read files in
 chunks on a thread pool, keep the input order, and report progress through a rich bar, else a
 tqdm bar, a callback, or not at all. No torch, no Pillow, no PyAV here.

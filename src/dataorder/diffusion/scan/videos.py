@@ -9,15 +9,15 @@ duration and bucket id (from a
 :class:`~dataorder.diffusion.calculators.video.VideoBucketCalculator`), plus the buckets and the
 calculator configuration behind the ids.
 
-Each file is read by :func:`~dataorder.diffusion.video_probe.read_video_info`, from its
-headers only: no frame is decoded (see :mod:`dataorder.diffusion.video_probe` for what is read
+Each file is read by :func:`~dataorder.diffusion.scan.probe.read_video_info`, from its
+headers only: no frame is decoded (see :mod:`dataorder.diffusion.scan.probe` for what is read
 and what headers cannot show). A file with no frame count and no duration or rate to estimate
 one is an error, not a guess.
 
 Example:
     >>> import os, tempfile
     >>> from dataorder.diffusion.calculators.video import VideoBucketCalculator
-    >>> from dataorder.diffusion.video_scan import scan_videos
+    >>> from dataorder.diffusion.scan.videos import scan_videos
     >>> folder = tempfile.mkdtemp()
     >>> with open(os.path.join(folder, "broken.mp4"), "w") as f:
     ...     _ = f.write("not a video")
@@ -40,14 +40,14 @@ import numpy.typing as npt
 
 from dataorder._validate import check_bool, fail
 from dataorder.diffusion.calculators.video import TOO_SHORT, TOO_SMALL, VideoBucketCalculator
-from dataorder.diffusion.scan_files import (
+from dataorder.diffusion.scan.files import (
     Progress,
     list_files,
     read_files,
     scan_paths,
     workers_arg,
 )
-from dataorder.diffusion.video_probe import (
+from dataorder.diffusion.scan.probe import (
     MIN_AV_VERSION,
     OPEN_OPTIONS,
     VideoHeaderError,

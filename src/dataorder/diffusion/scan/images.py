@@ -4,24 +4,24 @@
 paths. Only headers are read: Pillow's format plugins parse the header and stop, no pixel is
 decoded, so Pillow's decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS``, which guards
 decoding) does not apply (NOTE [ Headers only ]). Files are read by a thread pool, with a progress
-bar (rich or tqdm, if installed) or your own callback (:mod:`dataorder.diffusion.scan_files`). A
+bar (rich or tqdm, if installed) or your own callback (:mod:`dataorder.diffusion.scan.files`). A
 file that cannot be read (missing, truncated, not an image, a header claiming a side outside
 ``[1, MAX_IMAGE_SIDE]``, or not a regular file: a FIFO, socket, device or broken link, never
-opened, see NOTE [ Regular files only ] in :mod:`~dataorder.diffusion.scan_files`) is reported
+opened, see NOTE [ Regular files only ] in :mod:`~dataorder.diffusion.scan.files`) is reported
 in ``Manifest.errors`` with the reason and skipped; it never stops the scan. Sizes are as
 displayed: with ``exif_orientation=True`` (the default) an EXIF orientation of 5 to 8 (a
 90-degree turn) swaps width and height, as ``PIL.ImageOps.exif_transpose`` does when the image
 is loaded.
 
-The result is a :class:`~dataorder.diffusion.manifest.Manifest`: per image its path, width,
+The result is a :class:`~dataorder.diffusion.scan.manifest.Manifest`: per image its path, width,
 height and bucket id, plus the bucket list and the calculator configuration that produced the
-ids. Its file format is in :mod:`dataorder.diffusion.manifest`; the manifest names are also
+ids. Its file format is in :mod:`dataorder.diffusion.scan.manifest`; the manifest names are also
 importable from here.
 
 Example:
     >>> import tempfile, os
     >>> from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-    >>> from dataorder.diffusion.scan import build_manifest, read_manifest, write_manifest
+    >>> from dataorder.diffusion.scan.images import build_manifest, read_manifest, write_manifest
     >>> calc = MultiTierBucketCalculator.from_preset("512p")
     >>> m = build_manifest(["a b.jpg", "ü,2.png"], [640, 300], [480, 900], calc)
     >>> [m.buckets[i]["resolution"] for i in m.bucket_ids]
@@ -45,15 +45,7 @@ from dataorder._validate import check_bool, fail
 from dataorder.diffusion.buckets.crop import require_pillow
 from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-from dataorder.diffusion.manifest import (
-    MANIFEST_FORMAT,
-    MANIFEST_VERSION,
-    Manifest,
-    build_manifest,
-    read_manifest,
-    write_manifest,
-)
-from dataorder.diffusion.scan_files import (
+from dataorder.diffusion.scan.files import (
     Progress,
     check_regular_file,
     list_files,
@@ -61,6 +53,14 @@ from dataorder.diffusion.scan_files import (
     read_files,
     scan_paths,
     workers_arg,
+)
+from dataorder.diffusion.scan.manifest import (
+    MANIFEST_FORMAT,
+    MANIFEST_VERSION,
+    Manifest,
+    build_manifest,
+    read_manifest,
+    write_manifest,
 )
 
 __all__ = [
@@ -140,7 +140,7 @@ def read_image_size(
     Raises:
         ImportError: If Pillow is not installed.
         OSError: If the file cannot be read or is not an image Pillow recognises;
-            :class:`~dataorder.diffusion.scan_files.NotARegularFileError`, without opening it,
+            :class:`~dataorder.diffusion.scan.files.NotARegularFileError`, without opening it,
             if it is not a regular file (a FIFO, socket, device, directory, broken link).
         ValueError: If the header claims a side outside ``[1, MAX_IMAGE_SIDE]``; the message
             names the file.

@@ -1,11 +1,11 @@
 """The manifest: each sample's path, size and bucket id, and the calculator behind them.
 
-A :class:`Manifest` is what a scan produces (:func:`~dataorder.diffusion.scan.scan_images` for
-images, :func:`manifest_from_scan` of a :func:`~dataorder.diffusion.video_scan.scan_videos`
+A :class:`Manifest` is what a scan produces (:func:`~dataorder.diffusion.scan.images.scan_images`
+for images, :func:`manifest_from_scan` of a :func:`~dataorder.diffusion.scan.videos.scan_videos`
 result for videos) and what the bucket dataset reads
-(:meth:`~dataorder.diffusion.multires.BaseMultiresolutionDataset.from_manifest`). A video
-manifest has one more column, ``frames``; an image manifest has none (``Manifest.frames`` is
-None), and image manifests written before video existed read unchanged.
+(:meth:`~dataorder.diffusion.multires.BaseMultiresolutionDataset.from_manifest`). A video manifest
+has one more column, ``frames``; an image manifest has none (``Manifest.frames`` is None), and image
+manifests written before video existed read unchanged.
 
 **File format** (:func:`write_manifest`, :func:`read_manifest`): UTF-8 text, gzip-compressed if
 the file name ends in ``.gz``. Line 1 is one JSON object (ASCII only)::
@@ -60,8 +60,8 @@ from dataorder._validate import check_int, fail
 from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.calculators.video import VideoBucketCalculator
-from dataorder.diffusion.scan_files import path_arg
-from dataorder.diffusion.video_scan import VideoScan, build_video_scan
+from dataorder.diffusion.scan.files import path_arg
+from dataorder.diffusion.scan.videos import VideoScan, build_video_scan
 
 __all__ = [
     "COLUMNS",
@@ -329,11 +329,11 @@ def build_manifest(
 
 def manifest_from_scan(scan: VideoScan) -> Manifest:
     """The manifest of a video scan: its clips that have a bucket; the others (too short, too
-    small) join its errors with the reason (:meth:`~dataorder.diffusion.video_scan.VideoScan.
+    small) join its errors with the reason (:meth:`~dataorder.diffusion.scan.videos.VideoScan.
     assigned`).
 
     Raises:
-        TypeError: If ``scan`` is not a :class:`~dataorder.diffusion.video_scan.VideoScan`.
+        TypeError: If ``scan`` is not a :class:`~dataorder.diffusion.scan.videos.VideoScan`.
     """
     if not isinstance(scan, VideoScan):
         fail("scan", "a VideoScan (from scan_videos or build_video_scan)", scan, TypeError)

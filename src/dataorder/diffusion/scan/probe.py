@@ -1,7 +1,7 @@
 """One video's size, frame count, rate and duration from its container headers (PyAV).
 
 PyAV is an optional dependency (``pip install 'dataorder[video]'``), imported only when a file
-is read (:func:`require_av`). :mod:`dataorder.diffusion.video_scan` reads a whole folder with
+is read (:func:`require_av`). :mod:`dataorder.diffusion.scan.videos` reads a whole folder with
 :func:`read_video_info`.
 
 **What is read** (:func:`read_video_info`), per file; no frame is decoded:
@@ -31,7 +31,7 @@ count outside ``[1, MAX_VIDEO_SIZE]`` (an .avi saying 4,294,967,280 frames, a .m
 Duration gives 10^13 frames): :func:`read_video_info` raises :class:`VideoHeaderError` for that
 file, so a scan lists it in its errors and the batch assignment never sees the value. A rate
 or a duration that is not positive counts as unknown. Only regular files are opened (NOTE [
-Regular files only ] in :mod:`dataorder.diffusion.scan_files`): a FIFO named ``x.mp4`` is
+Regular files only ] in :mod:`dataorder.diffusion.scan.files`): a FIFO named ``x.mp4`` is
 reported, not opened. What headers cannot show: a truncated Matroska, WebM
 or "faststart" mp4 opens and reports its full length (an mp4 whose index is at the end fails to
 open, and is reported).
@@ -48,7 +48,7 @@ from fractions import Fraction
 from typing import Any, BinaryIO
 
 from dataorder.diffusion.buckets.video_frames import MAX_VIDEO_SIZE, estimated_frame_count
-from dataorder.diffusion.scan_files import check_regular_file
+from dataorder.diffusion.scan.files import check_regular_file
 
 __all__ = [
     "MIN_AV_VERSION",
@@ -205,7 +205,7 @@ def read_video_info(path: str | os.PathLike[str], *, apply_rotation: bool = True
         ImportError: If PyAV is not installed.
         OSError: If the file cannot be opened or FFmpeg does not recognise it (PyAV's errors
             derive from OSError or ValueError);
-            :class:`~dataorder.diffusion.scan_files.NotARegularFileError`, without opening it,
+            :class:`~dataorder.diffusion.scan.files.NotARegularFileError`, without opening it,
             if it is not a regular file (a FIFO, socket, device, directory, broken link).
         VideoHeaderError: If it has no video stream, no frame size, neither a frame count nor
             a duration and a rate to estimate one, or a side or a frame count outside

@@ -22,7 +22,7 @@ Waste is the library's partition of each bucket into whole global batches
 (:func:`dataorder.core.partition.plan_segments`, tails ``"drop"`` and ``"pad"``): ``n mod G``
 dropped, ``(-n) mod G`` padded, over ``N``. When no bucket set can waste 1 % (``N mod G`` alone
 is more), the fit runs at that least waste and its row says so. Crop loss is exact per image
-(:func:`dataorder.diffusion.stats.crop_loss`).
+(:func:`dataorder.diffusion.sampler.stats.crop_loss`).
 
 Sections:
 
@@ -50,7 +50,7 @@ from bench_buckets import log_uniform_sizes
 from dataorder.core.partition import plan_segments
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.fit.images import FitResult, fit_to_data
-from dataorder.diffusion.stats import crop_loss
+from dataorder.diffusion.sampler.stats import crop_loss
 from dataorder.tools.demo import load_image_sizes
 
 SEED = 20260601

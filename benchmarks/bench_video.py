@@ -58,7 +58,7 @@ from dataorder.diffusion.calculators.video import (
     resample_frame_counts,
     trim_loss,
 )
-from dataorder.diffusion.stats import bucket_stats, crop_loss
+from dataorder.diffusion.sampler.stats import bucket_stats, crop_loss
 
 Ints = npt.NDArray[np.int64]
 CAMERA_RATIOS = ["1:1", "4:3", "3:2", "16:9", "2:1", "7:3"]

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 from dataorder.core.state import find_sampler_states
-from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.calculators.video import PRESETS, VideoBucketCalculator
 from dataorder.diffusion.fit.images import fit_to_data
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 from dataorder.diffusion.scan.images import build_manifest, read_manifest, write_manifest
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
 from dataorder.parallel.distributed import DistributedSampler

@@ -32,13 +32,13 @@ import dataorder.diffusion.fit.candidates as FC
 import dataorder.diffusion.fit.images as F
 import dataorder.diffusion.fit.programme as FP
 from dataorder.core.partition import plan_segments
-from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
 from dataorder.diffusion.buckets.cost import CostModel
 from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE, NearestLogAspect
 from dataorder.diffusion.calculators.image import PRESETS, MultiTierBucketCalculator
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
+from dataorder.diffusion.sampler.stats import bucket_stats, crop_loss
 from dataorder.diffusion.scan.images import build_manifest, read_manifest, write_manifest
-from dataorder.diffusion.stats import bucket_stats, crop_loss
 from dataorder.tools.demo import load_image_sizes
 
 IntArray = np.ndarray

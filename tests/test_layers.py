@@ -106,9 +106,9 @@ def test_the_core_the_llm_samplers_and_the_contract_import_without_torch() -> No
         in (
             "dataorder.diffusion.calculators.image",
             "dataorder.diffusion.buckets.rules",
-            "dataorder.diffusion.table",
-            "dataorder.diffusion.bucket_plan",
-            "dataorder.diffusion.stats",
+            "dataorder.diffusion.sampler.table",
+            "dataorder.diffusion.sampler.plan",
+            "dataorder.diffusion.sampler.stats",
             "dataorder.diffusion.buckets.cost",
             "dataorder.diffusion.fit.images",
             "dataorder.diffusion.buckets.fitted_rule",

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import nemo_oracle
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
-from dataorder.diffusion.table import BucketTable, aspect_name, group_by_bucket
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.table import BucketTable, aspect_name, group_by_bucket
 
 
 def write_cache(root: Path, shards: Sequence[Sequence[dict[str, Any]]]) -> Path:

@@ -26,13 +26,13 @@ from hypothesis import strategies as st
 
 import dataorder.diffusion.buckets.video_set as VR
 import dataorder.diffusion.fit.video as VF
-from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
 from dataorder.diffusion.buckets.cost import CostModel
 from dataorder.diffusion.calculators.video import TOO_SHORT, TOO_SMALL, VideoBucketCalculator
 from dataorder.diffusion.fit.candidates import clip_digest
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
+from dataorder.diffusion.sampler.stats import bucket_stats
 from dataorder.diffusion.scan.manifest import build_manifest, read_manifest, write_manifest
-from dataorder.diffusion.stats import bucket_stats
 from dataorder.tools.cli import main
 
 IntArray = np.ndarray

@@ -22,7 +22,6 @@ import pytest
 
 import dataorder
 import dataorder.diffusion.scan.manifest as manifest_module
-from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.calculators.video import (
     TOO_SMALL,
@@ -30,7 +29,10 @@ from dataorder.diffusion.calculators.video import (
     resample_frame_counts,
     trim_loss,
 )
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
+from dataorder.diffusion.sampler.stats import bucket_stats, format_bucket_table, plot_bucket_stats
+from dataorder.diffusion.sampler.table import table_from_ids
 from dataorder.diffusion.scan.manifest import (
     COLUMNS,
     VIDEO_COLUMNS,
@@ -41,8 +43,6 @@ from dataorder.diffusion.scan.manifest import (
     write_manifest,
 )
 from dataorder.diffusion.scan.videos import build_video_scan
-from dataorder.diffusion.stats import bucket_stats, format_bucket_table, plot_bucket_stats
-from dataorder.diffusion.table import table_from_ids
 
 #: 18 buckets: frame counts 1, 17, ..., 81 at 1:1, 16:9 and 9:16 (Wan 2.1's 480p budget).
 CALC = VideoBucketCalculator.from_preset(

@@ -14,25 +14,25 @@ from typing import TYPE_CHECKING, Any
 #: Every public name of the package -> the module that defines it (one list: ``__all__`` and the
 #: lazy import both read it; tests/test_static.py checks the typing block below against it).
 _EXPORTS: dict[str, str] = {
-    "BaseMultiresolutionDataset": "multires",
-    "BucketEpochPlan": "bucket_plan",
-    "BucketSampler": "bucket_sampler",
-    "BucketStats": "stats",
-    "BucketTable": "table",
+    "BaseMultiresolutionDataset": "sampler.dataset",
+    "BucketEpochPlan": "sampler.plan",
+    "BucketSampler": "sampler.sampler",
+    "BucketStats": "sampler.stats",
+    "BucketTable": "sampler.table",
     "CostModel": "buckets.cost",
     "CropResult": "buckets.crop",
     "FitResult": "fit.images",
     "Manifest": "scan.manifest",
     "MultiTierBucketCalculator": "calculators.image",
-    "SequentialBucketSampler": "bucket_sampler",
+    "SequentialBucketSampler": "sampler.sampler",
     "VideoBucketCalculator": "calculators.video",
     "VideoScan": "scan.videos",
-    "bucket_stats": "stats",
+    "bucket_stats": "sampler.stats",
     "build_manifest": "scan.manifest",
-    "format_bucket_table": "stats",
+    "format_bucket_table": "sampler.stats",
     "manifest_from_scan": "scan.manifest",
-    "plan_bucket_epoch": "bucket_plan",
-    "plot_bucket_stats": "stats",
+    "plan_bucket_epoch": "sampler.plan",
+    "plot_bucket_stats": "sampler.stats",
     "read_manifest": "scan.manifest",
     "resize_and_crop": "buckets.crop",
     "scan_images": "scan.images",
@@ -43,12 +43,6 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
-    from dataorder.diffusion.bucket_plan import BucketEpochPlan as BucketEpochPlan
-    from dataorder.diffusion.bucket_plan import plan_bucket_epoch as plan_bucket_epoch
-    from dataorder.diffusion.bucket_sampler import BucketSampler as BucketSampler
-    from dataorder.diffusion.bucket_sampler import (
-        SequentialBucketSampler as SequentialBucketSampler,
-    )
     from dataorder.diffusion.buckets.cost import CostModel as CostModel
     from dataorder.diffusion.buckets.crop import CropResult as CropResult
     from dataorder.diffusion.buckets.crop import resize_and_crop as resize_and_crop
@@ -57,9 +51,20 @@ if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
     )
     from dataorder.diffusion.calculators.video import VideoBucketCalculator as VideoBucketCalculator
     from dataorder.diffusion.fit.images import FitResult as FitResult
-    from dataorder.diffusion.multires import (
+    from dataorder.diffusion.sampler.dataset import (
         BaseMultiresolutionDataset as BaseMultiresolutionDataset,
     )
+    from dataorder.diffusion.sampler.plan import BucketEpochPlan as BucketEpochPlan
+    from dataorder.diffusion.sampler.plan import plan_bucket_epoch as plan_bucket_epoch
+    from dataorder.diffusion.sampler.sampler import BucketSampler as BucketSampler
+    from dataorder.diffusion.sampler.sampler import (
+        SequentialBucketSampler as SequentialBucketSampler,
+    )
+    from dataorder.diffusion.sampler.stats import BucketStats as BucketStats
+    from dataorder.diffusion.sampler.stats import bucket_stats as bucket_stats
+    from dataorder.diffusion.sampler.stats import format_bucket_table as format_bucket_table
+    from dataorder.diffusion.sampler.stats import plot_bucket_stats as plot_bucket_stats
+    from dataorder.diffusion.sampler.table import BucketTable as BucketTable
     from dataorder.diffusion.scan.images import scan_images as scan_images
     from dataorder.diffusion.scan.manifest import Manifest as Manifest
     from dataorder.diffusion.scan.manifest import build_manifest as build_manifest
@@ -68,11 +73,6 @@ if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
     from dataorder.diffusion.scan.manifest import write_manifest as write_manifest
     from dataorder.diffusion.scan.videos import VideoScan as VideoScan
     from dataorder.diffusion.scan.videos import scan_videos as scan_videos
-    from dataorder.diffusion.stats import BucketStats as BucketStats
-    from dataorder.diffusion.stats import bucket_stats as bucket_stats
-    from dataorder.diffusion.stats import format_bucket_table as format_bucket_table
-    from dataorder.diffusion.stats import plot_bucket_stats as plot_bucket_stats
-    from dataorder.diffusion.table import BucketTable as BucketTable
 
 
 def __getattr__(name: str) -> Any:

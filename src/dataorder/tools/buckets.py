@@ -43,7 +43,7 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
 
 
 def _aspect(w: int, h: int) -> str:
-    from dataorder.diffusion.table import aspect_name
+    from dataorder.diffusion.sampler.table import aspect_name
 
     return aspect_name(w / h)
 

@@ -10,10 +10,10 @@ Subcommands:
 * ``dataorder scan DIR -o MANIFEST``: image sizes from headers into a manifest
   (:mod:`dataorder.diffusion.scan.images`); with ``--video``, clip sizes and frame counts
   (:mod:`dataorder.diffusion.scan.videos`, needs PyAV: ``pip install 'dataorder[video]'``);
-* ``dataorder plan MANIFEST --num-replicas 64 --batch-size 8``: what an epoch of the bucket
-  sampler looks like on that layout: samples per bucket, crop loss (and trim loss for clips),
-  dropped or padded samples, steps (:mod:`dataorder.diffusion.stats`); ``--fit`` adds a bucket
-  set fitted to the manifest, beside its own (:mod:`dataorder.diffusion.fit.images`; for a video
+* ``dataorder plan MANIFEST --num-replicas 64 --batch-size 8``: what an epoch of the bucket sampler
+  looks like on that layout: samples per bucket, crop loss (and trim loss for clips), dropped or
+  padded samples, steps (:mod:`dataorder.diffusion.sampler.stats`); ``--fit`` adds a bucket set
+  fitted to the manifest, beside its own (:mod:`dataorder.diffusion.fit.images`; for a video
   manifest, ``--video --fit``: :mod:`dataorder.diffusion.fit.video`);
 * ``dataorder pack LENGTHS --seq-len 8192``: what packing a corpus into rows does (padding,
   split documents, rows and steps) and a PNG of row fill (:mod:`dataorder.tools.pack`);

@@ -384,7 +384,7 @@ class FittedImages:
     @classmethod
     def load(cls, config: DemoShape) -> FittedImages:
         from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-        from dataorder.diffusion.multires import BaseMultiresolutionDataset
+        from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 
         widths, heights = load_image_sizes()
         # Buckets fitted to these sizes and this job: the sampler pads each bucket's last global
@@ -403,7 +403,7 @@ class FittedImages:
 
 
 def _buckets(data: FittedImages, where: Placement, config: DemoShape) -> Any:
-    from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+    from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 
     # Interleaved: chunks of every bucket spread through the epoch; the unit is a multiple of
     # every data-parallel size the job has, so the restart on another size is elastic.
@@ -419,7 +419,7 @@ def _buckets(data: FittedImages, where: Placement, config: DemoShape) -> Any:
 
 
 def _bucket_notes(data: FittedImages, sampler: Any, config: DemoShape) -> list[str]:
-    from dataorder.diffusion.stats import bucket_stats
+    from dataorder.diffusion.sampler.stats import bucket_stats
 
     dp = config.dp_sizes[0]
     lines = []
@@ -470,7 +470,7 @@ class VideoClips:
             VideoBucketCalculator,
             resample_frame_counts,
         )
-        from dataorder.diffusion.multires import BaseMultiresolutionDataset
+        from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 
         widths, heights, frames, fps = load_clip_sizes()
         widths, heights, frames = widths[:VIDEO_CLIPS], heights[:VIDEO_CLIPS], frames[:VIDEO_CLIPS]
@@ -487,7 +487,7 @@ class VideoClips:
 
 
 def _video(data: VideoClips, where: Placement, config: DemoShape) -> Any:
-    from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+    from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 
     return SequentialBucketSampler(
         data.multires,
@@ -570,9 +570,9 @@ def _packed_lengths(_config: DemoShape, stem: Path) -> list[Path]:
 # -- the registry ---------------------------------------------------------------------------------
 _MEGATRON = ("dataorder.llm.factory", "dataorder.llm.megatron")
 _BUCKETS = (
-    "dataorder.diffusion.bucket_sampler",
+    "dataorder.diffusion.sampler.sampler",
     "dataorder.diffusion.calculators.image",
-    "dataorder.diffusion.multires",
+    "dataorder.diffusion.sampler.dataset",
 )
 
 
@@ -619,7 +619,7 @@ DEMO_SAMPLERS: Mapping[str, DemoSampler[Any]] = _registry(
         notes=_bucket_notes,
         files=_bucket_manifest,
         inspect=Inspect(lambda _config, file: f" --manifest {file('.manifest.tsv')}"),
-        imports=(*_BUCKETS, "dataorder.diffusion.fit.images", "dataorder.diffusion.stats"),
+        imports=(*_BUCKETS, "dataorder.diffusion.fit.images", "dataorder.diffusion.sampler.stats"),
     ),
     DemoSampler(
         "video",

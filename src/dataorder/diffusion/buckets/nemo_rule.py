@@ -7,7 +7,7 @@ presets asymmetric), its bucket order, its image-to-bucket rule (least ``|bucket
 floating point, ties to the first bucket) and its unclamped dynamic batch size. Only bad input
 differs: a ValueError/TypeError here, not a ZeroDivisionError or a math domain error. NeMo's
 sampler order, which a bucket sampler chooses with its own ``compat="nemo"``, is
-:mod:`dataorder.diffusion.nemo_order`; the two are independent.
+:mod:`dataorder.diffusion.sampler.nemo_order`; the two are independent.
 """
 
 from __future__ import annotations

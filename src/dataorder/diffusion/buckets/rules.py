@@ -34,12 +34,11 @@ The default rule:
 * **Assignment.** Nearest bucket in log aspect ratio, which is exactly the bucket with the
   least crop loss. An image exactly halfway (``W**2 * h1 * h2 == H**2 * w1 * w2``) goes to the
   bucket closer to square, then to the lower id. Decisions are exact integer comparisons.
-* **No upscaling** (``no_upscale=True``). Only buckets that fit inside the image
-  (``w <= W`` and ``h <= H``) are candidates, so the image is only ever downscaled. An image
-  smaller than every bucket on some side (no bucket fits) falls back to the nearest aspect
-  ratio over all buckets and will be upscaled: a single-budget set has no smaller tier to
-  offer, and dropping it is the caller's decision (:mod:`dataorder.diffusion.stats` counts these
-  as ``upscaled``).
+* **No upscaling** (``no_upscale=True``). Only buckets that fit inside the image (``w <= W`` and
+  ``h <= H``) are candidates, so the image is only ever downscaled. An image smaller than every
+  bucket on some side (no bucket fits) falls back to the nearest aspect ratio over all buckets and
+  will be upscaled: a single-budget set has no smaller tier to offer, and dropping it is the
+  caller's decision (:mod:`dataorder.diffusion.sampler.stats` counts these as ``upscaled``).
 * **Dynamic batch size** ``floor(base * base_pixels / pixels)`` in exact integers, at least 1
   and at most ``max_batch_size`` (default: ``4 * base_batch_size``), so a tiny bucket cannot
   ask for a 2,048-sample batch.

@@ -166,7 +166,7 @@ def trim_loss(frames: npt.ArrayLike, bucket_frames: npt.ArrayLike) -> npt.NDArra
     """Share of each clip's frames cut away when it is trimmed to its bucket's frame count.
 
     ``(F - f) / F`` for a clip of ``F`` frames in a bucket of ``f <= F`` frames: the temporal
-    twin of the crop loss in space (:func:`dataorder.diffusion.stats.crop_loss`).
+    twin of the crop loss in space (:func:`dataorder.diffusion.sampler.stats.crop_loss`).
 
     Raises:
         TypeError: If an array is not of ints.

@@ -3,9 +3,9 @@
 A :class:`Manifest` is what a scan produces (:func:`~dataorder.diffusion.scan.images.scan_images`
 for images, :func:`manifest_from_scan` of a :func:`~dataorder.diffusion.scan.videos.scan_videos`
 result for videos) and what the bucket dataset reads
-(:meth:`~dataorder.diffusion.multires.BaseMultiresolutionDataset.from_manifest`). A video manifest
-has one more column, ``frames``; an image manifest has none (``Manifest.frames`` is None), and image
-manifests written before video existed read unchanged.
+(:meth:`~dataorder.diffusion.sampler.dataset.BaseMultiresolutionDataset.from_manifest`). A video
+manifest has one more column, ``frames``; an image manifest has none (``Manifest.frames`` is None),
+and image manifests written before video existed read unchanged.
 
 **File format** (:func:`write_manifest`, :func:`read_manifest`): UTF-8 text, gzip-compressed if
 the file name ends in ``.gz``. Line 1 is one JSON object (ASCII only)::

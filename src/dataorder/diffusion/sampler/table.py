@@ -2,7 +2,7 @@
 
 A bucket is one training shape: a ``(width, height)`` resolution and an aspect name, and for
 video a frame count too. Every sample belongs to exactly one bucket, and the bucket sampler
-(:mod:`dataorder.diffusion.bucket_sampler`) only needs, per bucket, its size, its shape and the
+(:mod:`dataorder.diffusion.sampler.sampler`) only needs, per bucket, its size, its shape and the
 dataset indices it holds. Those live in a :class:`BucketTable`, a CSR layout of two int64 arrays
 whatever the dataset size:
 
@@ -11,13 +11,13 @@ whatever the dataset size:
 * ``offsets`` (shape ``(B + 1,)``): bucket ``j`` holds ``indices[offsets[j]:offsets[j + 1]]``.
 
 Buckets are sorted by pixel count ascending (video buckets: by latent tokens), ties in order of
-first appearance in the dataset (NeMo Automodel's ``sorted_bucket_keys``). Ten million samples
-cost 80 MB here; NeMo's dict of Python lists of indices costs about 360 MB (a pointer and an int
-object per sample). The multi-resolution dataset (:mod:`dataorder.diffusion.multires`) builds its
+first appearance in the dataset (NeMo Automodel's ``sorted_bucket_keys``). Ten million samples cost
+80 MB here; NeMo's dict of Python lists of indices costs about 360 MB (a pointer and an int object
+per sample). The multi-resolution dataset (:mod:`dataorder.diffusion.sampler.dataset`) builds its
 table with the functions here.
 
 Example:
-    >>> from dataorder.diffusion.table import table_from_ids
+    >>> from dataorder.diffusion.sampler.table import table_from_ids
     >>> table, _ = table_from_ids([1, 1, 0, 1, 0], [(256, 256), (320, 192)])
     >>> [table.key(j) for j in range(table.num_buckets)]  # 320x192 has fewer pixels: first
     [('wide', (320, 192)), ('square', (256, 256))]

@@ -2,12 +2,12 @@
 
 :class:`BucketSampler` (and :class:`SequentialBucketSampler`, its name in NeMo Automodel, of which
 it is a drop-in) is used as ``DataLoader(dataset, batch_sampler=sampler)`` over a
-:class:`~dataorder.diffusion.multires.BaseMultiresolutionDataset`. Each item it yields is one
+:class:`~dataorder.diffusion.sampler.dataset.BaseMultiresolutionDataset`. Each item it yields is one
 rank's batch: dataset indices that all share one bucket (one resolution). A bucket is a shape: a
 video dataset's buckets are ``(w, h, frames)`` and are read the same way, with dynamic batch
-sizes from the video calculator's cost model (:mod:`dataorder.diffusion.bucket_batches`).
+sizes from the video calculator's cost model (:mod:`dataorder.diffusion.sampler.batches`).
 
-How an epoch is laid out is :mod:`dataorder.diffusion.bucket_plan`: the buckets one after
+How an epoch is laid out is :mod:`dataorder.diffusion.sampler.plan`: the buckets one after
 another, each a stream of positions cut into global batches of ``b_j x R`` (``b_j`` the bucket's
 per-rank batch size, ``R`` the number of data-parallel ranks), rank ``r`` reading positions
 ``r, r + R, ...`` of each. So at every step every rank reads the same bucket with the same batch
@@ -25,7 +25,7 @@ Resume. The cursor is ``(epoch, bucket, consumed)``: the ordinal of the current 
 epoch's order and the positions of it that all ranks together have taken. Loading a state sets
 the cursor; nothing is replayed. The bucket streams do not depend on ``R``, so in the default
 mode a state saved on 8 ranks continues on 4 (or any ``R'`` with ``b_j x R'`` dividing
-``consumed``); ``compat="nemo"`` (:mod:`dataorder.diffusion.nemo_order`) records
+``consumed``); ``compat="nemo"`` (:mod:`dataorder.diffusion.sampler.nemo_order`) records
 ``num_replicas`` and refuses another one, as its padding and drop rule depend on it. Epochs,
 ``len()`` and checkpoints follow the loop contract of :mod:`dataorder.core.cursor`.
 """
@@ -57,7 +57,7 @@ from dataorder.core.keys import MAX_SEED
 from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.core.state import Scalar
 from dataorder.core.topology import Topology, resolve_topology
-from dataorder.diffusion.bucket_batches import (
+from dataorder.diffusion.sampler.batches import (
     batch_info,
     check_resolution,
     check_something_to_train,
@@ -65,7 +65,8 @@ from dataorder.diffusion.bucket_batches import (
     dataset_table,
     digest,
 )
-from dataorder.diffusion.bucket_plan import (
+from dataorder.diffusion.sampler.nemo_order import NEMO_BUCKET_MODE
+from dataorder.diffusion.sampler.plan import (
     BUCKET_ORDERS,
     MAX_INTERLEAVE_UNIT,
     BucketEpoch,
@@ -75,8 +76,7 @@ from dataorder.diffusion.bucket_plan import (
     longest_shape_run,
     plan_sampler_epoch,
 )
-from dataorder.diffusion.nemo_order import NEMO_BUCKET_MODE
-from dataorder.diffusion.table import BucketTable
+from dataorder.diffusion.sampler.table import BucketTable
 
 __all__ = ["BUCKET_MODES", "COMPAT_MODES", "BucketSampler", "SequentialBucketSampler"]
 
@@ -137,7 +137,7 @@ def _digest_field(name: str, read: Any) -> Field:
 class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], Sampler[list[int]]):
     """Batches of one bucket at a time, the same bucket and batch size on every rank at each step.
 
-    Two bucket orders (NOTE [ Interleaved buckets ] in :mod:`dataorder.diffusion.bucket_plan`):
+    Two bucket orders (NOTE [ Interleaved buckets ] in :mod:`dataorder.diffusion.sampler.plan`):
     ``"sequential"`` (the default, and NeMo's: :class:`SequentialBucketSampler` is NeMo's name
     of this class) runs each bucket to its end before the next; ``"interleaved"`` spreads
     chunks of ``interleave_unit`` global batches of every bucket evenly through the epoch, so
@@ -147,7 +147,7 @@ class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], 
     should stay together (profiling one shape, or reproducing NeMo).
 
     Args:
-        dataset: A :class:`~dataorder.diffusion.multires.BaseMultiresolutionDataset`, or any
+        dataset: A :class:`~dataorder.diffusion.sampler.dataset.BaseMultiresolutionDataset`, or any
             dataset with NeMo's ``sorted_bucket_keys`` and ``bucket_groups`` (converted once).
         base_batch_size: Per-rank batch size, or its value at ``base_resolution`` if
             ``dynamic_batch_size``.
@@ -163,12 +163,12 @@ class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], 
             environment (:func:`~dataorder.core.topology.resolve_topology`).
         rank: Data-parallel rank, in ``[0, num_replicas)``; default as ``num_replicas``.
         compat: ``"default"`` (structured keys, elastic) or ``"nemo"`` (NeMo Automodel's exact
-            batches; :mod:`dataorder.diffusion.nemo_order`).
+            batches; :mod:`dataorder.diffusion.sampler.nemo_order`).
         bucket_order: ``"sequential"`` or ``"interleaved"`` (see above). With
             ``"interleaved"``, ``shuffle_buckets`` draws a new arrangement every epoch (else
             the same one), and ``compat`` must be ``"default"``.
         interleave_unit: ``U``, the chunk size in global batches of ``U`` ranks (interleaved
-            only), at most :data:`~dataorder.diffusion.bucket_plan.MAX_INTERLEAVE_UNIT`
+            only), at most :data:`~dataorder.diffusion.sampler.plan.MAX_INTERLEAVE_UNIT`
             (65,536); default ``num_replicas``. A state resumes on any ``num_replicas`` that
             divides it: pick the largest job size you may run on (e.g. 64) to stay elastic. The
             state records it as ``config.interleaved`` (absent in the sequential order).
@@ -189,7 +189,7 @@ class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], 
     ``drop_last=True`` the 320x192 bucket is smaller than one global batch and is dropped whole
     (with a warning), as is sample 4: ``samples_dropped == 4``.
 
-    >>> from dataorder.diffusion.multires import BaseMultiresolutionDataset
+    >>> from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
     >>> ds = BaseMultiresolutionDataset.from_bucket_ids(
     ...     [0, 0, 0, 0, 0, 1, 1, 1], resolutions=[(256, 256), (320, 192)])
     >>> s = BucketSampler(ds, base_batch_size=2, drop_last=False,
@@ -430,7 +430,7 @@ class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], 
 
     # -- planning ---------------------------------------------------------------------------------
     def bucket_plan(self, epoch: int | None = None) -> BucketEpochPlan:
-        """The :class:`~dataorder.diffusion.bucket_plan.BucketEpochPlan` of ``epoch`` (default:
+        """The :class:`~dataorder.diffusion.sampler.plan.BucketEpochPlan` of ``epoch`` (default:
         the cursor's epoch) on this layout: its runs of buckets and their global batches (the
         bucket view of :meth:`epoch_plan`)."""
         plan = self.epoch_plan(epoch)
@@ -469,7 +469,7 @@ class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], 
 
     @property
     def bucket_table(self) -> BucketTable:
-        """The dataset's :class:`~dataorder.diffusion.table.BucketTable`."""
+        """The dataset's :class:`~dataorder.diffusion.sampler.table.BucketTable`."""
         return self._table
 
     @property

@@ -4,11 +4,11 @@
 listing JSON shards of per-sample items) with NeMo's grouping rules, or is built from arrays of
 image sizes, of clip sizes and frame counts, from bucket ids, or from a scan manifest (image or
 video: :mod:`dataorder.diffusion.scan.manifest`). Its buckets are a
-:class:`~dataorder.diffusion.table.BucketTable` (compact arrays). A video bucket is a shape like
-any other (``(w, h, frames)``), so the bucket sampler reads video datasets unchanged.
+:class:`~dataorder.diffusion.sampler.table.BucketTable` (compact arrays). A video bucket is a shape
+like any other (``(w, h, frames)``), so the bucket sampler reads video datasets unchanged.
 
 Example:
-    >>> from dataorder.diffusion.multires import BaseMultiresolutionDataset
+    >>> from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
     >>> ds = BaseMultiresolutionDataset.from_bucket_ids(
     ...     [1, 1, 0, 1, 0], resolutions=[(256, 256), (320, 192)])
     >>> ds.sorted_bucket_keys  # 320x192 has fewer pixels, so it comes first
@@ -29,8 +29,7 @@ import numpy.typing as npt
 from torch.utils.data import Dataset
 
 from dataorder._validate import check_int, fail
-from dataorder.diffusion.scan.files import path_arg
-from dataorder.diffusion.table import (
+from dataorder.diffusion.sampler.table import (
     BucketTable,
     IntArray,
     as_int_array,
@@ -41,6 +40,7 @@ from dataorder.diffusion.table import (
     table_from_ids,
     table_from_items,
 )
+from dataorder.diffusion.scan.files import path_arg
 
 if TYPE_CHECKING:
     from dataorder.diffusion.scan.manifest import Manifest

@@ -1,9 +1,9 @@
 """What the bucket sampler reads from a dataset, and what one of its batches is. No torch here.
 
-:class:`~dataorder.diffusion.bucket_sampler.SequentialBucketSampler` holds configuration and a
+:class:`~dataorder.diffusion.sampler.sampler.SequentialBucketSampler` holds configuration and a
 cursor; these module-level functions give it its inputs and describe its output:
 
-* :func:`dataset_table`: the dataset's :class:`~dataorder.diffusion.table.BucketTable`;
+* :func:`dataset_table`: the dataset's :class:`~dataorder.diffusion.sampler.table.BucketTable`;
 * :func:`dataset_batch_sizes`: each bucket's per-rank batch size. Image buckets scale with their
   pixels (the calculator's ``get_dynamic_batch_size``, or NeMo's formula in its mode); video
   buckets with their latent tokens, through the video calculator's cost model, relative to its
@@ -24,8 +24,8 @@ import numpy.typing as npt
 
 from dataorder._validate import fail
 from dataorder.core.partition import MAX_BATCH_SIZE
-from dataorder.diffusion.bucket_plan import BucketEpochPlan, BucketOrder, bucket_batch_sizes
-from dataorder.diffusion.table import BucketTable
+from dataorder.diffusion.sampler.plan import BucketEpochPlan, BucketOrder, bucket_batch_sizes
+from dataorder.diffusion.sampler.table import BucketTable
 
 __all__ = [
     "DEFAULT_BASE_RESOLUTION",

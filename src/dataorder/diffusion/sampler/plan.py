@@ -13,7 +13,7 @@ The *sequential* order has one run per bucket (the whole bucket), in a keyed or 
 order (:func:`plan_bucket_epoch`). The *interleaved* order (:func:`plan_interleaved_epoch`) cuts
 every bucket into chunks of ``unit`` global batches and spreads the chunks of all buckets evenly
 through the epoch (NOTE [ Interleaved buckets ]). Everything here is a pure function of the
-configuration, the seed and the epoch; the sampler (:mod:`dataorder.diffusion.bucket_sampler`)
+configuration, the seed and the epoch; the sampler (:mod:`dataorder.diffusion.sampler.sampler`)
 holds a cursor over it.
 
 NOTE [ Interleaved buckets ]
@@ -36,7 +36,7 @@ NOTE [ Bucket order strategies ]
     Which buckets come in which order, how each bucket is shuffled, and how a bucket's end is
     padded are a :class:`BucketOrder` strategy chosen once when the sampler is built: the default
     :class:`KeyedBucketOrder` (structured keys, O(1) memory, elastic) here, NeMo Automodel's
-    (``compat="nemo"``) in :mod:`dataorder.diffusion.nemo_order`. The plan and the iteration
+    (``compat="nemo"``) in :mod:`dataorder.diffusion.sampler.nemo_order`. The plan and the iteration
     code never look at the mode.
 """
 
@@ -61,7 +61,7 @@ from dataorder.core.partition import (
 )
 from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
 from dataorder.core.state import Scalar
-from dataorder.diffusion.table import BucketTable
+from dataorder.diffusion.sampler.table import BucketTable
 
 __all__ = [
     "BUCKET_ORDERS",
@@ -299,8 +299,8 @@ def plan_sampler_epoch(
     interleave_unit: int = 0,
 ) -> BucketEpochPlan:
     """The bucket sampler's plan of ``epoch``, sequential or interleaved: what the sampler reads
-    and what :func:`~dataorder.diffusion.stats.bucket_stats` measures (one function, so the two
-    cannot drift).
+    and what :func:`~dataorder.diffusion.sampler.stats.bucket_stats` measures (one function, so the
+    two cannot drift).
 
     Args:
         order: The sampler's :class:`BucketOrder` strategy.

@@ -35,7 +35,7 @@ canvas without touching pyplot's global state).
 
 Example:
     >>> from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-    >>> from dataorder.diffusion.stats import bucket_stats
+    >>> from dataorder.diffusion.sampler.stats import bucket_stats
     >>> calc = MultiTierBucketCalculator(compat="nemo")
     >>> st = bucket_stats([256, 256, 256, 300], [256, 256, 256, 100], calc, num_replicas=2,
     ...                   batch_size=1)
@@ -59,19 +59,19 @@ from dataorder._validate import check_bool, check_choice, check_int, fail
 from dataorder.core.keys import MAX_SEED
 from dataorder.core.partition import MAX_BATCH_SIZE, SegmentPlan
 from dataorder.core.topology import MAX_DP_SIZE
-from dataorder.diffusion.bucket_plan import (
+from dataorder.diffusion.buckets.cost import CostModel
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.video import TOO_SHORT, VideoBucketCalculator, trim_loss
+from dataorder.diffusion.sampler.plan import (
     BUCKET_ORDERS,
     MAX_INTERLEAVE_UNIT,
     KeyedBucketOrder,
     longest_shape_run,
     plan_sampler_epoch,
 )
-from dataorder.diffusion.buckets.cost import CostModel
-from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-from dataorder.diffusion.calculators.video import TOO_SHORT, VideoBucketCalculator, trim_loss
+from dataorder.diffusion.sampler.table import group_by_bucket, sort_key
 from dataorder.diffusion.scan.files import path_arg
 from dataorder.diffusion.scan.manifest import Manifest
-from dataorder.diffusion.table import group_by_bucket, sort_key
 
 __all__ = [
     "MAX_DPI",

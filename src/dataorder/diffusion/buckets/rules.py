@@ -63,7 +63,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
@@ -78,13 +79,63 @@ from dataorder.diffusion.buckets.lattice import (
     default_resolutions,
 )
 from dataorder.diffusion.buckets.lookup import NearestLogAspect
+from dataorder.diffusion.buckets.nemo_rule import NemoBucketRule
 
 __all__ = [
+    "COMPATS",
+    "DEFAULT_MAX_PIXELS",
+    "MAX_PIXELS",
+    "MAX_QUANTIZATION",
+    "RULES",
     "Assigner",
     "BucketRule",
     "CostModelBatchSizes",
     "DefaultBucketRule",
+    "check_budget",
 ]
+
+#: NeMo's budget when ``max_pixels`` is None, kept for every rule.
+DEFAULT_MAX_PIXELS = 256 * 256
+
+#: Largest pixel budget (a 1 Tpx image): larger budgets only exhaust memory in the lookup tables.
+MAX_PIXELS = 2**40
+
+#: Largest quantization: one bucket of ``quantization**2`` pixels must fit :data:`MAX_PIXELS`.
+MAX_QUANTIZATION = 2**20
+
+
+def check_budget(quantization: object, max_pixels: object) -> tuple[int, int]:
+    """The lattice step and the pixel budget every rule builds on, validated: ``(q, budget)``.
+
+    What a calculator's constructor checks first, and what a fit checks without building one.
+    ``max_pixels=None`` means :data:`DEFAULT_MAX_PIXELS`.
+
+    Raises:
+        TypeError: If ``quantization`` or ``max_pixels`` is not an int (a bool included).
+        ValueError: If ``quantization`` is not in ``[1, MAX_QUANTIZATION]``, ``max_pixels`` not
+            in ``[quantization**2, MAX_PIXELS]``, or ``quantization`` above 256 when
+            ``max_pixels`` is None (no bucket would fit the default budget).
+
+    Example:
+        >>> check_budget(64, None), check_budget(16, 512 * 512)
+        ((64, 65536), (16, 262144))
+    """
+    # a bucket holds at least quantization**2 pixels, at most MAX_PIXELS = 2**40
+    q = check_int("quantization", quantization, min_value=1, max_value=MAX_QUANTIZATION)
+    if max_pixels is None:
+        budget = DEFAULT_MAX_PIXELS
+        if q * q > budget:  # the default budget holds no bucket: say which arguments
+            fail(
+                "quantization",
+                f"at most 256 when max_pixels is None (the default budget of {budget} "
+                "pixels must hold one quantization x quantization bucket; pass max_pixels "
+                "for a coarser lattice)",
+                quantization,
+            )
+    else:
+        # at least one bucket of quantization**2 pixels
+        budget = check_int("max_pixels", max_pixels, min_value=q * q, max_value=MAX_PIXELS)
+    return q, budget
 
 
 class Assigner(Protocol):
@@ -209,3 +260,11 @@ class CostModelBatchSizes:
     def config(self) -> dict[str, Any]:
         """The keys it adds to a calculator's config."""
         return {"cost_model": self.cost_model.config(), "patch_side": self.patch_side}
+
+
+#: The rules ``compat=`` names (NOTE [ Bucket rules ]), each built from ``(aspect_ratios,
+#: no_upscale)``; a fitted rule is given with ``rule=`` instead.
+RULES: Mapping[str, type[DefaultBucketRule] | type[NemoBucketRule]] = MappingProxyType(
+    {DefaultBucketRule.name: DefaultBucketRule, NemoBucketRule.name: NemoBucketRule}
+)
+COMPATS: tuple[str, ...] = tuple(RULES)

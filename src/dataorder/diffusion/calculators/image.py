@@ -44,15 +44,23 @@ from dataorder.diffusion.buckets.cost import (
     cost_model_from_field,
 )
 from dataorder.diffusion.buckets.crop import CropResult, require_pillow, resize_and_crop
+from dataorder.diffusion.buckets.fitted_rule import FittedBucketRule
 from dataorder.diffusion.buckets.lattice import DEFAULT_ASPECT_RATIOS, AspectRatio
 from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE, as_size_array
 from dataorder.diffusion.buckets.nemo_rule import NEMO_ASPECT_RATIOS, NemoBucketRule
 from dataorder.diffusion.buckets.rules import (
+    COMPATS,
+    DEFAULT_MAX_PIXELS,
+    MAX_PIXELS,
+    MAX_QUANTIZATION,
+    RULES,
     Assigner,
     BucketRule,
     CostModelBatchSizes,
     DefaultBucketRule,
+    check_budget,
 )
+from dataorder.diffusion.fit.images import fitted_calculator
 
 __all__ = [
     "BUCKETS_VERSION",
@@ -78,23 +86,8 @@ logger = logging.getLogger(__name__)
 #: :meth:`MultiTierBucketCalculator.config`, so a manifest written under another rule is refused.
 BUCKETS_VERSION = 1
 
-#: The rules ``compat=`` names (NOTE [ Bucket rules ]).
-_RULES: Mapping[str, type[DefaultBucketRule] | type[NemoBucketRule]] = MappingProxyType(
-    {"default": DefaultBucketRule, "nemo": NemoBucketRule}
-)
-COMPATS: tuple[str, ...] = tuple(_RULES)
-
 #: Pixel budgets of the named presets (budgets, not sides).
 PRESETS: Mapping[str, int] = MappingProxyType({f"{s}p": s * s for s in (256, 512, 768, 1024, 1536)})
-
-#: NeMo's budget when ``max_pixels`` is None, kept for every rule.
-DEFAULT_MAX_PIXELS = 256 * 256
-
-#: Largest pixel budget (a 1 Tpx image): larger budgets only exhaust memory in the lookup tables.
-MAX_PIXELS = 2**40
-
-#: Largest quantization: one bucket of ``quantization**2`` pixels must fit :data:`MAX_PIXELS`.
-MAX_QUANTIZATION = 2**20
 
 Bucket = dict[str, Any]
 
@@ -172,21 +165,7 @@ class MultiTierBucketCalculator:
         cost_model: CostModel | None = None,
         patch_side: int | None = None,
     ) -> None:
-        # a bucket holds at least quantization**2 pixels, at most MAX_PIXELS = 2**40
-        q = check_int("quantization", quantization, min_value=1, max_value=MAX_QUANTIZATION)
-        if max_pixels is None:
-            budget = DEFAULT_MAX_PIXELS
-            if q * q > budget:  # the default budget holds no bucket: say which arguments
-                fail(
-                    "quantization",
-                    f"at most 256 when max_pixels is None (the default budget of {budget} "
-                    "pixels must hold one quantization x quantization bucket; pass max_pixels "
-                    "for a coarser lattice)",
-                    quantization,
-                )
-        else:
-            # at least one bucket of quantization**2 pixels
-            budget = check_int("max_pixels", max_pixels, min_value=q * q, max_value=MAX_PIXELS)
+        q, budget = check_budget(quantization, max_pixels)
         self._debug = check_bool("debug_mode", debug_mode)
         if rule is None:
             compat = check_choice("compat", compat, COMPATS)
@@ -197,7 +176,7 @@ class MultiTierBucketCalculator:
         )
         no_upscale = check_bool("no_upscale", no_upscale)
         if rule is None:  # NOTE [ Bucket rules ]: chosen once, here
-            rule = _RULES[compat](aspect_ratios, no_upscale)
+            rule = RULES[compat](aspect_ratios, no_upscale)
         else:
             _check_rule(rule, compat, aspect_ratios, no_upscale)
         self._rule: BucketRule = rule
@@ -269,16 +248,20 @@ class MultiTierBucketCalculator:
         by whole global batches of ``global_batch_size`` per bucket; its :meth:`config` records
         the fitted set, so :meth:`from_config` rebuilds it without the data. The arguments are
         those of :func:`dataorder.diffusion.fit.images.fitted_calculator` (``max_pixels``,
-        ``quantization``, ``drop_last``, ``max_batch_size``, ``cost_model``, ...).
+        ``quantization``, ``drop_last``, ``max_batch_size``, ``cost_model``, ...), which builds
+        the fitted set into this class.
 
         Raises:
             ValueError: If no bucket set meets ``max_waste`` (the message gives the least
                 achievable waste), or an argument is out of range.
         """
-        from dataorder.diffusion.fit.images import fitted_calculator
-
         return fitted_calculator(
-            widths, heights, global_batch_size=global_batch_size, max_waste=max_waste, **kwargs
+            widths,
+            heights,
+            calculator=cls,
+            global_batch_size=global_batch_size,
+            max_waste=max_waste,
+            **kwargs,
         )
 
     def config(self) -> dict[str, Any]:
@@ -328,8 +311,6 @@ class MultiTierBucketCalculator:
     @classmethod
     def _from_config(cls, config: Mapping[str, Any]) -> MultiTierBucketCalculator:
         if config.get("compat") == "fitted":  # NOTE [ Bucket rules ]: the one given rule
-            from dataorder.diffusion.buckets.fitted_rule import FittedBucketRule
-
             options = _options(config, FittedBucketRule.CONFIG_KEYS)
             rule = FittedBucketRule.from_config(
                 {k: config[k] for k in FittedBucketRule.CONFIG_KEYS}
@@ -614,7 +595,7 @@ def _check_rule(rule: object, compat: str, aspect_ratios: object, no_upscale: bo
         fail("rule", "a BucketRule or None", rule, TypeError)
     if compat != "default" or aspect_ratios is not None or no_upscale:
         fail("rule", "None when compat, aspect_ratios or no_upscale is set (it has its own)", rule)
-    named = _RULES.get(rule.name)
+    named = RULES.get(rule.name)
     if named is not None and not isinstance(rule, named):  # from_config would rebuild a named one
         fail("rule", f"a {named.__name__} when its name is {rule.name!r}", rule)
 

@@ -96,6 +96,7 @@ from dataorder.diffusion.buckets.lattice import (
     default_resolutions,
 )
 from dataorder.diffusion.buckets.lookup import as_size_array
+from dataorder.diffusion.buckets.rules import MAX_PIXELS
 from dataorder.diffusion.buckets.video_assign import TOO_SHORT, TOO_SMALL, Tier, VideoAssigner
 from dataorder.diffusion.buckets.video_frames import (
     MAX_VIDEO_SIZE,
@@ -106,7 +107,6 @@ from dataorder.diffusion.buckets.video_frames import (
 )
 from dataorder.diffusion.buckets.video_presets import PRESETS, VideoPreset
 from dataorder.diffusion.buckets.video_set import FittedVideoAssigner, FittedVideoSet
-from dataorder.diffusion.calculators.image import MAX_PIXELS
 from dataorder.diffusion.fit.video import fit_video_to_data
 
 __all__ = [

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from dataorder._validate import fail
 from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE, as_size_array
 from dataorder.diffusion.buckets.points import check_points
-from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.buckets.rules import RULES, check_budget
 from dataorder.diffusion.fit.bins import _CHUNK, _EPS, BoolArray, IntArray
 
 __all__ = [
@@ -147,10 +147,12 @@ def _merge(points: list[tuple[int, int]]) -> IntArray:
 
 @functools.lru_cache(maxsize=16)
 def _preset_resolutions(budget: int, q: int) -> tuple[tuple[int, int], ...]:
+    """The buckets of every named rule's preset at this budget (default, then NeMo's): what
+    ``MultiTierBucketCalculator(q, budget, compat=name).resolutions`` lists, without building
+    one (the fit never imports the calculators)."""
     out: list[tuple[int, int]] = []
-    for compat in ("default", "nemo"):
-        calc = MultiTierBucketCalculator(q, budget, compat=compat)
-        out += [(int(w), int(h)) for w, h in calc.resolutions.tolist()]
+    for rule in RULES.values():
+        out += rule(None, False).resolutions(budget, q)
     return tuple(out)
 
 
@@ -299,8 +301,7 @@ def check_share(name: str, value: object, *, low: float, high: float, open_low: 
 
 def _budget(max_pixels: int | None, quantization: int) -> tuple[int, int]:
     """The budget and quantum, validated as the calculator validates them (None: 65,536)."""
-    calc = MultiTierBucketCalculator(quantization, max_pixels)
-    budget, q = calc.max_pixels, calc.quantization
+    q, budget = check_budget(quantization, max_pixels)
     if budget // q > MAX_IMAGE_SIDE:  # bucket sides, like image sides, keep W * q in an int64
         fail("max_pixels", f"an int with max_pixels // quantization <= {MAX_IMAGE_SIDE}", budget)
     return budget, q

@@ -7,9 +7,12 @@ data-parallel ranks) from one bucket, so a bucket of ``n`` images drops ``n mod 
 :func:`fit_to_data` chooses, from the lattice the presets are built on (the same pixel budget and
 quantization), the buckets *and* the aspect-ratio thresholds between them that minimise the mean
 crop loss ``1 - min(r / s, s / r)`` (``r = W / H`` of the image, ``s`` of its bucket) subject to
-``waste / N <= max_waste``. :func:`fitted_calculator` (and
-``MultiTierBucketCalculator.fit_to_data``) wraps the result in a calculator whose ``config()``
-records the fitted set, so a manifest or a state rebuilds it without fitting again.
+``waste / N <= max_waste``. ``MultiTierBucketCalculator.fit_to_data`` (and
+:func:`fitted_calculator`) wraps the result in a calculator whose ``config()`` records the fitted
+set, so a manifest or a state rebuilds it without fitting again. The fit never imports the
+calculators (NOTE [ diffusion layers ] in :mod:`dataorder.diffusion`): the calculator class it
+builds comes in as an argument, ``calculator=``, which ``MultiTierBucketCalculator.fit_to_data``
+passes itself.
 
 An image's bucket is a pure function of its size: bucket ``k`` holds the images above threshold
 ``k - 1`` and not above threshold ``k``, where *above* ``(p, q)`` means ``W * q > H * p`` in
@@ -23,7 +26,8 @@ Example:
     >>> rng = np.random.default_rng(0)
     >>> h = rng.integers(500, 3000, 20_000)
     >>> w = np.rint(h * np.exp(rng.uniform(-1, 1, h.size))).astype(np.int64)
-    >>> fit = fit_to_data(w, h, global_batch_size=512, max_pixels=1024**2, max_waste=0.01)
+    >>> fit = fit_to_data(
+    ...     w, h, global_batch_size=512, max_pixels=1024**2, calculator=MultiTierBucketCalculator)
     >>> fit.num_buckets, fit.waste, round(fit.mean_crop_loss, 4)
     (33, 32, 0.0203)
     >>> calc = fit.calculator()
@@ -52,7 +56,7 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -63,7 +67,7 @@ from dataorder.diffusion.buckets.cost import CostModel
 from dataorder.diffusion.buckets.fitted_rule import FIT_VERSION, FittedBucketRule, ThresholdAssigner
 from dataorder.diffusion.buckets.lookup import as_size_array
 from dataorder.diffusion.buckets.points import check_points
-from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.buckets.rules import BucketRule
 from dataorder.diffusion.fit.bins import IntArray, ratio_range
 from dataorder.diffusion.fit.candidates import (
     DEFAULT_MAX_CANDIDATES,
@@ -92,6 +96,7 @@ __all__ = [
     "DEFAULT_MIN_SHARE",
     "FIT_VERSION",
     "MAX_WASTE",
+    "CalculatorClass",
     "FitResult",
     "FittedBucketRule",
     "ThresholdAssigner",
@@ -105,6 +110,34 @@ __all__ = [
 #: Largest ``max_waste``: 2**31, the largest global batch size, as a share of ``N``. Padding
 #: wastes less than ``G`` per bucket and there are at most ``N`` buckets, so no larger share binds.
 MAX_WASTE = float(MAX_BATCH_SIZE)
+
+C_co = TypeVar("C_co", covariant=True)
+C = TypeVar("C")
+
+
+class CalculatorClass(Protocol[C_co]):
+    """What the fit needs of the calculator class it builds a fitted set into: its constructor
+    over a rule, and ``from_config``. ``MultiTierBucketCalculator`` is one, and passes itself
+    from its ``fit_to_data``; the fit never imports it (NOTE [ diffusion layers ] in
+    :mod:`dataorder.diffusion`)."""
+
+    def __call__(
+        self,
+        quantization: int = ...,
+        max_pixels: int | None = ...,
+        debug_mode: bool = ...,
+        *,
+        rule: BucketRule | None = ...,
+        max_batch_size: int | None = ...,
+        cost_model: CostModel | None = ...,
+        patch_side: int | None = ...,
+    ) -> C_co:
+        """A calculator over ``rule`` with this budget, lattice and batch-size options."""
+        ...
+
+    def from_config(self, config: Mapping[str, Any]) -> C_co:
+        """A calculator rebuilt from its ``config()``."""
+        ...
 
 
 # -- the fit ------------------------------------------------------------------------------------
@@ -124,6 +157,7 @@ def fit_to_data(
     max_candidates: int = DEFAULT_MAX_CANDIDATES,
     include_presets: bool = True,
     candidates: npt.ArrayLike | None = None,
+    calculator: CalculatorClass[Any] | None = None,
 ) -> FitResult:
     """The bucket set and thresholds of least mean crop loss whose lock-step waste fits.
 
@@ -167,6 +201,9 @@ def fit_to_data(
             max_pixels)`` and of its ``compat="nemo"`` twin to the candidates.
         candidates: ``(M, 2)`` int ``(w, h)`` lattice points to choose from instead of the
             generated ones.
+        calculator: The calculator class :meth:`FitResult.calculator` builds the fitted set
+            into (``MultiTierBucketCalculator``, which its ``fit_to_data`` passes); None for a
+            result without a calculator (the fit itself never needs one).
 
     Returns:
         A :class:`FitResult`.
@@ -251,6 +288,7 @@ def fit_to_data(
         exact=chosen.exact,
         summary=summary,
         objective=chosen.objective,
+        calculator_class=calculator,
     )
 
 
@@ -258,6 +296,7 @@ def fitted_calculator(
     widths: npt.ArrayLike,
     heights: npt.ArrayLike,
     *,
+    calculator: CalculatorClass[C],
     global_batch_size: int | Callable[[int, int], int],
     max_waste: float = 0.01,
     max_pixels: int | None = None,
@@ -272,15 +311,16 @@ def fitted_calculator(
     debug_mode: bool = False,
     cost_model: CostModel | None = None,
     patch_side: int | None = None,
-) -> MultiTierBucketCalculator:
+) -> C:
     """:func:`fit_to_data`, as a calculator over the fitted set (``compat="fitted"``): what
-    ``MultiTierBucketCalculator.fit_to_data`` returns.
+    ``MultiTierBucketCalculator.fit_to_data`` returns (it passes itself as ``calculator``).
 
     The arguments are those of :func:`fit_to_data`, and four of the calculator's:
 
     Args:
         widths: Image widths.
         heights: Image heights.
+        calculator: The calculator class to build (``MultiTierBucketCalculator``).
         global_batch_size: ``G``, or a callable ``(w, h) -> G``.
         max_waste: Budget for dropped (or padded) samples, as a share of ``N``.
         max_pixels: The pixel budget (None: 65,536).
@@ -314,9 +354,12 @@ def fitted_calculator(
         include_presets=include_presets,
         candidates=candidates,
     )
-    return fit.calculator(
+    return calculator(
+        fit.quantization,
+        fit.max_pixels,
+        debug_mode,
+        rule=fit.rule,
         max_batch_size=max_batch_size,
-        debug_mode=debug_mode,
         cost_model=cost_model,
         patch_side=patch_side,
     )
@@ -357,6 +400,8 @@ class FitResult:
             ``global_batch_size`` (an int, or the list of the buckets' ``G`` when a callable
             gave them), ``max_waste``, ``drop_last``, ``keep_every_image``, ``min_share``,
             ``max_candidates``, ``include_presets``, ``candidates`` (None or the given list).
+        calculator_class: What :meth:`calculator` builds (``fit_to_data(..., calculator=)``), or
+            None.
     """
 
     resolutions: IntArray
@@ -377,6 +422,7 @@ class FitResult:
     exact: bool
     summary: dict[str, Any]
     objective: int = field(repr=False)  # the minimised fixed-point crop, for exact comparisons
+    calculator_class: CalculatorClass[Any] | None = field(default=None, repr=False)
 
     @property
     def waste_share(self) -> float:
@@ -412,9 +458,10 @@ class FitResult:
         debug_mode: bool = False,
         cost_model: CostModel | None = None,
         patch_side: int | None = None,
-    ) -> MultiTierBucketCalculator:
-        """The :class:`~dataorder.diffusion.calculators.image.MultiTierBucketCalculator` over the
-        fitted set: ``MultiTierBucketCalculator(quantization, max_pixels, rule=self.rule, ...)``
+    ) -> Any:
+        """The calculator over the fitted set, of :attr:`calculator_class`
+        (:class:`~dataorder.diffusion.calculators.image.MultiTierBucketCalculator`):
+        ``MultiTierBucketCalculator(quantization, max_pixels, rule=self.rule, ...)``
         (``compat="fitted"``); its ``config()`` rebuilds it through ``from_config``.
 
         Args:
@@ -422,8 +469,21 @@ class FitResult:
             debug_mode: Log its bucket table at INFO level.
             cost_model: Its batch sizes from a cost model instead of pixels (see the calculator).
             patch_side: Pixel side of one token for ``cost_model`` (None: 16).
+
+        Raises:
+            TypeError: If the fit was given no calculator class (``fit_to_data(...,
+                calculator=MultiTierBucketCalculator)`` gives one).
         """
-        return MultiTierBucketCalculator(
+        if self.calculator_class is None:
+            fail(
+                "calculator",
+                "a calculator class given to fit_to_data to build one from the fit "
+                "(fit_to_data(..., calculator=MultiTierBucketCalculator), or "
+                "MultiTierBucketCalculator.fit_to_data)",
+                None,
+                TypeError,
+            )
+        return self.calculator_class(
             self.quantization,
             self.max_pixels,
             debug_mode,
@@ -434,9 +494,10 @@ class FitResult:
         )
 
 
-def fitted_from_config(config: Mapping[str, Any]) -> MultiTierBucketCalculator:
+def fitted_from_config(config: Mapping[str, Any], calculator: CalculatorClass[C]) -> C:
     """Rebuild a fitted calculator from its ``config()`` (``compat="fitted"``), without fitting:
-    ``MultiTierBucketCalculator.from_config``, for fitted configurations only.
+    ``calculator.from_config`` (``MultiTierBucketCalculator.from_config``), for fitted
+    configurations only.
 
     Raises:
         TypeError: If ``config`` is not a mapping.
@@ -447,4 +508,4 @@ def fitted_from_config(config: Mapping[str, Any]) -> MultiTierBucketCalculator:
         fail("config", "a mapping", config, TypeError)
     if config.get("compat") != FittedBucketRule.name:
         fail("config['compat']", repr(FittedBucketRule.name), config.get("compat"))
-    return MultiTierBucketCalculator.from_config(config)
+    return calculator.from_config(config)

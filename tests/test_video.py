@@ -29,7 +29,7 @@ import dataorder.diffusion.buckets.video_frames as frames_module
 import dataorder.diffusion.buckets.video_presets as presets_module
 import dataorder.diffusion.calculators.video as video_module
 from dataorder.diffusion.buckets.cost import CostModel, exact_rational, image_tokens
-from dataorder.diffusion.buckets.lookup import _SHIFT
+from dataorder.diffusion.buckets.lookup import CELL_SHIFT as _SHIFT
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.calculators.video import (
     PRESETS,

@@ -21,7 +21,15 @@ import numpy.typing as npt
 
 from dataorder._validate import fail
 
-__all__ = ["MAX_IMAGE_SIDE", "LogTable", "Lookup", "NearestLogAspect", "Rule", "as_size_array"]
+__all__ = [
+    "CELL_SHIFT",
+    "MAX_IMAGE_SIDE",
+    "LogTable",
+    "Lookup",
+    "NearestLogAspect",
+    "Rule",
+    "as_size_array",
+]
 
 #: Image sides are ints in ``[1, MAX_IMAGE_SIDE]``; this keeps every float conversion exact.
 MAX_IMAGE_SIDE = 2**31 - 1
@@ -30,8 +38,14 @@ MAX_IMAGE_SIDE = 2**31 - 1
 # re-done in exact integers. Float errors here are a few ulps (1e-16); this is far above them.
 _NEAR = 1e-10
 _CHUNK = 1 << 16
-_SHIFT = 40  # keep 12 mantissa bits: cells 0.024 % wide
 _STAIR_TABLE_LIMIT = 1 << 20  # entries of each no-upscale staircase table at most
+
+#: Low bits of a float64 ``W / H`` dropped to name its *cell*: a positive float's bit pattern, read
+#: as an int64, is monotone in its value, so its top ``64 - CELL_SHIFT`` bits (12 mantissa bits)
+#: cut the positive reals into cells of relative width ``2**-12`` (0.024 %). :class:`Lookup` keeps
+#: one answer per cell; the video assignment (:mod:`dataorder.diffusion.buckets.video_assign`)
+#: reads the same cells.
+CELL_SHIFT = 40
 
 
 class Rule(Protocol):
@@ -133,7 +147,7 @@ class Lookup:
     """A precomputed answer for every float ``W / H``, by its leading bits.
 
     A positive float's bit pattern, read as an integer, is monotone in its value, so its top
-    ``64 - _SHIFT`` bits cut the positive reals into cells of relative width ``2**-12``. A cell
+    ``64 - CELL_SHIFT`` bits cut the positive reals into cells of relative width ``2**-12``. A cell
     that no decision threshold comes near (within ``_NEAR``, relative, beyond either edge) has one
     answer for every float in it and for the exact ratio it approximates; it is stored. The few
     images in the other cells go through the rule's own ``positions`` (and, near a threshold,
@@ -148,9 +162,9 @@ class Lookup:
         if t.size == 0:
             self.lo, self.cells = 0, ids[:1].copy()
             return
-        lo = int(np.array(t[0] / 4).view(np.int64)) >> _SHIFT
-        hi = int(np.array(t[-1] * 4).view(np.int64)) >> _SHIFT
-        edges = ((np.arange(lo, hi + 2, dtype=np.int64)) << _SHIFT).view(np.float64).copy()
+        lo = int(np.array(t[0] / 4).view(np.int64)) >> CELL_SHIFT
+        hi = int(np.array(t[-1] * 4).view(np.int64)) >> CELL_SHIFT
+        edges = ((np.arange(lo, hi + 2, dtype=np.int64)) << CELL_SHIFT).view(np.float64).copy()
         edges[0], edges[-1] = 0.0, np.inf  # the end cells also take everything beyond them
         first = np.searchsorted(t, edges[:-1] * (1 - _NEAR), side="left")
         last = np.searchsorted(t, edges[1:] * (1 + _NEAR), side="right")
@@ -177,7 +191,7 @@ class Lookup:
             e = min(n, s + _CHUNK)
             xv, cv, ov = xb[: e - s], cb[: e - s], ob[: e - s]
             np.divide(w[s:e], h[s:e], out=xv)
-            np.right_shift(xv.view(np.int64), _SHIFT, out=cv)
+            np.right_shift(xv.view(np.int64), CELL_SHIFT, out=cv)
             np.subtract(cv, self.lo, out=cv)
             np.clip(cv, 0, top, out=cv)
             np.take(self.cells, cv, out=ov)

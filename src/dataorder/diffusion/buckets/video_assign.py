@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder.diffusion.buckets.lookup import _SHIFT, LogTable, Lookup, Rule
+from dataorder.diffusion.buckets.lookup import CELL_SHIFT, LogTable, Lookup, Rule
 
 __all__ = ["TOO_SHORT", "TOO_SMALL", "Tier", "VideoAssigner"]
 
@@ -214,7 +214,7 @@ class VideoAssigner:
             j = np.searchsorted(self._frames_arr, f, side="right")
         tier = None if len(self._tiers) == 1 else self._jt.take(j)
         x = w / h
-        cell = x.view(np.int64) >> _SHIFT
+        cell = x.view(np.int64) >> CELL_SHIFT
         cell -= self._cell_lo
         np.clip(cell, 0, self._ncells - 1, out=cell)
         if tier is not None:

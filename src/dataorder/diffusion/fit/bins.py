@@ -33,6 +33,8 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "CHUNK",
+    "EPS",
     "Bins",
     "LabelledBins",
     "Split",
@@ -48,8 +50,11 @@ BoolArray = npt.NDArray[np.bool_]
 
 _SHIFT = 40  # keep 12 mantissa bits: cells 2**-12 (0.024 %) wide in relative terms
 _LOW = (1 << _SHIFT) - 1
-_EPS = 1e-12  # float comparisons closer than this (relative) are redone in exact integers
-_CHUNK = 1 << 16
+#: Relative distance under which the fit's float comparisons of aspect ratios are redone in exact
+#: integers (or, where only a range is needed, widened by it so that rounding can only keep more).
+EPS = 1e-12
+#: Images per pass of the fit's vectorised loops: their temporaries stay in cache.
+CHUNK = 1 << 16
 
 
 # -- binning ------------------------------------------------------------------------------------
@@ -151,10 +156,10 @@ def candidate_splits(
 def ratio_range(w: IntArray, h: IntArray) -> tuple[float, float]:
     """Least and greatest float ``W / H`` of 1-D int64 arrays, in cache-sized chunks."""
     lo, hi = math.inf, 0.0
-    buf = np.empty(min(w.size, _CHUNK))
-    for s in range(0, w.size, _CHUNK):
-        xv = buf[: min(w.size, s + _CHUNK) - s]
-        np.divide(w[s : s + _CHUNK], h[s : s + _CHUNK], out=xv)
+    buf = np.empty(min(w.size, CHUNK))
+    for s in range(0, w.size, CHUNK):
+        xv = buf[: min(w.size, s + CHUNK) - s]
+        np.divide(w[s : s + CHUNK], h[s : s + CHUNK], out=xv)
         lo, hi = min(lo, float(xv.min())), max(hi, float(xv.max()))
     return lo, hi
 
@@ -295,8 +300,8 @@ def bin_images(
     sub_all: npt.NDArray[np.integer[Any]] = np.empty(
         n_img, dtype=np.int32 if total < 2**31 else np.int64
     )
-    for start in range(0, n_img, _CHUNK):
-        wc, hc = w[start : start + _CHUNK], h[start : start + _CHUNK]
+    for start in range(0, n_img, CHUNK):
+        wc, hc = w[start : start + CHUNK], h[start : start + CHUNK]
         x = wc / hc
         bits = x.view(np.int64)
         rel = (bits >> _SHIFT) - cmin
@@ -308,11 +313,11 @@ def bin_images(
         idx = np.flatnonzero(has_split[rel])
         if idx.size:
             sub[idx] += cut.below(wc[idx], hc[idx], x[idx], rel[idx])
-        sub_all[start : start + _CHUNK] = sub
+        sub_all[start : start + CHUNK] = sub
         a = (low >> shift).astype(np.float64)
         a[down] = full
         b = np.floor((1.0 - edges[rel] / x) * 2.0**kb)
-        key = sub if labels is None else labels[start : start + _CHUNK] * total + sub
+        key = sub if labels is None else labels[start : start + CHUNK] * total + sub
         counts += np.bincount(key, minlength=width)
         sum_a += np.bincount(key, weights=a, minlength=width)
         sum_b += np.bincount(key, weights=b, minlength=width)
@@ -363,7 +368,7 @@ class _CellSplits:
             if irr.size:
                 xv, vv = x[act[irr]], self.value[s[irr]]
                 guess = xv > vv
-                for u in np.flatnonzero(np.abs(xv - vv) <= _EPS * xv).tolist():
+                for u in np.flatnonzero(np.abs(xv - vv) <= EPS * xv).tolist():
                     cut = self.splits[int(s[irr[u]])]
                     ww, hh = int(w[act[irr[u]]]), int(h[act[irr[u]]])
                     guess[u] = ww * ww * cut.d2 > hh * hh * cut.n2

@@ -20,13 +20,16 @@ from dataorder._validate import fail
 from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE, as_size_array
 from dataorder.diffusion.buckets.points import check_points
 from dataorder.diffusion.buckets.rules import RULES, check_budget
-from dataorder.diffusion.fit.bins import _CHUNK, _EPS, BoolArray, IntArray
+from dataorder.diffusion.fit.bins import CHUNK, EPS, BoolArray, IntArray
 
 __all__ = [
     "DEFAULT_MAX_CANDIDATES",
     "DEFAULT_MIN_SHARE",
     "MAX_LATTICE_STEPS",
+    "candidate_pool",
+    "check_fit_budget",
     "check_share",
+    "check_sizes",
     "clip_digest",
     "lattice_candidates",
     "prune_candidates",
@@ -84,7 +87,7 @@ def lattice_candidates(
         [(64, 1024), (64, 960), (128, 512), (192, 320), (256, 256), (320, 192), (512, 128), \
 (960, 64), (1024, 64)]
     """
-    budget, q = _budget(max_pixels, quantization)
+    budget, q = check_fit_budget(max_pixels, quantization)
     share = Fraction(check_share("min_share", min_share, low=0.0, high=1.0, open_low=True))
     units = budget // (q * q)
     least = max(1, math.ceil(share * budget / (q * q)))  # a b >= least: at least min_share
@@ -156,6 +159,41 @@ def _preset_resolutions(budget: int, q: int) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def candidate_pool(
+    budget: int, q: int, *, min_share: float, include_presets: bool, candidates: object
+) -> tuple[IntArray, list[tuple[int, int]], set[Fraction]]:
+    """The candidates the fit searches before :func:`prune_candidates`: the given points, or the
+    generated ones (:func:`lattice_candidates`), with the presets' buckets merged in.
+
+    Args:
+        budget: The pixel budget (checked: :func:`check_fit_budget`).
+        q: The lattice step (checked).
+        min_share: Least share of the budget a generated candidate uses (checked).
+        include_presets: Add the buckets of the default and NeMo's presets at this budget.
+        candidates: None, or ``(M, 2)`` int ``(w, h)`` points to choose from instead of the
+            generated ones.
+
+    Returns:
+        ``(pool, given, always)``: the pool, ``(M, 2)`` int64 in ascending aspect ratio (one
+        point per ratio); the given points as checked (empty when generated); the aspect ratios
+        that thinning keeps (the given points' and the presets').
+
+    Raises:
+        TypeError: If ``candidates`` is not an array of int pairs.
+        ValueError: If it is empty, or a point is off the lattice or over the budget.
+    """
+    preset = list(_preset_resolutions(budget, q)) if include_presets else []
+    if candidates is None:
+        given: list[tuple[int, int]] = []
+        pool = lattice_candidates(budget, q, min_share=min_share, extra=preset or None)
+    else:
+        given = check_points("candidates", candidates, budget, q)
+        if not given:
+            fail("candidates", "a non-empty (M, 2) array", candidates)
+        pool = _merge(given + preset)
+    return pool, given, {Fraction(a, b) for a, b in given + preset}
+
+
 def prune_candidates(
     pool: IntArray, gs: IntArray, x_lo: float, x_hi: float
 ) -> tuple[IntArray, BoolArray]:
@@ -167,7 +205,7 @@ def prune_candidates(
     loss. The float range is widened by ``1e-12``, so rounding can only keep more.
     """
     ratio = pool[:, 0] / pool[:, 1]
-    lo, hi = x_lo * (1 - _EPS), x_hi * (1 + _EPS)
+    lo, hi = x_lo * (1 - EPS), x_hi * (1 + EPS)
     keep = (ratio > lo) & (ratio < hi)
     ends = np.zeros(len(pool), dtype=bool)
     for g in np.unique(gs).tolist():
@@ -232,7 +270,7 @@ def size_digest(widths: npt.ArrayLike, heights: npt.ArrayLike) -> str:
         >>> size_digest([640, 480], [480, 640]) == size_digest([640, 640], [480, 480])
         False
     """
-    return _digest(*_sizes(widths, heights))
+    return _digest(*check_sizes(widths, heights))
 
 
 def clip_digest(widths: IntArray, heights: IntArray, frames: IntArray) -> str:
@@ -247,12 +285,12 @@ def clip_digest(widths: IntArray, heights: IntArray, frames: IntArray) -> str:
         False
     """
     sums = [0, 0]
-    for s in range(0, widths.size, _CHUNK):
-        key = (widths[s : s + _CHUNK].astype(np.uint64) << np.uint64(32)) | heights[
-            s : s + _CHUNK
+    for s in range(0, widths.size, CHUNK):
+        key = (widths[s : s + CHUNK].astype(np.uint64) << np.uint64(32)) | heights[
+            s : s + CHUNK
         ].astype(np.uint64)
         with np.errstate(over="ignore"):  # words wrap modulo 2**64 by design
-            word = _mix(_mix(key ^ _SALT[0]) + frames[s : s + _CHUNK].astype(np.uint64))
+            word = _mix(_mix(key ^ _SALT[0]) + frames[s : s + CHUNK].astype(np.uint64))
         for i, salt in enumerate(_SALT):
             sums[i] = (sums[i] + int(np.add.reduce(_mix(word ^ salt), dtype=np.uint64))) % 2**64
     return f"{sums[0]:016x}{sums[1]:016x}"
@@ -260,8 +298,8 @@ def clip_digest(widths: IntArray, heights: IntArray, frames: IntArray) -> str:
 
 def _digest(w: IntArray, h: IntArray) -> str:
     sums = [0, 0]
-    for s in range(0, w.size, _CHUNK):
-        key = (w[s : s + _CHUNK].astype(np.uint64) << np.uint64(32)) | h[s : s + _CHUNK].astype(
+    for s in range(0, w.size, CHUNK):
+        key = (w[s : s + CHUNK].astype(np.uint64) << np.uint64(32)) | h[s : s + CHUNK].astype(
             np.uint64
         )
         for i, salt in enumerate(_SALT):
@@ -272,7 +310,14 @@ def _digest(w: IntArray, h: IntArray) -> str:
 # -- validation ---------------------------------------------------------------------------------
 
 
-def _sizes(widths: npt.ArrayLike, heights: npt.ArrayLike) -> tuple[IntArray, IntArray]:
+def check_sizes(widths: npt.ArrayLike, heights: npt.ArrayLike) -> tuple[IntArray, IntArray]:
+    """Image sizes as two flat int64 arrays, each size in ``[1, MAX_IMAGE_SIDE]``.
+
+    Raises:
+        TypeError: If an array is not of ints.
+        ValueError: If a size is out of range (naming ``widths[i]`` or ``heights[i]``) or the
+            shapes differ.
+    """
     w = as_size_array("widths", widths)
     h = as_size_array("heights", heights)
     if w.shape != h.shape:
@@ -299,8 +344,15 @@ def check_share(name: str, value: object, *, low: float, high: float, open_low: 
     return v
 
 
-def _budget(max_pixels: int | None, quantization: int) -> tuple[int, int]:
-    """The budget and quantum, validated as the calculator validates them (None: 65,536)."""
+def check_fit_budget(max_pixels: int | None, quantization: int) -> tuple[int, int]:
+    """``(budget, quantization)`` validated as the calculator validates them
+    (:func:`~dataorder.diffusion.buckets.rules.check_budget`; None: 65,536), with bucket sides
+    at most ``MAX_IMAGE_SIDE`` as the fit's exact arithmetic needs.
+
+    Raises:
+        TypeError: If an argument is not an int (or None for ``max_pixels``).
+        ValueError: If it is out of range.
+    """
     q, budget = check_budget(quantization, max_pixels)
     if budget // q > MAX_IMAGE_SIDE:  # bucket sides, like image sides, keep W * q in an int64
         fail("max_pixels", f"an int with max_pixels // quantization <= {MAX_IMAGE_SIDE}", budget)

@@ -66,28 +66,25 @@ from dataorder.core.partition import MAX_BATCH_SIZE, plan_segments
 from dataorder.diffusion.buckets.cost import CostModel
 from dataorder.diffusion.buckets.fitted_rule import FIT_VERSION, FittedBucketRule, ThresholdAssigner
 from dataorder.diffusion.buckets.lookup import as_size_array
-from dataorder.diffusion.buckets.points import check_points
 from dataorder.diffusion.buckets.rules import BucketRule
 from dataorder.diffusion.fit.bins import IntArray, ratio_range
 from dataorder.diffusion.fit.candidates import (
     DEFAULT_MAX_CANDIDATES,
     DEFAULT_MIN_SHARE,
-    _budget,
-    _digest,
-    _merge,
-    _preset_resolutions,
-    _sizes,
+    candidate_pool,
+    check_fit_budget,
     check_share,
+    check_sizes,
     lattice_candidates,
     prune_candidates,
     size_digest,
     thin_candidates,
 )
 from dataorder.diffusion.fit.programme import (
-    _batch_sizes,
-    _check_least_waste,
-    _fit,
+    candidate_batch_sizes,
     check_global_batch_size,
+    check_least_waste,
+    choose_buckets,
     waste_budget,
 )
 
@@ -213,7 +210,7 @@ def fit_to_data(
         ValueError: If an argument is out of range, or no bucket set meets ``max_waste``: the
             message then gives the least waste any bucket set achieves.
     """
-    w, h = _sizes(widths, heights)
+    w, h = check_sizes(widths, heights)
     n_img = int(w.size)
     if n_img == 0:
         fail("widths", "a non-empty array", widths)
@@ -223,7 +220,7 @@ def fit_to_data(
     # Padding wastes less than G <= 2**31 per bucket, and there are at most N buckets: a share
     # above MAX_WASTE never binds, and the range keeps the waste budget's arithmetic exact.
     share = check_share("max_waste", max_waste, low=0.0, high=MAX_WASTE, open_low=False)
-    budget, q = _budget(max_pixels, quantization)
+    budget, q = check_fit_budget(max_pixels, quantization)
     drop = check_bool("drop_last", drop_last)
     keep_all = check_bool("keep_every_image", keep_every_image)
     with_presets = check_bool("include_presets", include_presets)
@@ -231,25 +228,20 @@ def fit_to_data(
     min_share = check_share("min_share", min_share, low=0.0, high=1.0, open_low=True)
     w_max = waste_budget(share, n_img)
     if fixed_g is not None:
-        _check_least_waste(n_img, fixed_g, drop, w_max, max_waste)
+        check_least_waste(n_img, fixed_g, drop, w_max, max_waste)
 
-    preset = list(_preset_resolutions(budget, q)) if with_presets else []
-    if candidates is None:
-        given: list[tuple[int, int]] = []
-        pool = lattice_candidates(budget, q, min_share=min_share, extra=preset or None)
-    else:
-        given = check_points("candidates", candidates, budget, q)
-        if not given:
-            fail("candidates", "a non-empty (M, 2) array", candidates)
-        pool = _merge(given + preset)
-    always = {Fraction(a, b) for a, b in given + preset}
+    pool, given, always = candidate_pool(
+        budget, q, min_share=min_share, include_presets=with_presets, candidates=candidates
+    )
     x_lo, x_hi = ratio_range(w, h)
-    gs_pool = _batch_sizes(global_batch_size, [(int(a), int(b)) for a, b in pool.tolist()])
+    gs_pool = candidate_batch_sizes(global_batch_size, [(int(a), int(b)) for a, b in pool.tolist()])
     kept, at_ends = prune_candidates(pool, gs_pool, x_lo, x_hi)
     required = at_ends | np.array([Fraction(int(a), int(b)) in always for a, b in pool[kept]])
     kept = kept[thin_candidates(pool[kept], required, limit)]
     cands = [(int(a), int(b)) for a, b in pool[kept].tolist()]
-    chosen = _fit(w, h, cands, gs_pool[kept], drop, w_max, max_waste, x_lo, x_hi, keep_all)
+    chosen = choose_buckets(
+        w, h, cands, gs_pool[kept], drop, w_max, max_waste, x_lo, x_hi, keep_all
+    )
 
     res = np.array([cands[c] for c in chosen.buckets], dtype=np.int64).reshape(-1, 2)
     gs = gs_pool[kept][chosen.buckets]
@@ -259,7 +251,7 @@ def fit_to_data(
     summary: dict[str, Any] = {
         "version": FIT_VERSION,
         "num_images": n_img,
-        "size_digest": _digest(w, h),
+        "size_digest": size_digest(w, h),
         "global_batch_size": fixed_g if fixed_g is not None else gs.tolist(),
         "max_waste": share,
         "drop_last": drop,

@@ -5,7 +5,7 @@ Given the bins of :mod:`dataorder.diffusion.fit.bins` and the candidate buckets,
 chains of buckets: the nearest-bucket rule, the dynamic programme :func:`_solve` (one global batch
 size, NOTE [ waste telescopes ]; :meth:`AspectProgramme.frontier` gives its least crop for every
 number of falls at once) or its relaxation (a batch size per bucket, NOTE [ dynamic G ]).
-:func:`_fit` is the image fit's search: the nearest rule when it already fits, else the
+:func:`choose_buckets` is the image fit's search: the nearest rule when it already fits, else the
 programme or :func:`_lagrangian`. :func:`_threshold` places a short exact fraction in each chosen
 gap. The video fit (:mod:`dataorder.diffusion.fit.video`) runs one programme per group of frame
 counts.
@@ -59,8 +59,12 @@ __all__ = [
     "AspectProgramme",
     "Chain",
     "ChainProgramme",
+    "Chosen",
+    "candidate_batch_sizes",
     "chain_cost",
     "check_global_batch_size",
+    "check_least_waste",
+    "choose_buckets",
     "waste_budget",
 ]
 
@@ -80,7 +84,16 @@ _SHORTCUT = True  # the tests turn it off to run the dynamic programme on every 
 # -- the programme ------------------------------------------------------------------------------
 
 
-def _check_least_waste(n: int, g: int, drop: bool, w_max: int, max_waste: float) -> None:
+def check_least_waste(n: int, g: int, drop: bool, w_max: int, max_waste: float) -> None:
+    """Refuse a waste budget below what any bucket set wastes (NOTE [ waste telescopes ]).
+
+    With one global batch size ``g`` every bucket set of ``n`` images drops ``n mod g`` (pads
+    ``(-n) mod g``) at least, one bucket; a budget of ``w_max`` samples below that is an error
+    that names ``max_waste`` and the least share it could be.
+
+    Raises:
+        ValueError: If ``w_max`` is below the least waste.
+    """
     least = n % g if drop else (-n) % g
     if least > w_max:
         what = "dropped: N mod G" if drop else "padded: (-N) mod G"
@@ -108,9 +121,12 @@ def waste_budget(share: float, n: int) -> int:
     return w
 
 
-def _batch_sizes(
+def candidate_batch_sizes(
     global_batch_size: int | Callable[[int, int], int], cands: list[tuple[int, int]]
 ) -> IntArray:
+    """The global batch size ``G`` of each candidate ``(w, h)``: the one given, or what the
+    callable gives each (checked: :func:`check_global_batch_size`, the error naming the call).
+    """
     if not callable(global_batch_size):
         return np.full(len(cands), global_batch_size, dtype=np.int64)
     out = []
@@ -134,8 +150,21 @@ def check_global_batch_size(name: str, value: object) -> int:
 
 
 @dataclass
-class _Chosen:
-    buckets: list[int]  # candidate index of each bucket
+class Chosen:
+    """What :func:`choose_buckets` chose, as ``FitResult`` reports it.
+
+    Attributes:
+        buckets: Candidate index of each bucket, ascending in aspect ratio.
+        thresholds: ``K - 1`` exact ``(p, q)`` between them.
+        counts: ``(K,)`` images per bucket.
+        mean_crop_loss: Mean crop loss over the images (from the fixed-point objective).
+        objective: The minimised crop, in fixed point (for exact comparisons).
+        num_bins: Non-empty bins the thresholds were chosen from.
+        method: ``"nearest"``, ``"dp"``, ``"lagrangian"`` or ``"nothing trainable"``.
+        exact: Whether the chain is the proven optimum.
+    """
+
+    buckets: list[int]
     thresholds: tuple[tuple[int, int], ...]
     counts: IntArray
     mean_crop_loss: float
@@ -415,7 +444,7 @@ class AspectProgramme(ChainProgramme):
         return tuple(out)
 
 
-def _fit(
+def choose_buckets(
     w: IntArray,
     h: IntArray,
     cands: list[tuple[int, int]],
@@ -426,7 +455,27 @@ def _fit(
     x_lo: float,
     x_hi: float,
     keep_all: bool,
-) -> _Chosen:
+) -> Chosen:
+    """The image fit's search over the candidates ``cands`` (``(w, h)``, ascending in aspect
+    ratio, ``gs`` their global batch sizes): the nearest-bucket rule when it meets the waste
+    budget ``w_max``, else the dynamic programme (one ``G``, NOTE [ waste telescopes ]) or its
+    relaxation (a ``G`` per candidate, NOTE [ dynamic G ]).
+
+    Args:
+        w: Image widths, flat int64.
+        h: Image heights, the same length.
+        cands: The candidate buckets.
+        gs: ``(M,)`` global batch size of each candidate.
+        drop: Drop remainders (else pad whole global batches).
+        w_max: The waste budget in samples (:func:`waste_budget`).
+        max_waste: The budget as given, for the error message.
+        x_lo: Least float ``W / H`` of the images.
+        x_hi: Greatest float ``W / H`` of the images.
+        keep_all: With ``drop``, every bucket fills a global batch.
+
+    Raises:
+        ValueError: If no chain meets the budget (the message gives the least waste).
+    """
     n_img = int(w.size)
     m = len(cands)
     g = int(gs[0])
@@ -435,7 +484,7 @@ def _fit(
     prog = AspectProgramme(bins, where, cands, gs, drop, keep_all)
     s = prog.num_bins
     if prog.uniform:  # a callable that gives every candidate one G: the exact programme
-        _check_least_waste(n_img, g, drop, w_max, max_waste)
+        check_least_waste(n_img, g, drop, w_max, max_waste)
 
     # The nearest-bucket rule over all candidates crops least of all; if it fits, it is the fit.
     nearest = prog.nearest()
@@ -459,7 +508,7 @@ def _fit(
 
     counts, _ = prog.bucket_waste(chain)
     objective = int(chain_cost(fine, chain))
-    return _Chosen(
+    return Chosen(
         buckets=[c for c, _ in chain],
         thresholds=prog.thresholds(w, h, chain),
         counts=counts.astype(np.int64),

@@ -1,9 +1,31 @@
 """Diffusion: resolution and video buckets, fits, scans, manifests, multi-resolution datasets and
 the lock-step bucket sampler.
 
-Lazy: ``import dataorder.diffusion.calculators.image`` (and every module but the sampler's) never
-imports torch, so the command line's bucket tables and scans start fast; a name below is imported
-when it is first used.
+==================  =============================================================================
+subpackage          what it is
+==================  =============================================================================
+``buckets``         bucket geometry: lattices, the bucket rules (default, NeMo's, fitted), cost
+                    models, crops, video frame counts and sets; no sampler, no fit
+``fit``             the fits: bucket sets chosen for a dataset and a job layout (images, video)
+``calculators``     the public faces: ``MultiTierBucketCalculator``, ``VideoBucketCalculator``
+``scan``            sizes and frame counts from file headers, and the manifests that keep them
+``sampler``         the bucket sampler: tables, epoch plans, NeMo's order, the dataset, statistics
+==================  =============================================================================
+
+NOTE [ diffusion layers ]
+    The subpackages form a DAG, bottom first: buckets <- fit <- calculators <- scan <- sampler.
+    A module imports its own subpackage and those below it, lazy imports included, never one
+    above (``tests/test_layers.py`` reads every import from the source). So the fit never
+    imports a calculator: what it needs of one, the class to build or the calculator whose rules
+    a video set keeps, comes in as an argument, and ``MultiTierBucketCalculator.fit_to_data``
+    passes itself. NeMo's bucket rule (``buckets.nemo_rule``) is geometry and NeMo's sampler
+    order (``sampler.nemo_order``) is the sampler's, so bucket sets never depend on sampler
+    planning. Each subpackage's ``__init__`` is its reading guide, one line per module, and
+    imports nothing.
+
+Lazy: ``import dataorder.diffusion`` imports no module until a name below is first used, and no
+module but the sampler's and the dataset's (``sampler.sampler``, ``sampler.dataset``) imports
+torch, so the command line's bucket tables and scans start fast.
 """
 
 from __future__ import annotations

@@ -20,9 +20,11 @@ from dataorder._validate import fail
 from dataorder.diffusion.buckets.lookup import Lookup
 from dataorder.diffusion.buckets.points import check_pairs, check_points
 from dataorder.diffusion.buckets.rules import DefaultBucketRule
-from dataorder.diffusion.fit.bins import FloatArray, IntArray
 
 __all__ = ["FIT_VERSION", "FittedBucketRule", "ThresholdAssigner"]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 #: Bumped whenever the meaning of a fitted configuration changes (thresholds, assignment).
 FIT_VERSION = 1

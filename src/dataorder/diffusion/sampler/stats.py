@@ -342,7 +342,7 @@ def bucket_stats(
         bucket_frames = np.array([b["frames"] for b in buckets], dtype=np.int64)
         tokens = np.array([b["tokens"] for b in buckets], dtype=np.int64)
 
-    # the sampler's own plan of epoch 0 (bucket_plan.plan_sampler_epoch), over the buckets it
+    # the sampler's own plan of epoch 0 (sampler.plan.plan_sampler_epoch), over the buckets it
     # would hold (the non-empty ones, in the dataset's bucket table order)
     res = np.stack([bw, bh], axis=1)
     rows, _, _ = group_by_bucket(ids, sort_key(res, bucket_frames, tokens))

@@ -233,7 +233,7 @@ def _cyclic_epochs(n: int, mbs: int, dp: int, seed: int, epochs: int) -> list[li
 
 def _checks(smoke: bool) -> list[tuple[str, str, bool]]:
     """(check, detail, passed) rows."""
-    from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
     from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 
     rows: list[tuple[str, str, bool]] = []

@@ -31,9 +31,14 @@ from pathlib import Path
 
 import numpy as np
 
-from dataorder.diffusion.buckets import PRESETS, MultiTierBucketCalculator
-from dataorder.diffusion.scan import build_manifest, read_manifest, scan_images, write_manifest
-from dataorder.diffusion.stats import crop_loss
+from dataorder.diffusion.calculators.image import PRESETS, MultiTierBucketCalculator
+from dataorder.diffusion.sampler.stats import crop_loss
+from dataorder.diffusion.scan.images import (
+    build_manifest,
+    read_manifest,
+    scan_images,
+    write_manifest,
+)
 
 # SDXL's training resolutions (Podell et al. 2023, appendix I): width x height, landscape half;
 # the portrait half is the transpose, plus 1024x1024. 41 buckets at a 1024**2 budget.

@@ -12,17 +12,17 @@ ratio is log-uniform in [1/3, 3] (``bench_buckets.log_uniform_sizes(N, SEED)``).
 ``1024**2`` pixels, quantization 64. Layouts ``R x b`` (ranks x per-rank batch) 8 x 4, 64 x 8,
 256 x 4, so ``G = R * b``.
 
-Bucket sets, each with its own rule: NeMo's 1024p preset (``compat="nemo"``: NeMo's buckets and
-its nearest-linear-ratio rule), our 1024p preset (31 buckets, nearest log ratio), SDXL's
-40-entry table (``baselines.SDXL_BUCKETS``, nearest log ratio, ``baselines.assign_log_nearest``)
-and the fitted set (:func:`dataorder.diffusion.fit.fit_to_data`), fitted once to drop and once to
-pad at most ``max_waste = 1 %``.
+Bucket sets, each with its own rule: NeMo's 1024p preset (``compat="nemo"``: NeMo's buckets and its
+nearest-linear-ratio rule), our 1024p preset (31 buckets, nearest log ratio), SDXL's 40-entry table
+(``baselines.SDXL_BUCKETS``, nearest log ratio, ``baselines.assign_log_nearest``) and the fitted set
+(:func:`dataorder.diffusion.fit.images.fit_to_data`), fitted once to drop and once to pad at most
+``max_waste = 1 %``.
 
 Waste is the library's partition of each bucket into whole global batches
 (:func:`dataorder.core.partition.plan_segments`, tails ``"drop"`` and ``"pad"``): ``n mod G``
 dropped, ``(-n) mod G`` padded, over ``N``. When no bucket set can waste 1 % (``N mod G`` alone
 is more), the fit runs at that least waste and its row says so. Crop loss is exact per image
-(:func:`dataorder.diffusion.stats.crop_loss`).
+(:func:`dataorder.diffusion.sampler.stats.crop_loss`).
 
 Sections:
 
@@ -48,9 +48,9 @@ from baselines import SDXL_BUCKETS, assign_log_nearest
 from bench_buckets import log_uniform_sizes
 
 from dataorder.core.partition import plan_segments
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
-from dataorder.diffusion.fit import FitResult, fit_to_data
-from dataorder.diffusion.stats import crop_loss
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.fit.images import FitResult, fit_to_data
+from dataorder.diffusion.sampler.stats import crop_loss
 from dataorder.tools.demo import load_image_sizes
 
 SEED = 20260601
@@ -327,7 +327,7 @@ def cold(n: int) -> str:
         "import sys, time\n"
         f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
         "import bench_fit as B\n"
-        "from dataorder.diffusion.fit import fit_to_data\n"
+        "from dataorder.diffusion.fit.images import fit_to_data\n"
         f"w, h = B.log_uniform({n})\n"
         "t = time.perf_counter()\n"
         "fit_to_data(w, h, global_batch_size=512, max_pixels=B.BUDGET)\n"

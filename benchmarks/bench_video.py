@@ -50,15 +50,15 @@ import numpy.typing as npt
 
 import dataorder
 from dataorder.core.partition import plan_segments
-from dataorder.diffusion.cost import CostModel
-from dataorder.diffusion.stats import bucket_stats, crop_loss
-from dataorder.diffusion.video import (
+from dataorder.diffusion.buckets.cost import CostModel
+from dataorder.diffusion.calculators.video import (
     TOO_SHORT,
     TOO_SMALL,
     VideoBucketCalculator,
     resample_frame_counts,
     trim_loss,
 )
+from dataorder.diffusion.sampler.stats import bucket_stats, crop_loss
 
 Ints = npt.NDArray[np.int64]
 CAMERA_RATIOS = ["1:1", "4:3", "3:2", "16:9", "2:1", "7:3"]
@@ -214,7 +214,7 @@ def bench_scan(count: int, big_frames: int) -> str:
         import av
     except ImportError:
         return "PyAV is not installed (pip install 'dataorder[video]'): section skipped."
-    from dataorder.diffusion.video_scan import read_video_info, scan_videos
+    from dataorder.diffusion.scan.videos import read_video_info, scan_videos
 
     av.logging.set_level(None)
     kinds = [("mpeg4", ".mp4"), ("libx264", ".mp4"), ("libvpx-vp9", ".webm"), ("ffv1", ".mkv")]
@@ -408,7 +408,7 @@ def fit_or_least(
     w: Ints, h: Ints, f: Ints, base: VideoBucketCalculator, g: Any, drop: bool, budget: float
 ) -> tuple[Any, float, str]:
     """The fit at ``budget``, or at the least waste it reaches when that is above; its time."""
-    from dataorder.diffusion.video_fit import fit_video_to_data
+    from dataorder.diffusion.fit.video import fit_video_to_data
 
     start = time.perf_counter()
     try:

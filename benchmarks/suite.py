@@ -335,8 +335,8 @@ def case_assign(spec: dict[str, Any]) -> dict[str, Any]:
     """Bucket assignment of ``n`` sizes: vectorised (timed on all), per-image (on subsets)."""
     from baselines import SDXL_BUCKETS, assign_log_nearest, nemo_assign_loop
 
-    from dataorder.diffusion.buckets import MultiTierBucketCalculator
-    from dataorder.diffusion.multires import BaseMultiresolutionDataset
+    from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+    from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 
     n, loop_n, ref_n = spec["n"], spec["loop_n"], spec["ref_n"]
     w, h = size_set(spec["sizes"], n)
@@ -370,9 +370,9 @@ def case_assign(spec: dict[str, Any]) -> dict[str, Any]:
 
 def case_bucket_sampler(spec: dict[str, Any]) -> dict[str, Any]:
     """The bucket sampler on ``n`` shipped sizes (1024p buckets): first batch, per-step cost."""
-    from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-    from dataorder.diffusion.buckets import MultiTierBucketCalculator
-    from dataorder.diffusion.multires import BaseMultiresolutionDataset
+    from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+    from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+    from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 
     n, world, compat, steps = spec["n"], spec["world"], spec["compat"], spec["steps"]
     w, h = size_set("shipped", n)
@@ -836,7 +836,7 @@ class BucketSet:
 def bucket_sets() -> list[BucketSet]:
     from baselines import SDXL_BUCKETS, assign_log_nearest
 
-    from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 
     out = []
     for compat in ("default", "nemo"):
@@ -857,7 +857,7 @@ def bucket_sets() -> list[BucketSet]:
 
 
 def section_crop(cfg: Config) -> str:
-    from dataorder.diffusion.stats import crop_loss
+    from dataorder.diffusion.sampler.stats import crop_loss
 
     sets = bucket_sets()
     rows = []
@@ -902,8 +902,8 @@ WASTE_LAYOUTS = ((8, 4), (64, 8))
 
 
 def section_waste(cfg: Config) -> str:
-    from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-    from dataorder.diffusion.multires import BaseMultiresolutionDataset
+    from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+    from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 
     sets = bucket_sets()
     cols = [(n, r, b) for n in cfg.waste_ns for r, b in WASTE_LAYOUTS]
@@ -1137,10 +1137,10 @@ def run_suite(args: argparse.Namespace) -> str:
     emit(
         "Crop loss is the share of an image's area cut away when it is resized to cover its "
         "bucket and cropped, `1 - min(r_img / r_bkt, r_bkt / r_img)` with r = width / height "
-        "(`dataorder.diffusion.stats.crop_loss`). Each set uses its own assignment rule: dataorder "
-        "default (nearest in log aspect ratio, the least crop loss), NeMo's (nearest in linear "
-        "aspect ratio), the SDXL-style table with nearest in log aspect ratio. 'upscaled': the "
-        "bucket is larger than the image on some side. The stress set here has "
+        "(`dataorder.diffusion.sampler.stats.crop_loss`). Each set uses its own assignment "
+        "rule: dataorder default (nearest in log aspect ratio, the least crop loss), NeMo's "
+        "(nearest in linear aspect ratio), the SDXL-style table with nearest in log aspect ratio. "
+        "'upscaled': the bucket is larger than the image on some side. The stress set here has "
         f"{max(cfg.waste_ns):,} sizes."
     )
     emit(section_crop(cfg))

@@ -36,9 +36,9 @@ import torch.distributed as dist
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 from dataorder.tools.demo import load_image_sizes
 
 

@@ -67,7 +67,7 @@ def collate_indices(batch: list[int | None]) -> list[int | None]:
 def multires_dataset(n: int) -> Any:
     import numpy as np
 
-    from dataorder.diffusion.multires import BaseMultiresolutionDataset
+    from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 
     rng = np.random.default_rng(7)
     return BaseMultiresolutionDataset.from_sizes(
@@ -79,7 +79,7 @@ def multires_dataset(n: int) -> Any:
 
 
 def _samplers(mesh: Any, topo: Any) -> dict[str, Any]:
-    from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+    from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
     from dataorder.llm.factory import create_megatron_sampler
     from dataorder.llm.megatron import (
         MegatronPretrainingRandomSampler,

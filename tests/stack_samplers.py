@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 from dataorder.llm.blend import BlendedSampler
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
 from dataorder.parallel.distributed import DistributedSampler

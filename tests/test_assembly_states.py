@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from dataorder.core.assembly import SAMPLERS
-from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 from dataorder.llm.blend import BlendedSampler
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
 from dataorder.llm.packing import PackedSampler

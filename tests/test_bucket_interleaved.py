@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataorder import Apportionment, BaseMultiresolutionDataset, SequentialBucketSampler
-from dataorder.diffusion.bucket_plan import (
+from dataorder.diffusion.sampler.plan import (
     longest_shape_run,
     plan_bucket_epoch,
     plan_interleaved_epoch,

@@ -17,17 +17,17 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-import dataorder.diffusion.bucket_sampler
+import dataorder.diffusion.sampler.sampler
 from dataorder.core.keys import MAX_SEED, derive_key
 from dataorder.core.partition import MAX_BATCH_SIZE, plan_epoch, plan_segments
 from dataorder.core.permutation import Permutation
 from dataorder.core.state import MAX_EPOCH
 from dataorder.core.topology import MAX_DP_SIZE
-from dataorder.diffusion.bucket_plan import KeyedBucketOrder, plan_bucket_epoch
-from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
-from dataorder.diffusion.compat_nemo import nemo_bucket_order
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.nemo_order import nemo_bucket_order
+from dataorder.diffusion.sampler.plan import KeyedBucketOrder, plan_bucket_epoch
+from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 from dataorder.testing import (
     MAX_STATE_BYTES,
     SamplerCase,
@@ -73,7 +73,7 @@ def quiet(ds: Any, **kw: Any) -> SequentialBucketSampler:
 # -- the worked example and pinned orders ----------------------------------------------------------
 def test_docstring_examples() -> None:
     result = doctest.testmod(
-        dataorder.diffusion.bucket_sampler, optionflags=doctest.NORMALIZE_WHITESPACE
+        dataorder.diffusion.sampler.sampler, optionflags=doctest.NORMALIZE_WHITESPACE
     )
     assert result.attempted >= 6
     assert result.failed == 0

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 from dataorder.testing import run_epoch
 from test_multires import item, nemo_dataset, nemo_diffusion_module, write_cache
 

@@ -13,17 +13,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import dataorder.diffusion.stats as stats_module
+import dataorder.diffusion.sampler.stats as stats_module
 from dataorder.core.partition import plan_epoch
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
-from dataorder.diffusion.scan import build_manifest
-from dataorder.diffusion.stats import (
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.sampler.stats import (
     bucket_stats,
     crop_loss,
     format_bucket_table,
     plot_bucket_stats,
     rich_bucket_table,
 )
+from dataorder.diffusion.scan.images import build_manifest
 
 NEMO = MultiTierBucketCalculator(compat="nemo")  # 192x320, 192x256, 256x256, 256x192, 320x192
 

@@ -21,20 +21,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import dataorder._validate as validate_module
-import dataorder.diffusion.bucket_rules as bucket_rules_module
-import dataorder.diffusion.buckets as buckets_module
+import dataorder.diffusion.buckets.rules as bucket_rules_module
+import dataorder.diffusion.calculators.image as buckets_module
 from dataorder._validate import as_field
-from dataorder.diffusion.bucket_rules import BucketRule, CostModelBatchSizes, DefaultBucketRule
-from dataorder.diffusion.buckets import (
+from dataorder.diffusion.buckets.cost import CostModel, image_tokens
+from dataorder.diffusion.buckets.lattice import best_resolution, default_resolutions
+from dataorder.diffusion.buckets.nemo_rule import NemoBucketRule
+from dataorder.diffusion.buckets.rules import BucketRule, CostModelBatchSizes, DefaultBucketRule
+from dataorder.diffusion.calculators.image import (
     DEFAULT_MAX_PIXELS,
     MAX_IMAGE_SIDE,
     PRESETS,
     MultiTierBucketCalculator,
 )
-from dataorder.diffusion.compat_nemo import NemoBucketRule
-from dataorder.diffusion.cost import CostModel, image_tokens
-from dataorder.diffusion.lattice import best_resolution, default_resolutions
-from dataorder.diffusion.video import VideoBucketCalculator
+from dataorder.diffusion.calculators.video import VideoBucketCalculator
 
 QUANTS = (8, 16, 32, 64)
 MODES = (
@@ -50,7 +50,7 @@ def _calc(**kw: object) -> MultiTierBucketCalculator:
 
 def test_module_imports_neither_torch_nor_pillow() -> None:
     code = (
-        "import sys, dataorder.diffusion.buckets; "
+        "import sys, dataorder.diffusion.calculators.image; "
         "assert 'torch' not in sys.modules and 'PIL' not in sys.modules, sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -538,7 +538,7 @@ def test_config_round_trip_through_json() -> None:
 
 
 def test_debug_mode_logs_the_table(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="dataorder.diffusion.buckets"):
+    with caplog.at_level(logging.INFO, logger="dataorder.diffusion.calculators.image"):
         MultiTierBucketCalculator(64, debug_mode=True, compat="nemo")
     assert "5 buckets, max_pixels=65536" in caplog.text
     assert "320x192" in caplog.text

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from dataorder.core.state import find_sampler_states
-from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
-from dataorder.diffusion.fit import fit_to_data
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
-from dataorder.diffusion.scan import build_manifest, read_manifest, write_manifest
-from dataorder.diffusion.video import PRESETS, VideoBucketCalculator
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.video import PRESETS, VideoBucketCalculator
+from dataorder.diffusion.fit.images import fit_to_data
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
+from dataorder.diffusion.scan.images import build_manifest, read_manifest, write_manifest
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
 from dataorder.parallel.distributed import DistributedSampler
 from dataorder.testing import run_epoch

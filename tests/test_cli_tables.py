@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
-from dataorder.diffusion.scan import build_manifest, write_manifest
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.scan.images import build_manifest, write_manifest
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 from dataorder.tools.cli import main
 from dataorder.tools.demo_checks import CHECKS

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
-from dataorder.diffusion.video import VideoBucketCalculator
+from dataorder.diffusion.calculators.video import VideoBucketCalculator
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 from dataorder.testing import RECIPES, WORKER_RECIPES, SamplerCase, check_contract
 
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 pytest.importorskip("PIL")
 from PIL import Image
 
-import dataorder.diffusion.crop as crop_module
-from dataorder.diffusion.crop import CROP_MODES, cover_size, resize_and_crop
+import dataorder.diffusion.buckets.crop as crop_module
+from dataorder.diffusion.buckets.crop import CROP_MODES, cover_size, resize_and_crop
 
 
 def test_docstring_examples() -> None:

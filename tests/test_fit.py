@@ -1,4 +1,4 @@
-"""Fitting a bucket set to data (:mod:`dataorder.diffusion.fit`).
+"""Fitting a bucket set to data (:mod:`dataorder.diffusion.fit.images`).
 
 Exact assignment; the waste budget is met whenever a feasible set exists, and the error says the
 least achievable waste when none does; determinism; optimality against brute force and against
@@ -26,19 +26,19 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-import dataorder.diffusion.fit as F
-import dataorder.diffusion.fit_bins as FB
-import dataorder.diffusion.fit_candidates as FC
-import dataorder.diffusion.fit_programme as FP
-import dataorder.diffusion.fit_rule as FR
+import dataorder.diffusion.buckets.fitted_rule as FR
+import dataorder.diffusion.fit.bins as FB
+import dataorder.diffusion.fit.candidates as FC
+import dataorder.diffusion.fit.images as F
+import dataorder.diffusion.fit.programme as FP
 from dataorder.core.partition import plan_segments
-from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-from dataorder.diffusion.buckets import PRESETS, MultiTierBucketCalculator
-from dataorder.diffusion.cost import CostModel
-from dataorder.diffusion.lookup import MAX_IMAGE_SIDE, NearestLogAspect
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
-from dataorder.diffusion.scan import build_manifest, read_manifest, write_manifest
-from dataorder.diffusion.stats import bucket_stats, crop_loss
+from dataorder.diffusion.buckets.cost import CostModel
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE, NearestLogAspect
+from dataorder.diffusion.calculators.image import PRESETS, MultiTierBucketCalculator
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
+from dataorder.diffusion.sampler.stats import bucket_stats, crop_loss
+from dataorder.diffusion.scan.images import build_manifest, read_manifest, write_manifest
 from dataorder.tools.demo import load_image_sizes
 
 IntArray = np.ndarray
@@ -694,7 +694,10 @@ def test_thinning_spreads_the_candidates() -> None:
 @pytest.fixture(scope="module")
 def fitted() -> tuple[F.FitResult, IntArray, IntArray]:
     w, h = shipped(30_000, 21)
-    return F.fit_to_data(w, h, global_batch_size=64 * 4, max_pixels=1024**2), w, h
+    fit = F.fit_to_data(
+        w, h, global_batch_size=64 * 4, max_pixels=1024**2, calculator=MultiTierBucketCalculator
+    )
+    return fit, w, h
 
 
 def test_the_calculator_assigns_as_the_fit(fitted: tuple[F.FitResult, IntArray, IntArray]) -> None:
@@ -708,7 +711,27 @@ def test_the_calculator_assigns_as_the_fit(fitted: tuple[F.FitResult, IntArray, 
         assert calc.get_bucket_for_image(a, b)["id"] == int(fit.assign([a], [b])[0])
     assert calc.get_dynamic_batch_size((1024, 1024), 8, (1024, 1024)) == 8
     direct = MultiTierBucketCalculator.fit_to_data(w, h, global_batch_size=256, max_pixels=1024**2)
-    assert direct == calc == F.fitted_calculator(w, h, global_batch_size=256, max_pixels=1024**2)
+    assert direct == calc == F.fitted_calculator(
+        w, h, calculator=MultiTierBucketCalculator, global_batch_size=256, max_pixels=1024**2
+    )  # fmt: skip
+
+
+def test_a_fit_builds_the_calculator_class_it_was_given() -> None:
+    """The fit never imports the calculators: without a class, ``calculator()`` says so; the
+    calculator's ``fit_to_data`` passes its own class (a subclass builds a subclass)."""
+    w, h = log_uniform(2_000, 5)
+    fit = F.fit_to_data(w, h, global_batch_size=16, max_pixels=256**2)
+    with pytest.raises(TypeError, match=r"^calculator must be a calculator class given to fit_t"):
+        fit.calculator()
+
+    class Mine(MultiTierBucketCalculator):
+        pass
+
+    mine = Mine.fit_to_data(w, h, global_batch_size=16, max_pixels=256**2)
+    assert type(mine) is Mine
+    assert mine.config() == F.fit_to_data(
+        w, h, global_batch_size=16, max_pixels=256**2, calculator=Mine
+    ).calculator().config()  # fmt: skip
 
 
 def test_the_config_rebuilds_the_calculator_without_the_data(
@@ -752,7 +775,10 @@ def test_a_manifest_keeps_the_fitted_set(
     )
     resumed.load_state_dict(state)
     assert resumed.batch_at(5, epoch=1) == live.batch_at(5, epoch=1)
-    other = F.fit_to_data(w, h, global_batch_size=256, max_pixels=1024**2, max_waste=0.05)
+    other = F.fit_to_data(
+        w, h, global_batch_size=256, max_pixels=1024**2, max_waste=0.05,
+        calculator=MultiTierBucketCalculator,
+    )  # fmt: skip
     assert other.thresholds != fit.thresholds  # another fit is another bucket set: refused
     refitted = BaseMultiresolutionDataset.from_sizes(w, h, other.calculator())
     with pytest.raises(ValueError, match="another configuration: dataset is "):
@@ -766,8 +792,9 @@ def test_the_sampler_wastes_what_the_fit_promised(drop: bool, replicas: int, bat
     w, h = log_uniform(20_000, 22)
     g = batch * replicas if drop else replicas
     fit = F.fit_to_data(
-        w, h, global_batch_size=g, max_pixels=1024**2, drop_last=drop, max_waste=0.003
-    )
+        w, h, global_batch_size=g, max_pixels=1024**2, drop_last=drop, max_waste=0.003,
+        calculator=MultiTierBucketCalculator,
+    )  # fmt: skip
     sampler = SequentialBucketSampler(
         BaseMultiresolutionDataset.from_sizes(w, h, fit.calculator()),
         base_batch_size=batch,
@@ -790,17 +817,23 @@ def test_from_config_refuses_a_tampered_set(
     ):
         MultiTierBucketCalculator.from_config(bad)
     with pytest.raises(ValueError, match=r"missing \['fit'\], unknown \[\]"):
-        F.fitted_from_config({k: v for k, v in config.items() if k != "fit"})
+        F.fitted_from_config(
+            {k: v for k, v in config.items() if k != "fit"}, MultiTierBucketCalculator
+        )
     with pytest.raises(ValueError, match=r"config\['fit'\] must be None or a mapping with 'ver"):
-        F.fitted_from_config({**config, "fit": {**config["fit"], "version": 99}})
+        F.fitted_from_config(
+            {**config, "fit": {**config["fit"], "version": 99}}, MultiTierBucketCalculator
+        )
     with pytest.raises(
         ValueError, match=r"config\['resolutions'\] must be strictly ascending in aspect ratio"
     ):
-        F.fitted_from_config({**config, "resolutions": config["resolutions"][::-1]})
+        F.fitted_from_config(
+            {**config, "resolutions": config["resolutions"][::-1]}, MultiTierBucketCalculator
+        )
     with pytest.raises(
         ValueError, match=r"config\['resolutions'\]\[0\] must be a \(w, h\) with both sides"
     ):
-        F.fitted_from_config({**config, "max_pixels": 512**2})
+        F.fitted_from_config({**config, "max_pixels": 512**2}, MultiTierBucketCalculator)
 
 
 def test_a_hand_made_rule() -> None:
@@ -842,7 +875,7 @@ def test_a_fitted_calculator_is_the_calculator_over_its_rule(
     )  # fmt: skip
     assert direct == costed
     with pytest.raises(ValueError, match=r"config\['compat'\] must be 'fitted'; got config"):
-        F.fitted_from_config(MultiTierBucketCalculator().config())
+        F.fitted_from_config(MultiTierBucketCalculator().config(), MultiTierBucketCalculator)
     rule_config = fit.rule.config()
     assert F.FittedBucketRule.from_config(rule_config).config() == rule_config
     with pytest.raises(ValueError, match=r"config must be a mapping with exactly the keys \["):
@@ -1028,4 +1061,6 @@ def test_sizes_are_checked() -> None:
     with pytest.raises(ValueError, match="same shape"):
         F.fit_to_data([5, 5], [5], global_batch_size=1)
     with pytest.raises(TypeError, match=re.escape("max_batch_size must be a positive int")):
-        F.fitted_calculator([5], [5], global_batch_size=1, max_batch_size=True)
+        F.fitted_calculator(
+            [5], [5], calculator=MultiTierBucketCalculator, global_batch_size=1, max_batch_size=True
+        )

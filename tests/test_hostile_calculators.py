@@ -37,7 +37,7 @@ import numpy as np
 import pytest
 
 from dataorder import MultiTierBucketCalculator, VideoBucketCalculator
-from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
 
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "setitimer"), reason="the hang guard needs signal.setitimer (POSIX)"

@@ -44,9 +44,9 @@ import numpy as np
 import pytest
 
 from dataorder.core.state import find_sampler_states
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
-from dataorder.diffusion.scan import build_manifest, read_manifest, write_manifest
-from dataorder.diffusion.video import VideoBucketCalculator
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.video import VideoBucketCalculator
+from dataorder.diffusion.scan.images import build_manifest, read_manifest, write_manifest
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 from dataorder.tools import cli
 
@@ -220,8 +220,8 @@ def _scan(
     """
     fifos = tuple(p for p in folder.rglob("*") if stat.S_ISFIFO(p.lstat().st_mode))
     if runner in ("scan_images", "scan_videos"):
-        from dataorder.diffusion.scan import scan_images
-        from dataorder.diffusion.video_scan import scan_videos
+        from dataorder.diffusion.scan.images import scan_images
+        from dataorder.diffusion.scan.videos import scan_videos
 
         try:
             with guard(fifos=fifos) as fired:
@@ -481,7 +481,7 @@ def test_absurd_headers(
     tmp_path: Path,
 ) -> None:
     """The file is that file's error (or read with sane values); the good file is still read."""
-    from dataorder.diffusion.scan import scan_images
+    from dataorder.diffusion.scan.images import scan_images
 
     if ext != ".png":
         _need_av(media)
@@ -493,7 +493,7 @@ def test_absurd_headers(
         if ext == ".png":
             result: Any = scan_images(tmp_path, IMAGE_CALC, workers=1, progress=False)
         else:
-            from dataorder.diffusion.video_scan import scan_videos
+            from dataorder.diffusion.scan.videos import scan_videos
 
             result = scan_videos(tmp_path, VIDEO_CALC, workers=1, progress=False)
     assert str(tmp_path / f"good{good_ext}") in result.paths, result.errors
@@ -864,7 +864,7 @@ def test_item6_absurd_frame_counts_are_the_files_errors(
 ) -> None:
     """Issue 20, item 6: an .avi saying 4,294,967,280 frames, an .mkv with a Duration of 1e15:
     ``ValueError: frames[3] must be ...`` lost the whole folder, and the CLI wrote nothing."""
-    from dataorder.diffusion.video_scan import scan_videos
+    from dataorder.diffusion.scan.videos import scan_videos
 
     _need_av(media)
     folder = tmp_path / "clips"

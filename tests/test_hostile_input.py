@@ -80,9 +80,9 @@ from dataorder.core.apportion import MAX_TOTAL
 from dataorder.core.keys import MAX_SEED
 from dataorder.core.permutation import MAX_DOMAIN
 from dataorder.core.state import MAX_STATE_BYTES  # NOTE [ State size ]
-from dataorder.diffusion import buckets
-from dataorder.diffusion.bucket_plan import MAX_INTERLEAVE_UNIT
-from dataorder.diffusion.lookup import MAX_IMAGE_SIDE
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
+from dataorder.diffusion.calculators import image as buckets
+from dataorder.diffusion.sampler.plan import MAX_INTERLEAVE_UNIT
 from dataorder.llm import packing
 from dataorder.llm.packing import (
     DocumentLengths,

@@ -62,7 +62,7 @@ from dataorder.core.keys import MAX_SEED
 from dataorder.core.partition import MAX_BATCH_SIZE, MAX_POSITIONS
 from dataorder.core.state import MAX_EPOCH, MAX_STATE_BYTES, config_fingerprint
 from dataorder.core.topology import MAX_DP_SIZE
-from dataorder.diffusion.bucket_plan import MAX_INTERLEAVE_UNIT
+from dataorder.diffusion.sampler.plan import MAX_INTERLEAVE_UNIT
 from dataorder.llm.blend_order import BlendOrder
 from dataorder.llm.mixture import MixtureSchedule, Ramp
 from dataorder.llm.packing import DocumentLengths, PackedSampler

@@ -17,9 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import nemo_oracle
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
-from dataorder.diffusion.table import BucketTable, aspect_name, group_by_bucket
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.table import BucketTable, aspect_name, group_by_bucket
 
 
 def write_cache(root: Path, shards: Sequence[Sequence[dict[str, Any]]]) -> Path:
@@ -350,7 +350,7 @@ def test_grouping_equals_nemos_dataset(tmp_path: Path) -> None:
 
 # -- scan manifests -------------------------------------------------------------------------------
 def test_from_manifest_path_and_object(tmp_path: Path) -> None:
-    from dataorder.diffusion.scan import build_manifest, read_manifest, write_manifest
+    from dataorder.diffusion.scan.images import build_manifest, read_manifest, write_manifest
 
     rng = np.random.default_rng(3)
     w = rng.integers(100, 2000, 300)

@@ -19,9 +19,9 @@ import pytest
 pytest.importorskip("PIL")
 from PIL import Image, ImageFile
 
-import dataorder.diffusion.scan as scan_module
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
-from dataorder.diffusion.scan import (
+import dataorder.diffusion.scan.images as scan_module
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.scan.images import (
     Manifest,
     build_manifest,
     list_images,
@@ -222,7 +222,7 @@ def test_progress_bar_goes_to_stderr(tree: Path, capsys: pytest.CaptureFixture[s
 def test_without_rich_the_bar_is_tqdms(
     tree: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Both scans report progress the same way (dataorder.diffusion.scan_files)."""
+    """Both scans report progress the same way (dataorder.diffusion.scan.files)."""
     pytest.importorskip("tqdm")
     monkeypatch.setitem(sys.modules, "rich.progress", None)  # makes "import rich.progress" fail
     m = scan_images(tree, CALC, workers=2)

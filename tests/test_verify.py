@@ -385,8 +385,8 @@ def library_samplers() -> list[tuple[str, Any]]:
         ("megatron-single", megatron.MegatronPretrainingSampler(13, 4, 0, 1, drop_last=False)),
         ("megatron-random", megatron.MegatronPretrainingRandomSampler(13, 4, 0, 1, seed=2)),
     ]
-    multires = pytest.importorskip("dataorder.diffusion.multires")
-    bucket = pytest.importorskip("dataorder.diffusion.bucket_sampler")
+    multires = pytest.importorskip("dataorder.diffusion.sampler.dataset")
+    bucket = pytest.importorskip("dataorder.diffusion.sampler.sampler")
     rng = np.random.default_rng(0)
     ds = multires.BaseMultiresolutionDataset.from_sizes(
         rng.integers(256, 1024, 40), rng.integers(256, 1024, 40)

@@ -23,15 +23,15 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-import dataorder.diffusion.cost as cost_module
-import dataorder.diffusion.video as video_module
-import dataorder.diffusion.video_assign as assign_module
-import dataorder.diffusion.video_frames as frames_module
-import dataorder.diffusion.video_presets as presets_module
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
-from dataorder.diffusion.cost import CostModel, exact_rational, image_tokens
-from dataorder.diffusion.lookup import _SHIFT
-from dataorder.diffusion.video import (
+import dataorder.diffusion.buckets.cost as cost_module
+import dataorder.diffusion.buckets.video_assign as assign_module
+import dataorder.diffusion.buckets.video_frames as frames_module
+import dataorder.diffusion.buckets.video_presets as presets_module
+import dataorder.diffusion.calculators.video as video_module
+from dataorder.diffusion.buckets.cost import CostModel, exact_rational, image_tokens
+from dataorder.diffusion.buckets.lookup import CELL_SHIFT as _SHIFT
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.video import (
     PRESETS,
     TOO_SHORT,
     TOO_SMALL,
@@ -41,7 +41,7 @@ from dataorder.diffusion.video import (
     trim_loss,
 )
 
-DATA = Path(video_module.__file__).resolve().parents[1] / "data"
+DATA = Path(video_module.__file__).resolve().parents[2] / "data"
 
 
 @pytest.mark.parametrize(
@@ -1092,9 +1092,9 @@ def test_shipped_clip_sizes_regenerate_byte_for_byte(tmp_path: Path) -> None:
 def test_video_modules_import_without_torch() -> None:
     code = (
         "import sys\n"
-        "import dataorder.diffusion.cost, dataorder.diffusion.video\n"
-        "import dataorder.diffusion.video_scan, dataorder.diffusion.video_probe\n"
-        "import dataorder.diffusion.manifest, dataorder.diffusion.scan_files\n"
+        "import dataorder.diffusion.buckets.cost, dataorder.diffusion.calculators.video\n"
+        "import dataorder.diffusion.scan.videos, dataorder.diffusion.scan.probe\n"
+        "import dataorder.diffusion.scan.manifest, dataorder.diffusion.scan.files\n"
         "print(sorted(k for k in sys.modules if k == 'torch' or k.startswith('torch.')))\n"
         "print('av' in sys.modules)"
     )
@@ -1105,7 +1105,7 @@ def test_video_modules_import_without_torch() -> None:
 
 
 def test_scanning_without_pyav_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    import dataorder.diffusion.video_scan as video_scan
+    import dataorder.diffusion.scan.videos as video_scan
 
     monkeypatch.setitem(sys.modules, "av", None)  # makes "import av" fail, installed or not
     calc = VideoBucketCalculator.from_preset("ltx-video")

@@ -1,4 +1,4 @@
-"""Fitting video bucket sets to clips and a job layout (:mod:`dataorder.diffusion.video_fit`).
+"""Fitting video bucket sets to clips and a job layout (:mod:`dataorder.diffusion.fit.video`).
 
 The budget is met whenever the fit finds a set, and the error gives the least waste it reaches
 (which then fits); the fitted calculator assigns exactly the counts the fit planned, never
@@ -24,19 +24,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import dataorder.diffusion.video_fit as VF
-import dataorder.diffusion.video_fit_rule as VR
-from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-from dataorder.diffusion.cost import CostModel
-from dataorder.diffusion.fit_candidates import clip_digest
-from dataorder.diffusion.manifest import build_manifest, read_manifest, write_manifest
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
-from dataorder.diffusion.stats import bucket_stats
-from dataorder.diffusion.video import TOO_SHORT, TOO_SMALL, VideoBucketCalculator
+import dataorder.diffusion.buckets.video_set as VR
+import dataorder.diffusion.fit.video as VF
+from dataorder.diffusion.buckets.cost import CostModel
+from dataorder.diffusion.calculators.video import TOO_SHORT, TOO_SMALL, VideoBucketCalculator
+from dataorder.diffusion.fit.candidates import clip_digest
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
+from dataorder.diffusion.sampler.stats import bucket_stats
+from dataorder.diffusion.scan.manifest import build_manifest, read_manifest, write_manifest
 from dataorder.tools.cli import main
 
 IntArray = np.ndarray
-DATA = Path(VF.__file__).resolve().parents[1] / "data"
+DATA = Path(VF.__file__).resolve().parents[2] / "data"
 
 
 def _generator() -> Any:
@@ -460,7 +460,7 @@ def test_plan_fits_a_video_manifest(capsys: pytest.CaptureFixture[str], tmp_path
     assert data["samples_dropped"] == fit.waste
     # --video on an image manifest
     image = tmp_path / "images.tsv"
-    from dataorder.diffusion.buckets import MultiTierBucketCalculator
+    from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 
     write_manifest(build_manifest(["a.jpg"], [640], [480], MultiTierBucketCalculator()), image)
     assert main(["plan", str(image), "--video", "--num-replicas", "1", "--batch-size", "1"]) != 0

@@ -11,9 +11,9 @@ import pytest
 
 av = pytest.importorskip("av")
 
-from dataorder.diffusion.video import VideoBucketCalculator  # noqa: E402
-from dataorder.diffusion.video_frames import estimated_frame_count  # noqa: E402
-from dataorder.diffusion.video_scan import read_video_info, scan_videos  # noqa: E402
+from dataorder.diffusion.buckets.video_frames import estimated_frame_count  # noqa: E402
+from dataorder.diffusion.calculators.video import VideoBucketCalculator  # noqa: E402
+from dataorder.diffusion.scan.videos import read_video_info, scan_videos  # noqa: E402
 
 #: Timestamps in milliseconds at a nominal 30 fps.
 TIME_BASE = Fraction(1, 1000)

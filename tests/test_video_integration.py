@@ -21,10 +21,19 @@ import numpy as np
 import pytest
 
 import dataorder
-import dataorder.diffusion.manifest as manifest_module
-from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-from dataorder.diffusion.buckets import MultiTierBucketCalculator
-from dataorder.diffusion.manifest import (
+import dataorder.diffusion.scan.manifest as manifest_module
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.video import (
+    TOO_SMALL,
+    VideoBucketCalculator,
+    resample_frame_counts,
+    trim_loss,
+)
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
+from dataorder.diffusion.sampler.stats import bucket_stats, format_bucket_table, plot_bucket_stats
+from dataorder.diffusion.sampler.table import table_from_ids
+from dataorder.diffusion.scan.manifest import (
     COLUMNS,
     VIDEO_COLUMNS,
     Manifest,
@@ -33,16 +42,7 @@ from dataorder.diffusion.manifest import (
     read_manifest,
     write_manifest,
 )
-from dataorder.diffusion.multires import BaseMultiresolutionDataset
-from dataorder.diffusion.stats import bucket_stats, format_bucket_table, plot_bucket_stats
-from dataorder.diffusion.table import table_from_ids
-from dataorder.diffusion.video import (
-    TOO_SMALL,
-    VideoBucketCalculator,
-    resample_frame_counts,
-    trim_loss,
-)
-from dataorder.diffusion.video_scan import build_video_scan
+from dataorder.diffusion.scan.videos import build_video_scan
 
 #: 18 buckets: frame counts 1, 17, ..., 81 at 1:1, 16:9 and 9:16 (Wan 2.1's 480p budget).
 CALC = VideoBucketCalculator.from_preset(

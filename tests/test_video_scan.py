@@ -17,9 +17,9 @@ import pytest
 
 av = pytest.importorskip("av")
 
-import dataorder.diffusion.video_scan as scan_module  # noqa: E402
-from dataorder.diffusion.video import TOO_SMALL, VideoBucketCalculator  # noqa: E402
-from dataorder.diffusion.video_scan import (  # noqa: E402
+import dataorder.diffusion.scan.videos as scan_module  # noqa: E402
+from dataorder.diffusion.calculators.video import TOO_SMALL, VideoBucketCalculator  # noqa: E402
+from dataorder.diffusion.scan.videos import (  # noqa: E402
     OPEN_OPTIONS,
     VideoScan,
     build_video_scan,

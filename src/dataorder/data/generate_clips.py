@@ -126,7 +126,7 @@ def clip_population(
     if target_fps is None:
         return widths, heights, frames
     # the library's own rule (imported here so writing the CSV needs only numpy)
-    from dataorder.diffusion.video_frames import resample_frame_counts
+    from dataorder.diffusion.buckets.video_frames import resample_frame_counts
 
     rates = np.array([float(r) for r, _ in FRAME_RATES])[rate_index]
     return widths, heights, resample_frame_counts(frames, rates, target_fps)

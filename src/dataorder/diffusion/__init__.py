@@ -1,9 +1,31 @@
 """Diffusion: resolution and video buckets, fits, scans, manifests, multi-resolution datasets and
 the lock-step bucket sampler.
 
-Lazy: ``import dataorder.diffusion.buckets`` (and every module but the sampler's) never imports
-torch, so the command line's bucket tables and scans start fast; a name below is imported when
-it is first used.
+==================  =============================================================================
+subpackage          what it is
+==================  =============================================================================
+``buckets``         bucket geometry: lattices, the bucket rules (default, NeMo's, fitted), cost
+                    models, crops, video frame counts and sets; no sampler, no fit
+``fit``             the fits: bucket sets chosen for a dataset and a job layout (images, video)
+``calculators``     the public faces: ``MultiTierBucketCalculator``, ``VideoBucketCalculator``
+``scan``            sizes and frame counts from file headers, and the manifests that keep them
+``sampler``         the bucket sampler: tables, epoch plans, NeMo's order, the dataset, statistics
+==================  =============================================================================
+
+NOTE [ diffusion layers ]
+    The subpackages form a DAG, bottom first: buckets <- fit <- calculators <- scan <- sampler.
+    A module imports its own subpackage and those below it, lazy imports included, never one
+    above (``tests/test_layers.py`` reads every import from the source). So the fit never
+    imports a calculator: what it needs of one, the class to build or the calculator whose rules
+    a video set keeps, comes in as an argument, and ``MultiTierBucketCalculator.fit_to_data``
+    passes itself. NeMo's bucket rule (``buckets.nemo_rule``) is geometry and NeMo's sampler
+    order (``sampler.nemo_order``) is the sampler's, so bucket sets never depend on sampler
+    planning. Each subpackage's ``__init__`` is its reading guide, one line per module, and
+    imports nothing.
+
+Lazy: ``import dataorder.diffusion`` imports no module until a name below is first used, and no
+module but the sampler's and the dataset's (``sampler.sampler``, ``sampler.dataset``) imports
+torch, so the command line's bucket tables and scans start fast.
 """
 
 from __future__ import annotations
@@ -14,63 +36,65 @@ from typing import TYPE_CHECKING, Any
 #: Every public name of the package -> the module that defines it (one list: ``__all__`` and the
 #: lazy import both read it; tests/test_static.py checks the typing block below against it).
 _EXPORTS: dict[str, str] = {
-    "BaseMultiresolutionDataset": "multires",
-    "BucketEpochPlan": "bucket_plan",
-    "BucketSampler": "bucket_sampler",
-    "BucketStats": "stats",
-    "BucketTable": "table",
-    "CostModel": "cost",
-    "CropResult": "crop",
-    "FitResult": "fit",
-    "Manifest": "manifest",
-    "MultiTierBucketCalculator": "buckets",
-    "SequentialBucketSampler": "bucket_sampler",
-    "VideoBucketCalculator": "video",
-    "VideoScan": "video_scan",
-    "bucket_stats": "stats",
-    "build_manifest": "manifest",
-    "format_bucket_table": "stats",
-    "manifest_from_scan": "manifest",
-    "plan_bucket_epoch": "bucket_plan",
-    "plot_bucket_stats": "stats",
-    "read_manifest": "manifest",
-    "resize_and_crop": "crop",
-    "scan_images": "scan",
-    "scan_videos": "video_scan",
-    "write_manifest": "manifest",
+    "BaseMultiresolutionDataset": "sampler.dataset",
+    "BucketEpochPlan": "sampler.plan",
+    "BucketSampler": "sampler.sampler",
+    "BucketStats": "sampler.stats",
+    "BucketTable": "sampler.table",
+    "CostModel": "buckets.cost",
+    "CropResult": "buckets.crop",
+    "FitResult": "fit.images",
+    "Manifest": "scan.manifest",
+    "MultiTierBucketCalculator": "calculators.image",
+    "SequentialBucketSampler": "sampler.sampler",
+    "VideoBucketCalculator": "calculators.video",
+    "VideoScan": "scan.videos",
+    "bucket_stats": "sampler.stats",
+    "build_manifest": "scan.manifest",
+    "format_bucket_table": "sampler.stats",
+    "manifest_from_scan": "scan.manifest",
+    "plan_bucket_epoch": "sampler.plan",
+    "plot_bucket_stats": "sampler.stats",
+    "read_manifest": "scan.manifest",
+    "resize_and_crop": "buckets.crop",
+    "scan_images": "scan.images",
+    "scan_videos": "scan.videos",
+    "write_manifest": "scan.manifest",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
-    from dataorder.diffusion.bucket_plan import BucketEpochPlan as BucketEpochPlan
-    from dataorder.diffusion.bucket_plan import plan_bucket_epoch as plan_bucket_epoch
-    from dataorder.diffusion.bucket_sampler import BucketSampler as BucketSampler
-    from dataorder.diffusion.bucket_sampler import (
-        SequentialBucketSampler as SequentialBucketSampler,
+    from dataorder.diffusion.buckets.cost import CostModel as CostModel
+    from dataorder.diffusion.buckets.crop import CropResult as CropResult
+    from dataorder.diffusion.buckets.crop import resize_and_crop as resize_and_crop
+    from dataorder.diffusion.calculators.image import (
+        MultiTierBucketCalculator as MultiTierBucketCalculator,
     )
-    from dataorder.diffusion.buckets import MultiTierBucketCalculator as MultiTierBucketCalculator
-    from dataorder.diffusion.cost import CostModel as CostModel
-    from dataorder.diffusion.crop import CropResult as CropResult
-    from dataorder.diffusion.crop import resize_and_crop as resize_and_crop
-    from dataorder.diffusion.fit import FitResult as FitResult
-    from dataorder.diffusion.manifest import Manifest as Manifest
-    from dataorder.diffusion.manifest import build_manifest as build_manifest
-    from dataorder.diffusion.manifest import manifest_from_scan as manifest_from_scan
-    from dataorder.diffusion.manifest import read_manifest as read_manifest
-    from dataorder.diffusion.manifest import write_manifest as write_manifest
-    from dataorder.diffusion.multires import (
+    from dataorder.diffusion.calculators.video import VideoBucketCalculator as VideoBucketCalculator
+    from dataorder.diffusion.fit.images import FitResult as FitResult
+    from dataorder.diffusion.sampler.dataset import (
         BaseMultiresolutionDataset as BaseMultiresolutionDataset,
     )
-    from dataorder.diffusion.scan import scan_images as scan_images
-    from dataorder.diffusion.stats import BucketStats as BucketStats
-    from dataorder.diffusion.stats import bucket_stats as bucket_stats
-    from dataorder.diffusion.stats import format_bucket_table as format_bucket_table
-    from dataorder.diffusion.stats import plot_bucket_stats as plot_bucket_stats
-    from dataorder.diffusion.table import BucketTable as BucketTable
-    from dataorder.diffusion.video import VideoBucketCalculator as VideoBucketCalculator
-    from dataorder.diffusion.video_scan import VideoScan as VideoScan
-    from dataorder.diffusion.video_scan import scan_videos as scan_videos
+    from dataorder.diffusion.sampler.plan import BucketEpochPlan as BucketEpochPlan
+    from dataorder.diffusion.sampler.plan import plan_bucket_epoch as plan_bucket_epoch
+    from dataorder.diffusion.sampler.sampler import BucketSampler as BucketSampler
+    from dataorder.diffusion.sampler.sampler import (
+        SequentialBucketSampler as SequentialBucketSampler,
+    )
+    from dataorder.diffusion.sampler.stats import BucketStats as BucketStats
+    from dataorder.diffusion.sampler.stats import bucket_stats as bucket_stats
+    from dataorder.diffusion.sampler.stats import format_bucket_table as format_bucket_table
+    from dataorder.diffusion.sampler.stats import plot_bucket_stats as plot_bucket_stats
+    from dataorder.diffusion.sampler.table import BucketTable as BucketTable
+    from dataorder.diffusion.scan.images import scan_images as scan_images
+    from dataorder.diffusion.scan.manifest import Manifest as Manifest
+    from dataorder.diffusion.scan.manifest import build_manifest as build_manifest
+    from dataorder.diffusion.scan.manifest import manifest_from_scan as manifest_from_scan
+    from dataorder.diffusion.scan.manifest import read_manifest as read_manifest
+    from dataorder.diffusion.scan.manifest import write_manifest as write_manifest
+    from dataorder.diffusion.scan.videos import VideoScan as VideoScan
+    from dataorder.diffusion.scan.videos import scan_videos as scan_videos
 
 
 def __getattr__(name: str) -> Any:

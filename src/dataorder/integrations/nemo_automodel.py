@@ -188,7 +188,7 @@ class DiffusionBucketLoader:
             ImportError: If NeMo Automodel (for the default dataset) or torchdata is missing.
             ValueError: As ``SequentialBucketSampler`` for a bad field, naming it.
         """
-        from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+        from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 
         sdl = import_peer(
             "torchdata.stateful_dataloader", "pip install torchdata", needed_by=_WHO

@@ -1,5 +1,5 @@
 """``dataorder buckets``: the bucket table of a preset or a pixel budget, or with ``--video`` of a
-video model's setting (:mod:`dataorder.diffusion.video`)."""
+video model's setting (:mod:`dataorder.diffusion.calculators.video`)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
 
 
 def _aspect(w: int, h: int) -> str:
-    from dataorder.diffusion.table import aspect_name
+    from dataorder.diffusion.sampler.table import aspect_name
 
     return aspect_name(w / h)
 
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
 
 def _video_buckets(args: argparse.Namespace, out: Output, calc: Any, buckets: Any) -> int:
-    from dataorder.diffusion.video import PRESETS
+    from dataorder.diffusion.calculators.video import PRESETS
 
     sizes = None if args.batch_size is None else calc.batch_sizes(args.batch_size).tolist()
     if args.json:

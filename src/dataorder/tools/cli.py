@@ -6,15 +6,15 @@ Subcommands:
   mid-epoch, restarts on another data-parallel size and checks the result
   (:mod:`dataorder.tools.demo`);
 * ``dataorder buckets --preset 1024p``: the bucket table of a preset (``--video --preset
-  wan2.1-480p``: of a video model's setting, :mod:`dataorder.diffusion.video`);
+  wan2.1-480p``: of a video model's setting, :mod:`dataorder.diffusion.calculators.video`);
 * ``dataorder scan DIR -o MANIFEST``: image sizes from headers into a manifest
-  (:mod:`dataorder.diffusion.scan`); with ``--video``, clip sizes and frame counts
-  (:mod:`dataorder.diffusion.video_scan`, needs PyAV: ``pip install 'dataorder[video]'``);
-* ``dataorder plan MANIFEST --num-replicas 64 --batch-size 8``: what an epoch of the bucket
-  sampler looks like on that layout: samples per bucket, crop loss (and trim loss for clips),
-  dropped or padded samples, steps (:mod:`dataorder.diffusion.stats`); ``--fit`` adds a bucket
-  set fitted to the manifest, beside its own (:mod:`dataorder.diffusion.fit`; for a video
-  manifest, ``--video --fit``: :mod:`dataorder.diffusion.video_fit`);
+  (:mod:`dataorder.diffusion.scan.images`); with ``--video``, clip sizes and frame counts
+  (:mod:`dataorder.diffusion.scan.videos`, needs PyAV: ``pip install 'dataorder[video]'``);
+* ``dataorder plan MANIFEST --num-replicas 64 --batch-size 8``: what an epoch of the bucket sampler
+  looks like on that layout: samples per bucket, crop loss (and trim loss for clips), dropped or
+  padded samples, steps (:mod:`dataorder.diffusion.sampler.stats`); ``--fit`` adds a bucket set
+  fitted to the manifest, beside its own (:mod:`dataorder.diffusion.fit.images`; for a video
+  manifest, ``--video --fit``: :mod:`dataorder.diffusion.fit.video`);
 * ``dataorder pack LENGTHS --seq-len 8192``: what packing a corpus into rows does (padding,
   split documents, rows and steps) and a PNG of row fill (:mod:`dataorder.tools.pack`);
 * ``dataorder inspect STATE.json``: what a saved sampler state means, and the next batch.

@@ -383,8 +383,8 @@ class FittedImages:
 
     @classmethod
     def load(cls, config: DemoShape) -> FittedImages:
-        from dataorder.diffusion.buckets import MultiTierBucketCalculator
-        from dataorder.diffusion.multires import BaseMultiresolutionDataset
+        from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+        from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 
         widths, heights = load_image_sizes()
         # Buckets fitted to these sizes and this job: the sampler pads each bucket's last global
@@ -403,7 +403,7 @@ class FittedImages:
 
 
 def _buckets(data: FittedImages, where: Placement, config: DemoShape) -> Any:
-    from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+    from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 
     # Interleaved: chunks of every bucket spread through the epoch; the unit is a multiple of
     # every data-parallel size the job has, so the restart on another size is elastic.
@@ -419,7 +419,7 @@ def _buckets(data: FittedImages, where: Placement, config: DemoShape) -> Any:
 
 
 def _bucket_notes(data: FittedImages, sampler: Any, config: DemoShape) -> list[str]:
-    from dataorder.diffusion.stats import bucket_stats
+    from dataorder.diffusion.sampler.stats import bucket_stats
 
     dp = config.dp_sizes[0]
     lines = []
@@ -446,7 +446,7 @@ def _bucket_notes(data: FittedImages, sampler: Any, config: DemoShape) -> list[s
 
 def _bucket_manifest(data: FittedImages, stem: Path) -> None:
     """The fitted buckets' manifest: the bucket state's dataset, for ``dataorder inspect``."""
-    from dataorder.diffusion.manifest import build_manifest, write_manifest
+    from dataorder.diffusion.scan.manifest import build_manifest, write_manifest
 
     paths = [f"image_sizes.csv:{row + 2}" for row in range(len(data.widths))]  # the file line
     manifest = build_manifest(paths, data.widths, data.heights, data.fitted)
@@ -466,8 +466,11 @@ class VideoClips:
 
     @classmethod
     def load(cls, _config: DemoShape) -> VideoClips:
-        from dataorder.diffusion.multires import BaseMultiresolutionDataset
-        from dataorder.diffusion.video import VideoBucketCalculator, resample_frame_counts
+        from dataorder.diffusion.calculators.video import (
+            VideoBucketCalculator,
+            resample_frame_counts,
+        )
+        from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 
         widths, heights, frames, fps = load_clip_sizes()
         widths, heights, frames = widths[:VIDEO_CLIPS], heights[:VIDEO_CLIPS], frames[:VIDEO_CLIPS]
@@ -484,7 +487,7 @@ class VideoClips:
 
 
 def _video(data: VideoClips, where: Placement, config: DemoShape) -> Any:
-    from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
+    from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 
     return SequentialBucketSampler(
         data.multires,
@@ -567,9 +570,9 @@ def _packed_lengths(_config: DemoShape, stem: Path) -> list[Path]:
 # -- the registry ---------------------------------------------------------------------------------
 _MEGATRON = ("dataorder.llm.factory", "dataorder.llm.megatron")
 _BUCKETS = (
-    "dataorder.diffusion.bucket_sampler",
-    "dataorder.diffusion.buckets",
-    "dataorder.diffusion.multires",
+    "dataorder.diffusion.sampler.sampler",
+    "dataorder.diffusion.calculators.image",
+    "dataorder.diffusion.sampler.dataset",
 )
 
 
@@ -616,7 +619,7 @@ DEMO_SAMPLERS: Mapping[str, DemoSampler[Any]] = _registry(
         notes=_bucket_notes,
         files=_bucket_manifest,
         inspect=Inspect(lambda _config, file: f" --manifest {file('.manifest.tsv')}"),
-        imports=(*_BUCKETS, "dataorder.diffusion.fit", "dataorder.diffusion.stats"),
+        imports=(*_BUCKETS, "dataorder.diffusion.fit.images", "dataorder.diffusion.sampler.stats"),
     ),
     DemoSampler(
         "video",
@@ -627,7 +630,7 @@ DEMO_SAMPLERS: Mapping[str, DemoSampler[Any]] = _registry(
         padding=_declared_padding,
         notes=_video_notes,
         inspect=None,  # its dataset is the shipped clip table, cut and resampled: no file to pass
-        imports=(*_BUCKETS, "dataorder.diffusion.video"),
+        imports=(*_BUCKETS, "dataorder.diffusion.calculators.video"),
     ),
     DemoSampler(
         "distributed",

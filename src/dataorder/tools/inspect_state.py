@@ -188,7 +188,7 @@ def _lengths(args: argparse.Namespace) -> Any:
 
 
 def _bucket_dataset(args: argparse.Namespace) -> Any:
-    from dataorder.diffusion.multires import BaseMultiresolutionDataset
+    from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 
     if args.manifest:
         return BaseMultiresolutionDataset.from_manifest(args.manifest)

@@ -2,11 +2,11 @@
 
 Samples per bucket, crop loss (and trim loss for a video manifest), steps, and the samples
 dropped or padded by lock-step global batches on that layout. Steps, drops and padding are the
-sampler's own plan (:mod:`dataorder.diffusion.bucket_plan`); ``bucket_stats`` adds the crop loss
+sampler's own plan (:mod:`dataorder.diffusion.sampler.plan`); ``bucket_stats`` adds the crop loss
 and the per-bucket view over the same partition.
 
 With ``--fit`` it also fits a bucket set to the manifest's sizes for this layout (images:
-:func:`dataorder.diffusion.fit.fit_to_data`; clips: :func:`dataorder.diffusion.video_fit.
+:func:`dataorder.diffusion.fit.images.fit_to_data`; clips: :func:`dataorder.diffusion.fit.video.
 fit_video_to_data`, within the manifest's calculator's token budget and frame rule; at most
 ``--max-waste`` of the samples wasted) and prints it beside the manifest's set: crop loss (and
 trim loss and the spread of per-step cost for clips), steps and waste for both.
@@ -29,8 +29,8 @@ __all__ = ["add_parser", "run"]
 def _sampler(manifest: Any, args: argparse.Namespace, dataset: Any = None) -> Any:
     """The sampler of this layout over the manifest's dataset (or ``dataset``), with the
     warnings it gives."""
-    from dataorder.diffusion.bucket_sampler import SequentialBucketSampler
-    from dataorder.diffusion.multires import BaseMultiresolutionDataset
+    from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+    from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -129,8 +129,8 @@ def _check_args(args: argparse.Namespace, manifest: Any) -> None:
 
 def run(args: argparse.Namespace, out: Output) -> int:
     """Print (or write as JSON) what an epoch of the bucket sampler is on this layout."""
-    from dataorder.diffusion.manifest import read_manifest
-    from dataorder.diffusion.stats import bucket_stats, plot_bucket_stats
+    from dataorder.diffusion.sampler.stats import bucket_stats, plot_bucket_stats
+    from dataorder.diffusion.scan.manifest import read_manifest
 
     manifest = read_manifest(args.manifest)
     _check_args(args, manifest)
@@ -269,11 +269,11 @@ class _Fitted:
     def build(cls, manifest: Any, calc: Any, args: argparse.Namespace) -> _Fitted:
         """Fit for the sampler's own waste on this layout: ``drop_last`` drops ``n mod (b R)``
         per bucket; without it the last batch shrinks and pads ``(-n) mod R``."""
-        from dataorder.diffusion.buckets import MultiTierBucketCalculator
-        from dataorder.diffusion.fit import fit_to_data
-        from dataorder.diffusion.manifest import build_manifest, write_manifest
-        from dataorder.diffusion.multires import BaseMultiresolutionDataset
-        from dataorder.diffusion.stats import bucket_stats
+        from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+        from dataorder.diffusion.fit.images import fit_to_data
+        from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+        from dataorder.diffusion.sampler.stats import bucket_stats
+        from dataorder.diffusion.scan.manifest import build_manifest, write_manifest
 
         r = args.num_replicas
         # a fitted calculator scales batches as the default rule does
@@ -381,11 +381,11 @@ class _VideoFitted:
         """Fit for the sampler's own waste on this layout: ``drop_last`` drops ``n mod (b R)``
         per bucket (``b`` from the cost model with ``--dynamic-batch-size``); without it the
         last batch shrinks and pads ``(-n) mod R``."""
-        from dataorder.diffusion.manifest import build_manifest, write_manifest
-        from dataorder.diffusion.multires import BaseMultiresolutionDataset
-        from dataorder.diffusion.stats import bucket_stats
-        from dataorder.diffusion.video import VideoBucketCalculator
-        from dataorder.diffusion.video_fit import fit_video_to_data
+        from dataorder.diffusion.calculators.video import VideoBucketCalculator
+        from dataorder.diffusion.fit.video import fit_video_to_data
+        from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+        from dataorder.diffusion.sampler.stats import bucket_stats
+        from dataorder.diffusion.scan.manifest import build_manifest, write_manifest
 
         base = calc
         if calc.bucket_set is not None:  # refit from the same rules

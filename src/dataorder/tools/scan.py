@@ -1,6 +1,6 @@
 """``dataorder scan DIR -o MANIFEST``: image sizes from headers into a manifest
-(:mod:`dataorder.diffusion.scan`); with ``--video``, clip sizes and frame counts
-(:mod:`dataorder.diffusion.video_scan`, needs PyAV: ``pip install 'dataorder[video]'``)."""
+(:mod:`dataorder.diffusion.scan.images`); with ``--video``, clip sizes and frame counts
+(:mod:`dataorder.diffusion.scan.videos`, needs PyAV: ``pip install 'dataorder[video]'``)."""
 
 from __future__ import annotations
 
@@ -74,8 +74,8 @@ def _nothing_readable(args: argparse.Namespace, manifest: Any, unassigned: Any) 
 
 def run(args: argparse.Namespace, out: Output) -> int:
     """Scan the directory and write its manifest."""
-    from dataorder.diffusion.manifest import manifest_from_scan, write_manifest
-    from dataorder.diffusion.scan import scan_images
+    from dataorder.diffusion.scan.images import scan_images
+    from dataorder.diffusion.scan.manifest import manifest_from_scan, write_manifest
 
     if not os.path.isdir(args.directory):
         raise ValueError(f"DIR must be an existing directory; got DIR={args.directory!r}")
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
     progress = _progress(args, what)
     unassigned = None
     if args.video:
-        from dataorder.diffusion.video_scan import scan_videos
+        from dataorder.diffusion.scan.videos import scan_videos
 
         scan = scan_videos(args.directory, calc, workers=args.workers, progress=progress)
         unassigned = scan.unassigned()

@@ -81,7 +81,7 @@ def require_regular_file(path: str | os.PathLike[str]) -> int:
 
     Only ``os.stat`` looks at it: a FIFO would block ``open()`` until a writer comes (forever,
     beside a dataset), a device never ends, a directory cannot be mapped. The same rule as the
-    scans' NOTE [ Regular files only ] in :mod:`dataorder.diffusion.scan_files`, raising a
+    scans' NOTE [ Regular files only ] in :mod:`dataorder.diffusion.scan.files`, raising a
     ValueError here: a corpus named on the command line is an argument, not a file to skip.
 
     Raises:

@@ -1,0 +1,899 @@
+"""The exact programme of the bucket fit (:mod:`dataorder.diffusion.fit.images`).
+
+Given the bins of :mod:`dataorder.diffusion.fit.bins` and the candidate buckets,
+:class:`AspectProgramme` holds the crop loss of every bin against every candidate and searches
+chains of buckets: the nearest-bucket rule, the dynamic programme :func:`_solve` (one global batch
+size, NOTE [ waste telescopes ]; :meth:`AspectProgramme.frontier` gives its least crop for every
+number of falls at once) or its relaxation (a batch size per bucket, NOTE [ dynamic G ]).
+:func:`choose_buckets` is the image fit's search: the nearest rule when it already fits, else the
+programme or :func:`_lagrangian`. :func:`_threshold` places a short exact fraction in each chosen
+gap. The video fit (:mod:`dataorder.diffusion.fit.video`) runs one programme per group of frame
+counts.
+
+NOTE [ waste telescopes ]
+    Let ``P_k`` be the number of images below threshold ``k`` (``P_0 = 0``, ``P_K = N``) and
+    ``rho_k = P_k mod G``. Bucket ``k`` drops ``(rho_{k+1} - rho_k) mod G`` images, which is
+    ``rho_{k+1} - rho_k`` plus ``G`` when the residue falls. Summed over buckets the differences
+    telescope: the waste is ``N mod G + G * D``, where ``D`` counts the falls of the residue
+    sequence. Padding is the same with ``rho = (-P) mod G``. So the whole waste constraint is a
+    small integer budget ``D <= (W_max - rho_K) // G`` on falls, and the dynamic programme
+    carries the falls so far instead of a waste total. With one bucket ``D = 0``: the least
+    waste of any bucket set is ``N mod G`` (``(-N) mod G`` padded), and the fit raises a
+    ValueError that says so when ``max_waste`` is below it.
+
+NOTE [ dynamic G ]
+    With a batch size per bucket (``global_batch_size`` a callable of the bucket's ``(w, h)``,
+    e.g. ``R * calc.get_dynamic_batch_size((w, h), b, base)``) the waste no longer telescopes:
+    each bucket wastes ``n_k mod G_k`` with its own modulus, so an exact programme would carry the
+    waste itself. Instead the fit minimises crop + ``lam`` x waste, which the same per-candidate
+    pass solves with each candidate's own modulus and one row of states, searches ``lam`` (doubling,
+    then bisection) for the least value whose chain fits, and keeps the best fitting chain seen.
+    Feasibility stays exact: a first pass that weighs waste above all crop finds the least
+    achievable waste. Where the crop-versus-waste frontier is not convex the result can miss the
+    optimum; :attr:`~dataorder.diffusion.fit.images.FitResult.exact` is then False.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from dataorder._validate import check_int, fail
+from dataorder.core.partition import MAX_BATCH_SIZE
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
+from dataorder.diffusion.fit.bins import (
+    Bins,
+    FloatArray,
+    IntArray,
+    bin_images,
+    candidate_splits,
+    gap_bounds,
+)
+
+__all__ = [
+    "RELAXATION_CAP",
+    "AspectProgramme",
+    "Chain",
+    "ChainProgramme",
+    "Chosen",
+    "candidate_batch_sizes",
+    "chain_cost",
+    "check_global_batch_size",
+    "check_least_waste",
+    "choose_buckets",
+    "waste_budget",
+]
+
+_NUDGE = 2.0**-20  # how close (relative) a threshold is placed to the log-midpoint it stands for
+#: The relaxation's multiplier goes up to a wasted sample weighing this many images' whole crop;
+#: beyond it the least-waste chain is taken (NOTE [ dynamic G ]).
+RELAXATION_CAP = 64
+
+_DENSE_LIMITS = 32  # a candidate with more distinct start limits than this ...
+_DENSE_CELLS = 1 << 22  # ... takes the dense pass if its table has at most this many cells
+
+#: ``(candidate, end)`` of each bucket of a chain, ascending in aspect ratio.
+Chain = list[tuple[int, int]]
+_SHORTCUT = True  # the tests turn it off to run the dynamic programme on every instance
+
+
+# -- the programme ------------------------------------------------------------------------------
+
+
+def check_least_waste(n: int, g: int, drop: bool, w_max: int, max_waste: float) -> None:
+    """Refuse a waste budget below what any bucket set wastes (NOTE [ waste telescopes ]).
+
+    With one global batch size ``g`` every bucket set of ``n`` images drops ``n mod g`` (pads
+    ``(-n) mod g``) at least, one bucket; a budget of ``w_max`` samples below that is an error
+    that names ``max_waste`` and the least share it could be.
+
+    Raises:
+        ValueError: If ``w_max`` is below the least waste.
+    """
+    least = n % g if drop else (-n) % g
+    if least > w_max:
+        what = "dropped: N mod G" if drop else "padded: (-N) mod G"
+        fail(
+            "max_waste",
+            f">= {least / n:.6g}, the least waste of any bucket set "
+            f"({least} of N={n} images {what} with G={g}, one bucket)",
+            max_waste,
+        )
+
+
+def waste_budget(share: float, n: int) -> int:
+    """The most samples ``w`` with ``w / n <= share`` as floats compare (``0.0272`` allows 272
+    of 10,000 although the float is a hair below 272 / 10,000).
+
+    In O(1) for any size: the correctly rounded ``w / n`` is at most ``share`` iff ``w / n`` is
+    below the midpoint between ``share`` and the next float up (at the midpoint, ties to even).
+    Stepping up from ``floor(share * n)`` instead takes ``share * n / 2**53`` steps, forever
+    in effect for a share of ``1e300``.
+    """
+    mid = (Fraction(share) + Fraction(math.nextafter(share, math.inf))) / 2
+    w = math.floor(mid * n)
+    while w / n > share:  # at most once: the midpoint itself, rounded up to the next float
+        w -= 1
+    return w
+
+
+def candidate_batch_sizes(
+    global_batch_size: int | Callable[[int, int], int], cands: list[tuple[int, int]]
+) -> IntArray:
+    """The global batch size ``G`` of each candidate ``(w, h)``: the one given, or what the
+    callable gives each (checked: :func:`check_global_batch_size`, the error naming the call).
+    """
+    if not callable(global_batch_size):
+        return np.full(len(cands), global_batch_size, dtype=np.int64)
+    out = []
+    for w, h in cands:
+        g = global_batch_size(w, h)
+        out.append(check_global_batch_size(f"global_batch_size({w}, {h})", g))
+    return np.array(out, dtype=np.int64)
+
+
+def check_global_batch_size(name: str, value: object) -> int:
+    """A global batch size of the fit: a positive int, at most ``2**31``.
+
+    The fit plans each bucket's global batches as blocks of
+    :func:`~dataorder.core.partition.plan_segments`, whose batches are at most
+    :data:`~dataorder.core.partition.MAX_BATCH_SIZE`; checked here, the error names the argument.
+    """
+    g = check_int(name, value, min_value=1)
+    if g > MAX_BATCH_SIZE:
+        fail(name, f"at most 2**31 = {MAX_BATCH_SIZE} (the largest batch the fit plans)", value)
+    return g
+
+
+@dataclass
+class Chosen:
+    """What :func:`choose_buckets` chose, as ``FitResult`` reports it.
+
+    Attributes:
+        buckets: Candidate index of each bucket, ascending in aspect ratio.
+        thresholds: ``K - 1`` exact ``(p, q)`` between them.
+        counts: ``(K,)`` images per bucket.
+        mean_crop_loss: Mean crop loss over the images (from the fixed-point objective).
+        objective: The minimised crop, in fixed point (for exact comparisons).
+        num_bins: Non-empty bins the thresholds were chosen from.
+        method: ``"nearest"``, ``"dp"``, ``"lagrangian"`` or ``"nothing trainable"``.
+        exact: Whether the chain is the proven optimum.
+    """
+
+    buckets: list[int]
+    thresholds: tuple[tuple[int, int], ...]
+    counts: IntArray
+    mean_crop_loss: float
+    objective: int
+    num_bins: int
+    method: str
+    exact: bool
+
+
+class ChainProgramme:
+    """Chains of buckets over ordered bins, each bin's loss against each candidate given.
+
+    A *chain* is a list of ``(candidate, end)``: candidates ascending, each bucket holding the
+    bins from the previous end up to boundary ``end`` (the last ends at ``S``). Candidate ``c``
+    may start at most at ``hi_start[c]`` and end at least at ``lo_end[c]``; and, when given, start
+    at least at ``first_start[c]`` and end at most at ``last_end[c]``. The image fit's bins are
+    aspect ratios (:class:`AspectProgramme`); the video fit also runs one over clip lengths,
+    whose candidates are frame counts and whose loss is the trim.
+
+    Args:
+        loss: ``(M, S)`` loss of each bin against each candidate, in images (clips).
+        counts: ``(S,)`` images per bin.
+        gs: ``(M,)`` global batch size of each candidate.
+        drop: Waste is dropping (``n mod G``), else padding (``(-n) mod G``).
+        keep_all: With ``drop``, every bucket holds at least its ``G`` images.
+        hi_start: ``(M,)`` the latest boundary a candidate's bucket may start at.
+        lo_end: ``(M,)`` the earliest boundary it may end at.
+        first_start: ``(M,)`` optional least start.
+        last_end: ``(M,)`` optional greatest end.
+        min_count: Every bucket holds at least this many images instead (``keep_all`` aside):
+            the video fit's aspect classes, which need room for several batches.
+    """
+
+    def __init__(
+        self,
+        loss: FloatArray,
+        counts: IntArray,
+        gs: IntArray,
+        drop: bool,
+        keep_all: bool,
+        hi_start: IntArray,
+        lo_end: IntArray,
+        *,
+        first_start: IntArray | None = None,
+        last_end: IntArray | None = None,
+        min_count: int | None = None,
+    ) -> None:
+        m, s = (int(v) for v in loss.shape)
+        self.loss, self.gs, self.drop = loss, gs, drop
+        self.num_candidates: int = m
+        self.num_bins: int = s
+        self.below, self.above = hi_start, lo_end
+        self.first_start = np.zeros(m, dtype=np.int64) if first_start is None else first_start
+        self.last_end = np.full(m, s, dtype=np.int64) if last_end is None else last_end
+        self.prefix = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        mods = {
+            gc: _residues(self.prefix, gc, drop, drop and keep_all, min_count)
+            for gc in np.unique(gs).tolist()
+        }
+        self.per_cand = [mods[int(gc)] for gc in gs]
+        self.uniform = bool((gs == gs[0]).all())
+
+    @property
+    def num_images(self) -> int:
+        """Images binned."""
+        return int(self.prefix[-1])
+
+    def fixed(self, scale: float) -> FloatArray:
+        """``(M, S + 1)`` prefix sums over bins of ``rint(loss * scale)``: exact integers."""
+        out = np.zeros((self.num_candidates, self.num_bins + 1))
+        np.cumsum(np.rint(self.loss * scale), axis=1, out=out[:, 1:])
+        return out
+
+    def bucket_waste(self, chain: Chain) -> tuple[IntArray, IntArray]:
+        """Images per bucket of ``chain``, and the samples each drops (or pads)."""
+        counts = np.diff(self.prefix[[0, *[e for _, e in chain]]])
+        sizes = self.gs[[c for c, _ in chain]]
+        return counts, (counts % sizes if self.drop else (-counts) % sizes)
+
+    def allowed(self, chain: Chain, keep_all: bool) -> bool:
+        """Whether ``chain`` keeps within every candidate's bins (and, with ``keep_all``, every
+        bucket fills a global batch)."""
+        begin = 0
+        for c, e in chain:
+            if begin < self.first_start[c] or e > self.last_end[c]:
+                return False
+            begin = e
+        if keep_all and self.drop:
+            counts, _ = self.bucket_waste(chain)
+            return not bool((counts < self.gs[[c for c, _ in chain]]).any())
+        return True
+
+    def solve(
+        self, cost: FloatArray, rows: int, w_max: int, lam: float | None = None
+    ) -> Chain | None:
+        """The least-cost chain (:func:`_solve`): exact with ``lam=None`` (one ``G``, at most
+        ``rows - 1`` falls), else the relaxation with ``lam`` per wasted sample."""
+        return _solve(
+            cost,
+            self.per_cand,
+            self.above,
+            self.below,
+            rows,
+            w_max,
+            lam,
+            self.first_start,
+            self.last_end,
+        )
+
+    def relaxed(self, cost: FloatArray, lams: FloatArray) -> list[Chain | None]:
+        """The relaxation's chain for each multiplier of ``lams`` (fixed point per wasted
+        sample), in one pass: each multiplier is a row of its own (NOTE [ dynamic G ])."""
+        rows = int(lams.size)
+        forward = _forward(
+            cost,
+            self.per_cand,
+            self.above,
+            self.below,
+            rows,
+            self.waste_bound(),
+            lams,
+            self.first_start,
+            self.last_end,
+        )
+        best_end, stored = forward
+        out: list[Chain | None] = []
+        for d in range(rows):
+            value = float(best_end[d])
+            if not np.isfinite(value):
+                out.append(None)
+                continue
+            out.append(
+                _backtrack(
+                    cost,
+                    self.per_cand,
+                    self.below,
+                    stored,
+                    d,
+                    value,
+                    False,
+                    float(lams[d]),
+                    self.first_start,
+                )
+            )
+        return out
+
+    def frontier(self, cost: FloatArray, rows: int, w_max: int) -> list[tuple[int, float, Chain]]:
+        """One ``G`` for all candidates: for each number of falls ``d < rows`` with a chain, the
+        least cost, as ``(d, cost, chain)`` (waste ``rho_S + G * d``, NOTE [ waste telescopes ])."""
+        forward = _forward(
+            cost,
+            self.per_cand,
+            self.above,
+            self.below,
+            rows,
+            w_max,
+            None,
+            self.first_start,
+            self.last_end,
+        )
+        best_end, stored = forward
+        out = []
+        for d in range(rows):
+            value = float(best_end[d])
+            if np.isfinite(value):
+                chain = _backtrack(
+                    cost, self.per_cand, self.below, stored, d, value, True, 0.0, self.first_start
+                )
+                out.append((d, value, chain))
+        return out
+
+    def waste_bound(self) -> int:
+        """More than any chain wastes: ``N + M * max(G)``."""
+        return self.num_images + self.num_candidates * int(self.gs.max())
+
+    def least_waste_chain(self, w_max: int) -> Chain | None:
+        """The chain of least waste, exactly (waste weighs more than all crop; a coarse crop
+        breaks ties); None if no chain exists (``keep_all`` and no bucket fills a batch)."""
+        n = self.num_images
+        heavy = 2.0 ** (52 - (self.waste_bound() + 1).bit_length())
+        coarse = 2.0 ** math.floor(math.log2(heavy / (n + 1)))
+        return self.solve(self.fixed(coarse), 1, w_max, lam=heavy)
+
+    def relaxed_scale(self, n_total: int) -> float:
+        """A fixed-point scale at which crop of ``n_total`` images plus ``lam * waste`` with
+        ``lam`` up to :data:`RELAXATION_CAP` per image stays an exact integer in float64."""
+        bound = n_total + self.num_candidates * int(self.gs.max())
+        return 2.0 ** (52 - (n_total + RELAXATION_CAP * bound).bit_length())
+
+
+class AspectProgramme(ChainProgramme):
+    """The crop loss of binned images against candidate buckets of ascending aspect ratio.
+
+    The image fit (:mod:`dataorder.diffusion.fit.images`) searches one; the video fit
+    (:mod:`dataorder.diffusion.fit.video`) one over every clip, for its aspect classes.
+
+    Args:
+        bins: The images' bins (:func:`~dataorder.diffusion.fit.bins.bin_images`), cut by the
+            splits of ``cands`` (``where`` indexes them).
+        where: The split keys of :func:`~dataorder.diffusion.fit.bins.candidate_splits`.
+        cands: Candidate ``(w, h)``, ascending in aspect ratio.
+        gs: ``(M,)`` global batch size of each candidate.
+        drop: Waste is dropping (``n mod G``), else padding (``(-n) mod G``).
+        keep_all: With ``drop``, every bucket holds at least its ``G`` images.
+        first_start: ``(M,)`` optional least boundary a candidate's bucket may start at.
+        last_end: ``(M,)`` optional greatest boundary it may end at; the two say which bins a
+            candidate may hold (the video fit's upscale limit). A candidate whose own ratio's
+            bins are outside them is never chosen.
+    """
+
+    def __init__(
+        self,
+        bins: Bins,
+        where: dict[tuple[int, ...], int],
+        cands: list[tuple[int, int]],
+        gs: IntArray,
+        drop: bool,
+        keep_all: bool,
+        *,
+        first_start: IntArray | None = None,
+        last_end: IntArray | None = None,
+        min_count: int | None = None,
+    ) -> None:
+        m = len(cands)
+        s = int(bins.counts.size)
+        self.bins, self.cands = bins, cands
+        self.ratio = np.array([a / b for a, b in cands])
+        below = np.array([bins.split_pos[where[(0, i, 0)]] for i in range(m)], dtype=np.int64)
+        above = np.array([bins.split_pos[where[(0, i, 1)]] for i in range(m)], dtype=np.int64)
+        self.mids = [int(bins.split_pos[where[(1, i, i + 1, 1)]]) for i in range(m - 1)]
+        # Crop loss of every bin against every candidate: bins below s lose 1 - r / s, bins
+        # above lose 1 - s / r, bins of exactly s lose nothing.
+        pos = np.arange(s)
+        n = bins.counts.astype(np.float64)
+        loss_below = n[None, :] - bins.sum_r[None, :] / self.ratio[:, None]
+        loss_above = n[None, :] - self.ratio[:, None] * bins.sum_inv[None, :]
+        loss = np.where(
+            pos[None, :] < below[:, None],
+            loss_below,
+            np.where(pos[None, :] >= above[:, None], loss_above, 0.0),
+        )
+        np.maximum(loss, 0.0, out=loss)
+        super().__init__(
+            loss,
+            bins.counts,
+            gs,
+            drop,
+            keep_all,
+            below,
+            above,
+            first_start=first_start,
+            last_end=last_end,
+            min_count=min_count,
+        )
+
+    def nearest(self) -> Chain:
+        """The nearest-bucket rule over all candidates (non-empty buckets): the least crop."""
+        starts = [0, *self.mids]
+        return [
+            (c, e)
+            for c, e in enumerate([*self.mids, self.num_bins])
+            if self.prefix[e] > self.prefix[starts[c]]
+        ]
+
+    def thresholds(self, w: IntArray, h: IntArray, chain: Chain) -> tuple[tuple[int, int], ...]:
+        """A short fraction between the data either side of each boundary of ``chain``, inside
+        the two buckets' ratios, near their log-midpoint (``w`` and ``h``: the binned images)."""
+        chosen = [c for c, _ in chain]
+        ends = [e for _, e in chain]
+        out: list[tuple[int, int]] = []
+        if len(chain) > 1:
+            for k, (lo, hi) in enumerate(gap_bounds(self.bins, w, h, ends[:-1])):
+                (wa, ha), (wb, hb) = self.cands[chosen[k]], self.cands[chosen[k + 1]]
+                lo, hi = max(lo, Fraction(wa, ha)), min(hi, Fraction(wb, hb))
+                mid = math.sqrt(self.ratio[chosen[k]] * self.ratio[chosen[k + 1]])
+                out.append(_threshold(lo, hi, mid))
+        return tuple(out)
+
+
+def choose_buckets(
+    w: IntArray,
+    h: IntArray,
+    cands: list[tuple[int, int]],
+    gs: IntArray,
+    drop: bool,
+    w_max: int,
+    max_waste: float,
+    x_lo: float,
+    x_hi: float,
+    keep_all: bool,
+) -> Chosen:
+    """The image fit's search over the candidates ``cands`` (``(w, h)``, ascending in aspect
+    ratio, ``gs`` their global batch sizes): the nearest-bucket rule when it meets the waste
+    budget ``w_max``, else the dynamic programme (one ``G``, NOTE [ waste telescopes ]) or its
+    relaxation (a ``G`` per candidate, NOTE [ dynamic G ]).
+
+    Args:
+        w: Image widths, flat int64.
+        h: Image heights, the same length.
+        cands: The candidate buckets.
+        gs: ``(M,)`` global batch size of each candidate.
+        drop: Drop remainders (else pad whole global batches).
+        w_max: The waste budget in samples (:func:`waste_budget`).
+        max_waste: The budget as given, for the error message.
+        x_lo: Least float ``W / H`` of the images.
+        x_hi: Greatest float ``W / H`` of the images.
+        keep_all: With ``drop``, every bucket fills a global batch.
+
+    Raises:
+        ValueError: If no chain meets the budget (the message gives the least waste).
+    """
+    n_img = int(w.size)
+    m = len(cands)
+    g = int(gs[0])
+    splits, where = candidate_splits(cands)
+    bins = bin_images(w, h, splits, x_lo, x_hi).select(0, 1)
+    prog = AspectProgramme(bins, where, cands, gs, drop, keep_all)
+    s = prog.num_bins
+    if prog.uniform:  # a callable that gives every candidate one G: the exact programme
+        check_least_waste(n_img, g, drop, w_max, max_waste)
+
+    # The nearest-bucket rule over all candidates crops least of all; if it fits, it is the fit.
+    nearest = prog.nearest()
+    _, waste = prog.bucket_waste(nearest)
+    fine_scale = 2.0 ** (52 - n_img.bit_length())
+    fine = prog.fixed(fine_scale)
+    exact, method = True, "nearest"
+    chain: Chain | None
+    if int(waste.sum()) <= w_max and prog.allowed(nearest, keep_all) and _SHORTCUT:
+        chain = nearest
+    elif prog.uniform:
+        method = "dp"
+        rows = min((w_max - int(prog.per_cand[0].sigma[s])) // g, m - 1) + 1
+        chain = prog.solve(fine, rows, w_max)
+    else:
+        method, exact = "lagrangian", False
+        chain = _lagrangian(prog, n_img, w_max, max_waste)
+    if chain is None:  # keep_every_image and no bucket can fill a global batch: all dropped
+        chain = [(int(np.argmin(prog.loss.sum(axis=1))), s)]
+        method = "nothing trainable"
+
+    counts, _ = prog.bucket_waste(chain)
+    objective = int(chain_cost(fine, chain))
+    return Chosen(
+        buckets=[c for c, _ in chain],
+        thresholds=prog.thresholds(w, h, chain),
+        counts=counts.astype(np.int64),
+        mean_crop_loss=objective / fine_scale / n_img,
+        objective=objective,
+        num_bins=s,
+        method=method,
+        exact=exact,
+    )
+
+
+def _lagrangian(prog: AspectProgramme, n_img: int, w_max: int, max_waste: float) -> Chain | None:
+    """Per-bucket batch sizes: least crop + lam * waste, lam searched; see NOTE [ dynamic G ].
+
+    Raises:
+        ValueError: If even the least-waste chain exceeds ``w_max``.
+    """
+    # 1. The least waste, exactly: waste weighs more than all crop (coarse crop breaks ties).
+    lex = prog.least_waste_chain(w_max)
+    least = n_img if lex is None else int(prog.bucket_waste(lex)[1].sum())  # None: all dropped
+    if least > w_max:
+        fail(
+            "max_waste",
+            f">= {least / n_img:.6g}, the least waste of any bucket set with these per-bucket "
+            f"batch sizes ({least} of N={n_img} images)",
+            max_waste,
+        )
+    if lex is None:
+        return None
+    # 2. The multiplier: the least lam whose chain fits (doubling, then bisection to 1/256).
+    scale = prog.relaxed_scale(n_img)
+    cost = prog.fixed(scale)
+
+    def run(lam: float) -> tuple[Chain, int, float]:
+        chain = prog.solve(cost, 1, w_max, lam=lam)
+        if chain is None:  # not reachable: the least-waste chain exists, so chains do
+            raise RuntimeError("the relaxation found no chain")
+        return chain, int(prog.bucket_waste(chain)[1].sum()), chain_cost(cost, chain)
+
+    found = [(chain_cost(cost, lex), lex)]
+    chain, waste, crop = run(0.0)
+    if waste <= w_max:
+        return chain
+    lo, hi = 0.0, scale * 2.0**-20
+    while True:
+        chain, waste, crop = run(hi)
+        if waste <= w_max:
+            found.append((crop, chain))
+            break
+        lo, hi = hi, hi * 2
+        if hi > RELAXATION_CAP * scale:
+            hi = math.inf
+            break
+    while math.isfinite(hi) and hi - lo > max(1.0, lo / 256):
+        mid = math.floor((lo + hi) / 2)
+        chain, waste, crop = run(float(mid))
+        if waste <= w_max:
+            hi = float(mid)
+            found.append((crop, chain))
+        else:
+            lo = float(mid)
+    return min(found, key=lambda item: item[0])[1]
+
+
+# -- the dynamic programme ----------------------------------------------------------------------
+
+
+@dataclass
+class _Residues:
+    """Bin boundaries seen modulo one global batch size ``g``."""
+
+    g: int
+    sigma: IntArray  # (S + 1,) P mod g (drop) or (-P) mod g (pad)
+    u: IntArray  # rank of sigma among its distinct values
+    order: IntArray  # positions by rank, stable
+    n_ranks: int
+    limit_rise: IntArray  # latest start of a bucket ending here if sigma does not fall
+    limit_fall: IntArray  # ... if it falls
+
+
+def _residues(
+    prefix: IntArray, g: int, drop: bool, whole: bool, min_count: int | None = None
+) -> _Residues:
+    sigma = prefix % g if drop else (-prefix) % g
+    u = np.unique(sigma, return_inverse=True)[1].astype(np.int64).ravel()
+    if min_count is not None:  # every bucket holds at least min_count images
+        limit_rise = np.searchsorted(prefix, prefix - min_count, side="right") - 1
+        limit_fall = limit_rise
+    elif whole:  # every bucket fills a global batch (keep_every_image)
+        block = prefix // g
+        limit_rise = np.searchsorted(block, block - 1, side="right") - 1
+        limit_fall = np.searchsorted(block, block - 2, side="right") - 1
+    else:  # non-empty
+        limit_rise = limit_fall = np.arange(prefix.size, dtype=np.int64) - 1
+    return _Residues(
+        g, sigma, u, np.argsort(u, kind="stable"), int(u.max()) + 1, limit_rise, limit_fall
+    )
+
+
+def _solve(
+    cost: FloatArray,
+    mods: list[_Residues],
+    lo_end: IntArray,
+    hi_start: IntArray,
+    rows: int,
+    w_max: int,
+    lam: float | None = None,
+    first_start: IntArray | None = None,
+    last_end: IntArray | None = None,
+) -> Chain | None:
+    """Least-cost chain of buckets, or None if there is none (:func:`_forward`, then the least
+    cost over the falls, fewest falls on a tie, traced back)."""
+    exact = lam is None
+    best_end, stored = _forward(
+        cost, mods, lo_end, hi_start, rows, w_max, lam, first_start, last_end
+    )
+    d = int(np.argmin(best_end))  # least cost first, then fewest falls (least waste)
+    if not np.isfinite(best_end[d]):
+        return None
+    lam_d = 0.0 if lam is None else float(np.broadcast_to(lam, (rows,))[d])
+    return _backtrack(
+        cost, mods, hi_start, stored, d, float(best_end[d]), exact, lam_d, first_start
+    )
+
+
+def _forward(
+    cost: FloatArray,
+    mods: list[_Residues],
+    lo_end: IntArray,
+    hi_start: IntArray,
+    rows: int,
+    w_max: int,
+    lam: float | FloatArray | None,
+    first_start: IntArray | None,
+    last_end: IntArray | None,
+) -> tuple[FloatArray, list[tuple[int, FloatArray]]]:
+    """The programme's forward pass: the least cost of a whole chain for each number of falls
+    (``(rows,)``, inf where none), and what :func:`_backtrack` needs.
+
+    ``cost[c, t]``: fixed-point crop of bins ``[0, t)`` against candidate ``c`` (exact integers
+    in float64). Candidates increase along the chain. Bucket ``c`` covers positions ``[t, t')``
+    with ``t' >= lo_end[c]`` and ``t <= hi_start[c]`` (it brackets its images), and
+    ``t <= limit_rise[t']`` if the residue does not fall from ``t`` to ``t'``,
+    ``t <= limit_fall[t']`` if it falls (the size rule), in ``mods[c]``; and, when given,
+    ``t >= first_start[c]`` and ``t' <= last_end[c]``.
+
+    ``lam=None`` (one ``g`` for all): exact. A state is ``(d, t)``, ``d`` falls so far (NOTE
+    [ waste telescopes ]), with ``sigma[t] + g * d <= w_max``. Otherwise the cost is crop plus
+    ``lam`` per wasted sample, each bucket's waste modulo its own ``g``: the relaxation of NOTE
+    [ dynamic G ]; ``lam`` is one multiplier per row (``rows`` of them, each row its own
+    programme) or a float for ``rows == 1``.
+
+    For one candidate, the allowed starts of an end ``t'`` are a prefix ``t <= L`` with a
+    residue condition, so the best start is a prefix (no fall) or suffix (fall) minimum over
+    residue ranks of per-rank minima over the prefix. ``L`` takes at most three values per
+    candidate (``hi_start[c]`` and the size rule's limits just above it): a few vectorised
+    passes over the positions per candidate.
+    """
+    m, width = cost.shape
+    end = width - 1
+    exact = lam is None
+    lam_v = np.zeros((rows, 1)) if lam is None else np.broadcast_to(lam, (rows,))[:, None]
+    valid = np.ones((rows, width), dtype=bool)
+    best = np.full((rows, width), np.inf)
+    if exact:
+        r0 = mods[0]
+        dmax = np.where(r0.sigma <= w_max, (w_max - r0.sigma) // r0.g, -1)
+        valid = np.arange(rows)[:, None] <= dmax[None, :]
+        best[0, 0] = 0.0
+    else:  # every row is a programme of its own multiplier
+        best[:, 0] = 0.0
+    stored: list[tuple[int, FloatArray]] = []
+    for c in range(m):
+        rc = mods[c]
+        hi, lo = int(hi_start[c]), max(int(lo_end[c]), 1)
+        first = 0 if first_start is None else int(first_start[c])
+        last = end if last_end is None else int(last_end[c])
+        if first > hi or last < lo:  # the candidate cannot hold its own ratio's bins
+            stored.append((lo, np.full((rows, width - lo), np.inf)))
+            continue
+        lim_r = np.minimum(rc.limit_rise[lo:], hi)
+        lim_f = np.minimum(rc.limit_fall[lo:], hi)
+        base = best[:, : hi + 1] - cost[c, : hi + 1]
+        if not exact:
+            base -= lam_v * rc.sigma[None, : hi + 1]
+        base[:, :first] = np.inf
+        ut = rc.u[lo:]
+        f = np.full((rows, width - lo), np.inf)
+        lims = np.unique(np.concatenate((lim_r, lim_f)))
+        if lims.size > _DENSE_LIMITS and rows * (hi + 1 - first) * rc.n_ranks <= _DENSE_CELLS:
+            _dense_pass(f, base, rc, ut, lim_r, lim_f, exact, rows, lam_v, first)
+        else:
+            _sparse_pass(f, base, rc, ut, lim_r, lim_f, lims, exact, rows, lam_v)
+        f += cost[c, lo:]
+        f[:, last + 1 - lo :] = np.inf
+        if exact:
+            f[~valid[:, lo:]] = np.inf
+        else:
+            f += lam_v * rc.sigma[None, lo:]
+        np.minimum(best[:, lo:], f, out=best[:, lo:])
+        stored.append((lo, f))
+    return best[:, end].copy(), stored
+
+
+def _sparse_pass(
+    f: FloatArray,
+    base: FloatArray,
+    rc: _Residues,
+    ut: IntArray,
+    lim_r: IntArray,
+    lim_f: IntArray,
+    lims: IntArray,
+    exact: bool,
+    rows: int,
+    lam_v: FloatArray,
+) -> None:
+    """One candidate's best starts, a few limits at a time (:func:`_forward`): fold the starts
+    up to each limit into per-rank minima, then answer the ends that have that limit."""
+    per_rank = np.full((rows, rc.n_ranks), np.inf)
+    prev_lim = -1
+    # the ends whose limit is each lim, by a stable sort of the limits (ascending ends)
+    by_r, by_f = np.argsort(lim_r, kind="stable"), np.argsort(lim_f, kind="stable")
+    cut_r = np.searchsorted(lim_r[by_r], lims, side="right")
+    cut_f = np.searchsorted(lim_f[by_f], lims, side="right")
+    for i, lim in enumerate(lims.tolist()):
+        if lim < 0:
+            continue
+        # Fold positions (prev_lim, lim] into the per-rank minimum of the prefix.
+        span = np.arange(prev_lim + 1, lim + 1)
+        seg = span[np.argsort(rc.u[span], kind="stable")]
+        if seg.size:
+            r = rc.u[seg]
+            cut = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))
+            mins = np.minimum.reduceat(base[:, seg], cut, axis=1)
+            np.minimum(per_rank[:, r[cut]], mins, out=mins)
+            per_rank[:, r[cut]] = mins
+        prev_lim = lim
+        cols = by_r[(cut_r[i - 1] if i else 0) : cut_r[i]]
+        if cols.size:
+            le = np.minimum.accumulate(per_rank, axis=1)
+            f[:, cols] = np.minimum(f[:, cols], le[:, ut[cols]])
+        cols = by_f[(cut_f[i - 1] if i else 0) : cut_f[i]]
+        if cols.size and (rows > 1 or not exact):
+            gt = np.full_like(per_rank, np.inf)
+            gt[:, :-1] = np.minimum.accumulate(per_rank[:, ::-1], axis=1)[:, ::-1][:, 1:]
+            if exact:
+                f[1:, cols] = np.minimum(f[1:, cols], gt[:-1, ut[cols]])
+            else:
+                f[:, cols] = np.minimum(f[:, cols], gt[:, ut[cols]] + lam_v * rc.g)
+
+
+def _dense_pass(
+    f: FloatArray,
+    base: FloatArray,
+    rc: _Residues,
+    ut: IntArray,
+    lim_r: IntArray,
+    lim_f: IntArray,
+    exact: bool,
+    rows: int,
+    lam_v: FloatArray,
+    first: int,
+) -> None:
+    """The same answers as :func:`_sparse_pass` from one ``(rows, ranks, starts)`` table of
+    running minima, for candidates with many distinct limits (a chain over clip lengths, whose
+    buckets may start anywhere): a few array passes instead of one per limit. Starts before
+    ``first`` are not allowed, so the table begins there."""
+    top = base.shape[1]
+    # (rows, ranks, starts): the running minimum over starts runs along contiguous memory
+    table = np.full((rows, rc.n_ranks, top - first), np.inf)
+    table[:, rc.u[first:top], np.arange(top - first)] = base[:, first:]
+    np.minimum.accumulate(table, axis=2, out=table)  # best start <= t of each rank
+    ends = np.flatnonzero(lim_r >= first)
+    if ends.size:
+        seen = table[:, :, lim_r[ends] - first]  # the ranks at each end's limit
+        np.minimum.accumulate(seen, axis=1, out=seen)  # ranks <= r: no fall
+        f[:, ends] = np.minimum(f[:, ends], seen[:, ut[ends], np.arange(ends.size)])
+    ends = np.flatnonzero(lim_f >= first)
+    if ends.size and (rows > 1 or not exact):
+        seen = table[:, ::-1, lim_f[ends] - first]  # ranks descending
+        np.minimum.accumulate(seen, axis=1, out=seen)
+        # ranks > r: a fall; rank r sits at n - 1 - r in the descending order, so n - 2 - r
+        above = rc.n_ranks - 2 - ut[ends]
+        found = np.where(
+            above[None, :] >= 0,
+            seen[:, np.maximum(above, 0), np.arange(ends.size)],
+            np.inf,
+        )
+        if exact:
+            f[1:, ends] = np.minimum(f[1:, ends], found[:-1])
+        else:
+            f[:, ends] = np.minimum(f[:, ends], found + lam_v * rc.g)
+
+
+def _backtrack(
+    cost: FloatArray,
+    mods: list[_Residues],
+    hi_start: IntArray,
+    stored: list[tuple[int, FloatArray]],
+    d: int,
+    value: float,
+    exact: bool,
+    lam_v: float,
+    first_start: IntArray | None = None,
+) -> Chain:
+    """The chain behind ``value``, found by exact equality of the stored integer costs; ties go
+    to the lowest candidate, then the latest start."""
+    t_end, limit = cost.shape[1] - 1, len(stored)
+    chain: Chain = []
+    while True:
+        c = next(
+            c
+            for c in range(limit)
+            if stored[c][0] <= t_end and stored[c][1][d, t_end - stored[c][0]] == value
+        )
+        chain.append((c, t_end))
+        rc = mods[c]
+        top = int(hi_start[c])
+        # rows: the state a start has with no fall here (d), and with a fall (d - 1; in the
+        # relaxation the same row d, its own programme, where a fall costs lam * g instead)
+        prev = np.full((2, top + 1), np.inf)
+        fall_row = d - 1 if exact else d
+        if d == 0 or not exact:
+            prev[0, 0] = 0.0  # the empty start at position 0
+        if fall_row == 0 or not exact:
+            prev[1, 0] = 0.0
+        for b in range(c):
+            lo_b, f_b = stored[b]
+            if lo_b <= top:
+                np.minimum(prev[0, lo_b:], f_b[d, : top + 1 - lo_b], out=prev[0, lo_b:])
+                if fall_row >= 0:
+                    seg = f_b[fall_row, : top + 1 - lo_b]
+                    np.minimum(prev[1, lo_b:], seg, out=prev[1, lo_b:])
+        target = value - cost[c, t_end] - lam_v * rc.sigma[t_end]
+        shifted = prev - cost[c, : top + 1] - lam_v * rc.sigma[: top + 1]
+        starts = np.arange(top + 1)
+        rises = rc.sigma[: top + 1] <= rc.sigma[t_end]
+        hit = np.where(
+            rises,
+            (shifted[0] == target) & (starts <= rc.limit_rise[t_end]),
+            (shifted[1] + lam_v * rc.g == target) & (starts <= rc.limit_fall[t_end]),
+        )
+        if first_start is not None:
+            hit &= starts >= first_start[c]
+        t = int(np.flatnonzero(hit)[-1])
+        if t == 0:
+            break
+        value, t_end, limit = float(prev[0 if rises[t] else 1, t]), t, c
+        d = d if rises[t] else fall_row
+    chain.reverse()
+    return chain
+
+
+def chain_cost(cost: FloatArray, chain: Chain) -> float:
+    """The cost of ``chain`` read from prefix sums ``cost`` (:meth:`AspectProgramme.fixed`)."""
+    begins = [0, *[e for _, e in chain[:-1]]]
+    return float(sum(cost[c, e] - cost[c, b] for (c, e), b in zip(chain, begins, strict=True)))
+
+
+# -- thresholds ---------------------------------------------------------------------------------
+
+
+def _simplest(lo: Fraction, hi: Fraction | None, lo_closed: bool, hi_closed: bool) -> Fraction:
+    """The fraction with the least denominator in the interval (``hi=None``: unbounded)."""
+    n = math.floor(lo)
+    first = n if (lo_closed and n == lo) else n + 1
+    if hi is None or first < hi or (hi_closed and first == hi):
+        return Fraction(first)
+    # lo and hi in (n, n + 1]: x = n + 1 / y with y in (1 / (hi - n), 1 / (lo - n)).
+    upper = None if lo == n else 1 / (lo - n)
+    y = _simplest(1 / (hi - n), upper, hi_closed, lo_closed)
+    return n + 1 / y
+
+
+def _threshold(lo: Fraction, hi: Fraction, target: float) -> tuple[int, int]:
+    """A short fraction in ``[lo, hi)``: within ``2**-20`` of ``target`` if the gap holds it,
+    else the shortest. Every fraction in the gap assigns the fitted images alike; near the
+    log-midpoint of the two buckets, unseen images in the gap get their nearest bucket. Terms
+    stay within those of ``lo`` (the simplest fraction of an interval has the least terms)."""
+    t = Fraction(target)
+    if lo <= t < hi:
+        near = _simplest(
+            max(lo, t * Fraction(1 - _NUDGE)), min(hi, t * Fraction(1 + _NUDGE)), True, False
+        )
+        if near.numerator <= MAX_IMAGE_SIDE and near.denominator <= MAX_IMAGE_SIDE:
+            return near.numerator, near.denominator
+    f = _simplest(lo, hi, True, False)
+    return f.numerator, f.denominator

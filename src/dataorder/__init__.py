@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 #: The subpackages whose ``__all__`` the top level re-exports, in layer order. Each subpackage
 #: lists its own public names once (its ``__all__``); this package lists none of its own.

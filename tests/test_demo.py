@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -406,6 +407,14 @@ def test_demo_runs_and_every_check_passes(tmp_path: Path) -> None:
         assert min(r["steps"]) > 0
         assert r["loss"][1] < r["loss"][0]  # it trains
     assert results["buckets"]["checks"]["lock_step"] is True
+    # the video phase trains on a set fitted to the clips and the first layout, shown beside its
+    # preset: the fit pads at most 1 % of the clips, the preset's last batches many more
+    video_line = r"video: (preset wan2\.1-480p|fitted): .* (\d+) padding slots"
+    padding = re.findall(video_line, proc.stdout)
+    assert [name for name, _ in padding] == ["preset wan2.1-480p", "fitted"], proc.stdout
+    fitted_pads = int(padding[1][1])
+    assert fitted_pads <= 0.01 * 783 < int(padding[0][1])
+    assert results["video"]["padded"] == fitted_pads  # what the sampler padded is the fit's
     # the tail rules of the shipped 410 tokens at a global batch of 16 (data/README.md)
     assert (results["megatron-single"]["dropped"], results["megatron-single"]["padded"]) == (0, 6)
     assert (results["megatron-cyclic"]["dropped"], results["megatron-cyclic"]["padded"]) == (10, 0)

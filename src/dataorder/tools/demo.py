@@ -22,7 +22,9 @@ shipped in ``dataorder/data/`` (synthetic and deterministic, see ``dataorder/dat
   sizes and the job's layout (``fit_to_data``) in the interleaved order; the report compares the
   fitted plan with the 1024p preset;
 * the bucket sampler over video buckets (frames x height x width under a token budget) of the
-  clips in ``clip_sizes.csv``, with batch sizes from the cost model;
+  clips in ``clip_sizes.csv``, fitted to those clips and the job's layout
+  (``VideoBucketCalculator.fit_to_data``), with batch sizes from the cost model; the report
+  compares the fitted set with the wan2.1-480p preset it starts from;
 * the ``DistributedSampler`` over the token rows;
 * packed rows: the token rows end to end, cut into documents of varied lengths, packed into rows
   of 32 tokens by the ``PackedSampler`` (every token once, a long document split across rows)

@@ -454,18 +454,31 @@ def _bucket_manifest(data: FittedImages, stem: Path) -> None:
 
 
 # -- video buckets of the shipped clip sizes ------------------------------------------------------
+#: The preset the demo's video buckets start from, and the settings its fitted set keeps.
+VIDEO_PRESET = "wan2.1-480p"
+VIDEO_SETTINGS: dict[str, Any] = {"aspect_ratios": ["1:1", "4:3", "16:9"], "frame_step": 16}
+#: Clips per rank at the full token budget; the cost model gives shorter, smaller clips more.
+VIDEO_BATCH = 2
+
+
 @dataclass(frozen=True)
 class VideoClips:
-    """The first :data:`VIDEO_CLIPS` shipped clips at :data:`VIDEO_FPS`, in wan2.1-480p's video
-    buckets; ``keep`` marks those that have one."""
+    """The first :data:`VIDEO_CLIPS` shipped clips at :data:`VIDEO_FPS`, in video buckets fitted
+    to them and to the job's first layout (``fitted``), beside the preset they start from;
+    ``keep`` marks the clips that have a bucket (the same in both: a fitted set keeps the
+    preset's too-short and too-small ids)."""
 
-    calc: Any
+    widths: Any
+    heights: Any
+    frames: Any
+    preset: Any
+    fitted: Any
     keep: Any
     multires: Any
     dataset: LatentDataset
 
     @classmethod
-    def load(cls, _config: DemoShape) -> VideoClips:
+    def load(cls, config: DemoShape) -> VideoClips:
         from dataorder.diffusion.calculators.video import (
             VideoBucketCalculator,
             resample_frame_counts,
@@ -476,14 +489,24 @@ class VideoClips:
         widths, heights, frames = widths[:VIDEO_CLIPS], heights[:VIDEO_CLIPS], frames[:VIDEO_CLIPS]
         rates = np.array([float(r) for r in fps[:VIDEO_CLIPS]])  # read back as the exact rate
         frames = resample_frame_counts(frames, rates, VIDEO_FPS)
-        calc = VideoBucketCalculator.from_preset(
-            "wan2.1-480p", aspect_ratios=["1:1", "4:3", "16:9"], frame_step=16
+        preset = VideoBucketCalculator.from_preset(VIDEO_PRESET, **VIDEO_SETTINGS)
+        # Fitted to these clips and the first layout's cost-model global batches: at most 1 %
+        # of the clips padded (the sampler pads each bucket's last global batch).
+        fitted = VideoBucketCalculator.fit_to_data(
+            widths,
+            heights,
+            frames,
+            global_batch_size=preset.global_batch_size(config.dp_sizes[0], VIDEO_BATCH),
+            max_waste=0.01,
+            drop_last=False,
+            preset=VIDEO_PRESET,
+            **VIDEO_SETTINGS,
         )
-        keep = calc.assign(widths, heights, frames) >= 0  # the others are left out, and counted
+        keep = fitted.assign(widths, heights, frames) >= 0  # the others are left out, counted
         multires = BaseMultiresolutionDataset.from_video_sizes(
-            widths[keep], heights[keep], frames[keep], calc
+            widths[keep], heights[keep], frames[keep], fitted
         )
-        return cls(calc, keep, multires, LatentDataset(multires))
+        return cls(widths, heights, frames, preset, fitted, keep, multires, LatentDataset(multires))
 
 
 def _video(data: VideoClips, where: Placement, config: DemoShape) -> Any:
@@ -491,7 +514,7 @@ def _video(data: VideoClips, where: Placement, config: DemoShape) -> Any:
 
     return SequentialBucketSampler(
         data.multires,
-        base_batch_size=2,
+        base_batch_size=VIDEO_BATCH,
         drop_last=False,
         dynamic_batch_size=True,  # the cost model: shorter, smaller clips in bigger batches
         seed=config.seed,
@@ -499,16 +522,28 @@ def _video(data: VideoClips, where: Placement, config: DemoShape) -> Any:
     )
 
 
-def _video_notes(data: VideoClips, sampler: Any, _config: DemoShape) -> list[str]:
-    used = int((data.multires.bucket_table.sizes > 0).sum())
-    keep = data.keep
-    return [
-        f"{int(keep.sum())} of {keep.size} clips at {VIDEO_FPS} fps in {used} buckets of "
-        f"wan2.1-480p (frames x height x width under {data.calc.max_tokens:,} tokens); "
-        f"{int((~keep).sum())} too short or too small, left out; batch sizes "
-        f"{int(sampler.batch_sizes.min())}-{int(sampler.batch_sizes.max())} per rank "
-        "from the cost model"
+def _video_notes(data: VideoClips, sampler: Any, config: DemoShape) -> list[str]:
+    from dataorder.diffusion.sampler.stats import bucket_stats
+
+    keep, dp = data.keep, config.dp_sizes[0]
+    lines = [
+        f"{int(keep.sum())} of {keep.size} clips at {VIDEO_FPS} fps (frames x height x width "
+        f"under {data.fitted.max_tokens:,} tokens); {int((~keep).sum())} too short or too "
+        f"small, left out; batch sizes {int(sampler.batch_sizes.min())}-"
+        f"{int(sampler.batch_sizes.max())} per rank from the cost model"
     ]
+    for label, calc in ((f"preset {VIDEO_PRESET}", data.preset), ("fitted", data.fitted)):
+        st = bucket_stats(
+            data.widths[keep], data.heights[keep], calc, frames=data.frames[keep],
+            num_replicas=dp, batch_size=calc.batch_sizes(VIDEO_BATCH), drop_last=False,
+        )  # fmt: skip
+        o = st.overall
+        lines.append(
+            f"{label}: {int((st.counts > 0).sum())} buckets, crop {o['mean_crop_loss']:.2%}, "
+            f"trim {o['mean_trim_loss']:.2%}, {int(o['padded'])} padding slots on {dp} ranks, "
+            f"step cost max/mean {o['step_cost_max_over_mean']:.2f}"
+        )
+    return lines
 
 
 # -- packed rows of the token rows cut into documents ---------------------------------------------
@@ -630,7 +665,12 @@ DEMO_SAMPLERS: Mapping[str, DemoSampler[Any]] = _registry(
         padding=_declared_padding,
         notes=_video_notes,
         inspect=None,  # its dataset is the shipped clip table, cut and resampled: no file to pass
-        imports=(*_BUCKETS, "dataorder.diffusion.calculators.video"),
+        imports=(
+            *_BUCKETS,
+            "dataorder.diffusion.calculators.video",
+            "dataorder.diffusion.fit.video",
+            "dataorder.diffusion.sampler.stats",
+        ),
     ),
     DemoSampler(
         "distributed",

@@ -300,10 +300,10 @@ class _Fitted:
             "quantization": calc.quantization,
             "drop_last": args.drop_last,
         }
-        fit = fit_to_data(manifest.widths, manifest.heights, **common)
-        fitted = MultiTierBucketCalculator.fit_to_data(
-            manifest.widths, manifest.heights, max_batch_size=calc.max_batch_size, **common
+        fit = fit_to_data(
+            manifest.widths, manifest.heights, calculator=MultiTierBucketCalculator, **common
         )
+        fitted = fit.calculator(max_batch_size=calc.max_batch_size)  # one fit, not two
         sizes = [per_rank(w, h) for w, h in fitted.resolutions.tolist()]
         stats = bucket_stats(manifest.widths, manifest.heights, fitted, num_replicas=r,
                              batch_size=sizes, drop_last=args.drop_last)  # fmt: skip

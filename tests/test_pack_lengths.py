@@ -376,15 +376,41 @@ def test_one_pass_serves_the_block_totals_the_total_and_the_fingerprint(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     passes = []
-    original = DocumentLengths._slabs
+    slabs, totals = DocumentLengths._slabs, DocumentLengths._pass_totals
 
-    def counted(self: DocumentLengths, slab: int) -> Any:
-        passes.append(slab)
-        return original(self, slab)
+    def counted_slabs(self: DocumentLengths, slab: int) -> Any:
+        passes.append(("slabs", slab))
+        return slabs(self, slab)
 
-    monkeypatch.setattr(DocumentLengths, "_slabs", counted)
+    def counted_totals(self: DocumentLengths, block: int, count: int) -> Any:
+        passes.append(("totals", block))
+        return totals(self, block, count)
+
+    monkeypatch.setattr(DocumentLengths, "_slabs", counted_slabs)
+    monkeypatch.setattr(DocumentLengths, "_pass_totals", counted_totals)
     lens = DocumentLengths(np.arange(100_000) % 97)
     lens.block_totals(128)
     assert lens.total_tokens == int((np.arange(100_000) % 97).sum())
     lens.fingerprint()
     assert len(passes) == 1
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_threaded_pass_gives_the_sequential_totals_and_names_the_first_bad_length(
+    monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """The block-totals pass runs its slabs on threads; totals and the error of a bad length
+    (the first in storage order, whichever thread meets it first) are the sequential pass's."""
+    import dataorder.llm.packing.lengths as module
+
+    monkeypatch.setattr(module, "pass_threads", lambda: threads)
+    monkeypatch.setattr(module, "SLAB", 1024)
+    values = (np.arange(50_000, dtype=np.int64) * 7919) % 1000
+    assert np.array_equal(
+        DocumentLengths(values).block_totals(128),
+        np.add.reduceat(values, np.arange(0, 50_000, 128)),
+    )
+    bad = values.copy()
+    bad[[30_000, 4_000]] = -1
+    with pytest.raises(ValueError, match=r"lengths\[4000\] must be an int in"):
+        DocumentLengths(bad).block_totals(128)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,10 @@ __all__ = [
     "FINGERPRINT_BLOCK",
     "MAX_DOCUMENTS",
     "MAX_LENGTH",
+    "MAX_PASS_THREADS",
     "SLAB",
     "DocumentLengths",
+    "pass_threads",
 ]
 
 IntArray = npt.NDArray[np.int64]
@@ -63,6 +66,20 @@ MAX_DOCUMENTS = 2**32
 #: Documents per slab of a full pass: a slab of int32 lengths is 4 MB, so a second look at it
 #: (the bounds check) reads from the cache, and the temporaries of a pass stay small.
 SLAB = 2**20
+#: Most threads a pass over array lengths uses (:func:`pass_threads`).
+MAX_PASS_THREADS = 8
+
+
+def pass_threads() -> int:
+    """Threads for a pass over array lengths: the CPUs this process may run on, at most
+    :data:`MAX_PASS_THREADS`."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count() or 1
+    return max(1, min(MAX_PASS_THREADS, usable))
+
+
 #: Block size of the block totals in :meth:`DocumentLengths.fingerprint` (computed from any
 #: cached finer block totals that divide it, e.g. the packing chunk of 128).
 FINGERPRINT_BLOCK = 2**14
@@ -407,18 +424,43 @@ class DocumentLengths:
                 b = max(finer)
                 totals = _group_sums(self._blocks[b], block // b)
             else:
-                totals = np.empty(count, dtype=np.int64)
-                step = max(block, SLAB // block * block)
-                for start, values in self._slabs(step):
-                    whole = values.shape[0] // block * block
-                    k = start // block
-                    if whole:
-                        rows = values[:whole].reshape(-1, block)
-                        totals[k : k + whole // block] = rows.sum(axis=1, dtype=np.int64)
-                    if whole < values.shape[0]:
-                        totals[-1] = int(values[whole:].sum(dtype=np.int64))
+                totals = self._pass_totals(block, count)
         totals.flags.writeable = False  # cached and shared by every caller
         self._blocks[block] = totals
+        return totals
+
+    def _pass_totals(self, block: int, count: int) -> IntArray:
+        """Block totals from one pass over the lengths, checking each, in slabs spread over
+        :func:`pass_threads` threads when the lengths are an array (numpy sums and bounds
+        checks release the GIL: a pass over 10^9 int32 lengths is memory-bound)."""
+        totals = np.empty(count, dtype=np.int64)
+        step = max(block, SLAB // block * block)
+
+        def one(start: int) -> None:
+            stop = min(self._n, start + step)
+            if self._values is not None:
+                values = self._values[start:stop]
+                self._check_values(values, start)
+            else:
+                values = self._read(start, stop)
+            whole = values.shape[0] // block * block
+            k = start // block
+            if whole:
+                rows = values[:whole].reshape(-1, block)
+                totals[k : k + whole // block] = rows.sum(axis=1, dtype=np.int64)
+            if whole < values.shape[0]:
+                totals[-1] = int(values[whole:].sum(dtype=np.int64))
+
+        starts = range(0, self._n, step)
+        threads = pass_threads() if self._values is not None else 1
+        if threads > 1 and len(starts) > 1:
+            with ThreadPoolExecutor(threads) as pool:
+                # in order: the first bad slab is the one named, as in a sequential pass
+                for _ in pool.map(one, starts):
+                    pass
+        else:
+            for start in starts:
+                one(start)
         return totals
 
     def count_longer_than(self, seq_len: int) -> int:

@@ -150,6 +150,39 @@ def inspect_commands(config: DemoConfig, ckpt: str | os.PathLike[str]) -> dict[s
     return commands
 
 
+def _fresh_output(root: Path) -> Path:
+    """Empty ``root`` of an earlier run's records and checkpoints; the checkpoint folder."""
+    if root.exists() and not root.is_dir():
+        fail("out", "a directory", str(root))
+    ranks = root / "ranks"
+    ckpt = root / "checkpoint"
+    for stale in [*ranks.glob("phase*/rank*.json"), *ckpt.glob("*.json"), *ckpt.glob("*.npy")]:
+        stale.unlink()
+    for folder in ckpt.glob("*/.metadata"):  # a DCP checkpoint of an earlier run
+        shutil.rmtree(folder.parent)
+    ckpt.mkdir(parents=True, exist_ok=True)
+    return ckpt
+
+
+def _run_phases(
+    config: DemoConfig, root: Path, say: Callable[[str], None]
+) -> tuple[list[list[dict[str, Any]]], dict[str, float]]:
+    """Run both phases; every process's records of each, and the seconds each took."""
+    spec_args = {"config": config, "workdir": str(root)}
+    seconds: dict[str, float] = {}
+    phases: list[list[dict[str, Any]]] = []
+    for phase, mesh in enumerate((config.first_mesh, config.mesh)):
+        t0 = time.perf_counter()
+        what = "train to mid-epoch, checkpoint, stop" if phase == 0 else "resume, train to the end"
+        say(f"phase {phase}: {mesh.world} processes on mesh ({mesh}): {what}")
+        run_phase(spec_args, phase, mesh, config.timeout)
+        phases.append(load_phase(root / "ranks", phase, mesh.world))
+        if phase == 0:  # the processes wrote the checkpoint; inspect needs these beside it
+            write_inspect_files(config, root / "checkpoint")
+        seconds[f"phase{phase}"] = round(time.perf_counter() - t0, 2)
+    return phases, seconds
+
+
 def run_demo(
     config: DemoConfig | None = None,
     out: str | os.PathLike[str] = "out/demo",
@@ -187,29 +220,9 @@ def run_demo(
     check_demo_world(config.mesh, "mesh")
     say = log or (lambda _line: None)
     root = Path(out)
-    if root.exists() and not root.is_dir():
-        fail("out", "a directory", str(root))
-    ranks = root / "ranks"
-    ckpt = root / "checkpoint"
-    for stale in [*ranks.glob("phase*/rank*.json"), *ckpt.glob("*.json"), *ckpt.glob("*.npy")]:
-        stale.unlink()
-    for folder in ckpt.glob("*/.metadata"):  # a DCP checkpoint of an earlier run
-        shutil.rmtree(folder.parent)
-    ckpt.mkdir(parents=True, exist_ok=True)
-    spec_args = {"config": config, "workdir": str(root)}
-    seconds: dict[str, float] = {}
+    ckpt = _fresh_output(root)
     start = time.perf_counter()
-    phases: list[list[dict[str, Any]]] = []
-    for phase, mesh in enumerate((config.first_mesh, config.mesh)):
-        t0 = time.perf_counter()
-        what = "train to mid-epoch, checkpoint, stop" if phase == 0 else "resume, train to the end"
-        say(f"phase {phase}: {mesh.world} processes on mesh ({mesh}): {what}")
-        run_phase(spec_args, phase, mesh, config.timeout)
-        records = load_phase(ranks, phase, mesh.world)
-        phases.append(records)
-        if phase == 0:  # the processes wrote the checkpoint; inspect needs these beside it
-            write_inspect_files(config, ckpt)
-        seconds[f"phase{phase}"] = round(time.perf_counter() - t0, 2)
+    phases, seconds = _run_phases(config, root, say)
     results = []
     schedule = []
     for name in config.samplers:

@@ -23,7 +23,7 @@ from typing import Any
 from dataorder.core.keys import MAX_SEED
 from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.core.topology import MAX_DP_SIZE
-from dataorder.llm.packing.plan import MAX_CHUNK, MAX_SEQ_LEN, MAX_WINDOW
+from dataorder.llm.packing.plan import MAX_CHUNK, MAX_SEQ_LEN, MAX_WINDOW, PackingPlan
 from dataorder.tools.output import EXIT_USAGE, Output, int_arg, one_line
 
 __all__ = ["add_parser", "plot_fill", "run"]
@@ -106,19 +106,36 @@ def run(args: argparse.Namespace, out: Output | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, out: Output) -> int:
-    from dataorder.llm.packing.lengths import DocumentLengths
-    from dataorder.llm.packing.plan import DEFAULT_CHUNK, DEFAULT_WINDOW, PackingPlan
-
     if (args.num_replicas is None) != (args.batch_size is None):
         raise ValueError("--num-replicas and --batch-size go together (R x B rows per step)")
     if args.split == "overflow" and args.long_documents != "truncate":
         raise ValueError("--long-documents applies with --split never (overflow drops nothing)")
+    plan = _plan(args)
+    figures = _figures(plan, args)
+    if args.json:
+        out.json(figures)
+    else:
+        stats = plan.stats()
+        shorter = stats.documents - stats.documents_longer - stats.documents_empty
+        _print(out, figures, shorter, stats.documents)
+    if args.png:
+        path = plot_fill(plan.fill_histogram(), args.png, title=_title(figures))
+        if not args.json:
+            out.line(f"wrote {path}")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> PackingPlan:
+    """The packing plan of the command line's lengths and options."""
+    from dataorder.llm.packing.lengths import DocumentLengths
+    from dataorder.llm.packing.plan import DEFAULT_CHUNK, DEFAULT_WINDOW
+
     lengths = DocumentLengths.from_file(args.lengths, column=args.column)
     chunk = args.chunk if args.chunk is not None else DEFAULT_CHUNK
     window = args.window
     if window is None:  # the default window, in whole chunks
         window = max(chunk, DEFAULT_WINDOW // chunk * chunk)
-    plan = PackingPlan(
+    return PackingPlan(
         lengths,
         args.seq_len,
         split=args.split,
@@ -127,28 +144,30 @@ def _run(args: argparse.Namespace, out: Output) -> int:
         long_documents=args.long_documents,
         seed=args.seed,
     )
+
+
+def _figures(plan: PackingPlan, args: argparse.Namespace) -> dict[str, Any]:
+    """What ``dataorder pack`` reports (the ``--json`` object), with the time of the statistics
+    and of one window's packing."""
     t0 = time.perf_counter()
     stats = plan.stats()
     packing_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     plan.packed_window(0, 0)
     window_s = time.perf_counter() - t0
-    s = args.seq_len
-    n, tokens, rows = stats.documents, stats.tokens, stats.rows
-    shorter = n - stats.documents_longer - stats.documents_empty
     figures: dict[str, Any] = {
         "lengths": str(args.lengths),
-        "documents": n,
-        "tokens": tokens,
+        "documents": stats.documents,
+        "tokens": stats.tokens,
         "documents_empty": stats.documents_empty,
         "documents_longer_than_seq_len": stats.documents_longer,
-        "longest": lengths.max_length,
-        "seq_len": s,
+        "longest": plan.lengths.max_length,
+        "seq_len": args.seq_len,
         "split": args.split,
         "window": plan.window,
         "chunk": plan.chunk,
         "windows": plan.num_windows,
-        "rows": rows,
+        "rows": stats.rows,
         "tokens_padded": stats.tokens_padded,
         "tokens_cut": stats.tokens_cut,
         "documents_dropped": stats.documents_dropped,
@@ -160,17 +179,11 @@ def _run(args: argparse.Namespace, out: Output) -> int:
     if args.num_replicas is not None:
         per_step = args.num_replicas * args.batch_size
         figures.update(
-            rows_per_step=per_step, steps=rows // per_step, rows_left_over=rows % per_step
+            rows_per_step=per_step,
+            steps=stats.rows // per_step,
+            rows_left_over=stats.rows % per_step,
         )
-    if args.json:
-        out.json(figures)
-    else:
-        _print(out, figures, shorter, n)
-    if args.png:
-        path = plot_fill(plan.fill_histogram(), args.png, title=_title(figures))
-        if not args.json:
-            out.line(f"wrote {path}")
-    return 0
+    return figures
 
 
 def _pct(part: int, whole: int) -> str:

@@ -1,68 +1,46 @@
 """Every sampler family the stack integrations must carry, built for one rank of a layout.
 
-``FAMILIES`` maps a name to ``make(rank, dp_size) -> sampler``. Besides the library's families
-(Megatron single and random, blended, torch-style per-index, bucket) there is ``packed``: a
-stand-in for a packed sampler whose micro-batches hold structured rows, ``(document, start,
-stop)`` spans, not ints, so no integration may assume a batch is a list of ints. Its order and
-state are a Megatron sampler's; only the items differ.
+``FAMILIES`` maps a name to ``make(rank, dp_size) -> sampler``: Megatron single and random,
+blended, torch-style per-index, bucket, and ``packed``, the real
+:class:`~dataorder.llm.packing.PackedSampler` over :data:`DOCUMENT_LENGTHS` (60 documents, rows
+of :data:`SEQ_LEN` tokens, 4 windows). Its micro-batches hold rows of ``(document, start, stop)``
+spans, not ints, so no integration may assume a batch is a list of ints, and what it reads is
+counted in tokens through its batching rule (NOTE [ Coverage ] in :mod:`dataorder.core.batching`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from dataorder.core.batching import Coverage, coverage
 from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 from dataorder.llm.blend import BlendedSampler
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
+from dataorder.llm.packing import PackedSampler
 from dataorder.parallel.distributed import DistributedSampler
 
 N = 48
-Span = tuple[int, int, int]
+SEQ_LEN = 32
+#: Token counts of 60 documents, lognormal-like (mean ~15, one of 80 tokens, split over rows):
+#: 879 tokens in 30 rows of 32 per epoch, packed in windows of 16 documents.
+DOCUMENT_LENGTHS = [
+    13, 17, 10, 6, 8, 5, 14, 44, 8, 7, 20, 18, 14, 5, 13, 25, 4, 8, 2, 4,
+    2, 10, 4, 17, 15, 11, 1, 8, 12, 14, 3, 8, 5, 6, 34, 6, 13, 29, 7, 12,
+    14, 14, 4, 14, 45, 3, 29, 14, 7, 80, 26, 4, 14, 22, 11, 24, 12, 24, 49, 7,
+]  # fmt: skip
 
 
-class PackedStandIn:
-    """Micro-batches of ``(document, start, stop)`` spans; order and state of a Megatron sampler."""
-
-    def __init__(self, rank: int, dp_size: int) -> None:
-        self.inner = MegatronPretrainingRandomSampler(N, 2, rank, dp_size, seed=11)
-
-    @staticmethod
-    def rows(batch: list[int]) -> list[Span]:
-        return [(i, 8 * (i % 3), 8 * (i % 3) + 8) for i in batch]
-
-    @property
-    def sampler(self) -> PackedStandIn:
-        return self
-
-    @property
-    def epoch(self) -> int:
-        return self.inner.epoch
-
-    @property
-    def remaining(self) -> int:
-        return self.inner.remaining
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def __iter__(self) -> Iterator[list[Span]]:
-        return (self.rows(b) for b in self.inner)
-
-    def batch_at(self, step: int, *, rank: int | None = None, epoch: int | None = None) -> Any:
-        return self.rows(self.inner.batch_at(step, rank=rank, epoch=epoch))
-
-    def set_epoch(self, epoch: int) -> None:
-        self.inner.set_epoch(epoch)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.inner.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.inner.load_state_dict(state)
+def packed(rank: int, dp_size: int) -> PackedSampler:
+    """Micro-batches of 2 rows of :data:`SEQ_LEN` tokens; windows of 16 documents, chunks of 4."""
+    return PackedSampler(DOCUMENT_LENGTHS, SEQ_LEN, 2, rank, dp_size, seed=11, chunk=4, window=16)
 
 
 def bucket_dataset() -> BaseMultiresolutionDataset:
@@ -80,7 +58,7 @@ FAMILIES: dict[str, Callable[[int, int], Any]] = {
     "bucket": lambda r, w: SequentialBucketSampler(
         bucket_dataset(), base_batch_size=2, drop_last=False, seed=6, num_replicas=w, rank=r
     ),
-    "packed": lambda r, w: PackedStandIn(r, w),
+    "packed": packed,
 }
 
 
@@ -99,3 +77,25 @@ class Items:
 
 def collate_list(batch: list[Any]) -> list[Any]:
     return list(batch)
+
+
+def example(script: str) -> ModuleType:
+    """``examples/<script>`` as a module (its ``main()`` is not run), under a name of its own."""
+    path = Path(__file__).resolve().parents[1] / "examples" / script
+    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    if spec.name not in sys.modules:  # a dataclass in it looks its module up there
+        sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[spec.name])
+    return sys.modules[spec.name]
+
+
+def token_coverage(ids: Iterable[int], first: Sequence[int]) -> Coverage:
+    """What trained token ids cover (NOTE [ Coverage ] in :mod:`dataorder.core.batching`), in a
+    corpus whose document ``d`` holds the ids ``first[d] + 1 .. first[d] + length``: id ``i`` is
+    the one-token span ``(d, t, t + 1)`` of its document."""
+    at = np.asarray(list(ids), dtype=np.int64) - 1
+    documents = np.searchsorted(np.asarray(first, dtype=np.int64), at, side="right") - 1
+    starts = at - np.asarray(first, dtype=np.int64)[documents]
+    return coverage((documents, starts, starts + 1))

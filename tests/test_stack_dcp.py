@@ -4,7 +4,11 @@ A 2-rank run trains 3 steps with an FSDP2-sharded model and saves one ``dcp.save
 optimizer, ``OrderState(loader)`` and the loop counters; runs on 3 ranks (2 loader workers: DCP's
 template ``state_dict()`` starts an iterator that must be dropped) and on 1 rank (no workers)
 load it. Each must find the parameters bit-identical after the reshard and train every sample of
-each epoch exactly once over both runs. In-process tests pin what DCP does with the state.
+each epoch exactly once over both runs. With ``--packed`` the same runs train a tiny causal LM
+on the rows of the real ``PackedSampler`` (``PackedDataset`` rows, ``collate``'s ``input_ids``,
+``labels``, ``position_ids``, ``cu_seqlens``): read off the trained ``input_ids``, every token of
+epochs 0 and 1 exactly once over both runs, and the padding the sampler counts (NOTE
+[ Coverage ]). In-process tests pin what DCP does with the state.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from stack_samplers import example, token_coverage
 from test_examples import torchrun
 
 N = 48
@@ -64,6 +69,61 @@ def test_fsdp2_dcp_saved_on_2_ranks_resumes_on_3_with_workers(saved: Path) -> No
 @pytest.mark.timeout(240)
 def test_fsdp2_dcp_saved_on_2_ranks_resumes_on_1(saved: Path) -> None:
     _check_resumed(saved, 1, "c", "--workers", "0")
+
+
+@pytest.fixture(scope="module")
+def saved_packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("dcp-packed")
+    args = ("--ckpt", "ckpt", "--stop-after", "3", "--record", "a", "--packed")
+    assert "saved after step 3 on 2 ranks" in torchrun("torch_dcp.py", 2, *args, cwd=root).stdout
+    steps = [step for path in root.glob("a.rank*.json") for step in json.loads(path.read_text())]
+    tokens = sum(len(ids) + pads for _, ids, pads in steps)
+    assert tokens == 3 * 2 * 2 * 32  # 3 steps of 2 rows of 32 tokens on 2 ranks
+    return root
+
+
+def _check_packed_resumed(root: Path, world: int, prefix: str, *extra: str) -> None:
+    args = ("--ckpt", "ckpt", "--resume", "--record", prefix, "--packed", *extra)
+    proc = torchrun("torch_dcp.py", world, *args, cwd=root)
+    assert (
+        f"resumed on {world} ranks at epoch 0 step 3: parameters equal after the reshard"
+        in proc.stdout
+    )
+    job = example("torch_dcp.py")
+    ids: dict[int, list[int]] = {}
+    padding: Counter[int] = Counter()
+    for path in [*root.glob("a.rank*.json"), *root.glob(f"{prefix}.rank*.json")]:
+        for epoch, read, pads in json.loads(path.read_text()):
+            ids.setdefault(epoch, []).extend(read)
+            padding[epoch] += pads
+    assert sorted(ids) == [0, 1]
+    for epoch in (0, 1):
+        # the resumed layout read the end of each epoch: its counters are the epoch's
+        sampler = job.packed_sampler(0, world)
+        sampler.set_epoch(epoch)
+        read = token_coverage(ids[epoch], job.FIRST)
+        assert read.distinct == sum(job.LENGTHS) - sampler.tokens_dropped, (world, epoch)
+        assert read.repeated == 0, (world, epoch)  # a packed sampler never repeats a token
+        assert padding[epoch] == sampler.tokens_padded, (world, epoch)
+        assert sampler.tokens_dropped == 0  # 30 rows: blocks of 2 x 1, 2, 3 ranks drop none
+    assert "epoch 1: 907 of 907 tokens read, each exactly once" in proc.stdout
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_fsdp2_dcp_packed_rows_saved_on_2_ranks_resume_on_3_every_token_once(
+    saved_packed: Path,
+) -> None:
+    _check_packed_resumed(saved_packed, 3, "b")  # 2 loader workers
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_fsdp2_dcp_packed_rows_saved_on_2_ranks_resume_on_1_every_token_once(
+    saved_packed: Path,
+) -> None:
+    _check_packed_resumed(saved_packed, 1, "c", "--workers", "0")
 
 
 def test_dcp_keeps_one_copy_of_each_key(tmp_path: Path) -> None:

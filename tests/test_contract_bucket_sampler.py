@@ -63,7 +63,7 @@ def fitted_video_dataset(n: int, seed: int) -> BaseMultiresolutionDataset:
     return BaseMultiresolutionDataset.from_video_sizes(w, h, frames, calc)
 
 
-FITTED_VIDEO = fitted_video_dataset(40, seed=6)  # short epochs: the loop recipes run on it
+FITTED_VIDEO = fitted_video_dataset(16, seed=6)  # short epochs: the loop recipes run on it
 
 
 def make(ds: BaseMultiresolutionDataset, **kw: Any) -> Callable[[int, int], Any]:

@@ -1154,10 +1154,14 @@ def run_suite(args: argparse.Namespace) -> str:
     emit(section_waste(cfg))
 
     # Sections 6-9: the feature scripts, each side by side in its own run, embedded verbatim.
+    # A smoke run embeds the cheapest one only: each script's own smoke test runs the others.
     for number, (script, title, extra) in enumerate(_feature_scripts(args), start=6):
         options = [*extra, *(["--smoke"] if cfg.smoke else [])]
         emit(f"## {number}. {title}")
         command = " ".join(["python", f"benchmarks/{script}", *options])
+        if cfg.smoke and number > 6:
+            emit(f"Not run by a smoke run of the suite: `{command}` is its own smoke test.")
+            continue
         emit(f"Output of `{command}`, run by the suite:")
         emit(_run_feature_script(script, options, args.timeout))
 

@@ -54,7 +54,9 @@ __all__ = [
     "SampleBatches",
     "SampleIndices",
     "Spans",
+    "SpansRead",
     "coverage",
+    "read_spans",
     "rule_of",
 ]
 
@@ -189,6 +191,47 @@ def rule_of(sampler: object, *, batched: bool | None = None) -> BatchRule:
     if rule is not None:
         return rule
     return INDICES if batched is False else BATCHES
+
+
+@dataclass(frozen=True)
+class SpansRead:
+    """What some items hold, read through their rule (:func:`read_spans`).
+
+    Attributes:
+        spans: The spans the items' slots cover, item after item (padding slots cover none).
+        padding: Padding slots, summed over the items.
+        sizes: Slots per item.
+    """
+
+    spans: Spans
+    padding: int
+    sizes: list[int]
+
+
+def read_spans(rule: BatchRule, items: Sequence[Any]) -> SpansRead:
+    """The spans, padding and sizes of ``items`` through ``rule``: how the contract suite and
+    ``verify_data_parallel`` read what a sampler yielded, whatever an item holds.
+
+    >>> read = read_spans(BATCHES, [[3, 1], [None, 2]])
+    >>> read.spans[0].tolist(), read.padding, read.sizes
+    ([3, 1, 2], 1, [2, 2])
+    """
+    keys, starts, stops, sizes = [], [], [], []
+    padding = 0
+    for item in items:
+        slots = rule.slots(item)
+        k, a, b = rule.spans(slots)
+        keys.append(k)
+        starts.append(a)
+        stops.append(b)
+        padding += rule.padding(slots)
+        sizes.append(len(slots))
+    if not keys:
+        empty = np.zeros(0, dtype=np.int64)
+        return SpansRead((empty, empty, empty), 0, [])
+    return SpansRead(
+        (np.concatenate(keys), np.concatenate(starts), np.concatenate(stops)), padding, sizes
+    )
 
 
 @dataclass(frozen=True)

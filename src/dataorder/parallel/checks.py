@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
-from dataorder.core.batching import BATCHES, INDICES, BatchRule, Spans, coverage
+from dataorder.core.batching import BATCHES, INDICES, BatchRule, Spans, coverage, read_spans
 
 __all__ = ["check_items"]
 
@@ -53,18 +53,8 @@ def read_items(items: Iterable[Any], rule: BatchRule | None = None) -> dict[str,
     items = list(items)
     if rule is None:
         rule = infer_rule(items)
-    keys, starts, stops, sizes = [], [], [], []
-    padding = 0
-    for item in items:
-        slots = rule.slots(item)
-        k, a, b = rule.spans(slots)
-        keys.append(k)
-        starts.append(a)
-        stops.append(b)
-        padding += rule.padding(slots)
-        sizes.append(len(slots))
-    empty = np.zeros(0, dtype=np.int64)
-    k = np.concatenate(keys) if keys else empty
+    read = read_spans(rule, items)
+    k, a, b = read.spans
     negative = k[k < 0]
     if negative.size:
         what = "indices" if rule.unit == "sample" else "documents"
@@ -79,10 +69,10 @@ def read_items(items: Iterable[Any], rule: BatchRule | None = None) -> dict[str,
         "batched": rule.batched,
         "unit": rule.unit,
         "keys": k,
-        "starts": np.concatenate(starts) if starts else empty,
-        "stops": np.concatenate(stops) if stops else empty,
-        "padding": padding,
-        "sizes": np.array(sizes, dtype=np.int64),
+        "starts": a,
+        "stops": b,
+        "padding": read.padding,
+        "sizes": np.array(read.sizes, dtype=np.int64),
         "head": head,
     }
 

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from dataorder.core.batching import BatchRule, Coverage, coverage, rule_of
+from dataorder.core.batching import BatchRule, Coverage, coverage, read_spans, rule_of
 from dataorder.core.state import MAX_STATE_BYTES
 
 __all__ = [
@@ -129,17 +129,8 @@ class _Read:
 
 
 def _read(case: SamplerCase, rule: BatchRule, items: Sequence[Any]) -> _Read:
-    keys, starts, stops, padding = [], [], [], 0
-    for item in items:
-        slots = rule.slots(item)
-        k, a, b = rule.spans(slots)
-        keys.append(k)
-        starts.append(a)
-        stops.append(b)
-        padding += rule.padding(slots)
-    k = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
-    a = np.concatenate(starts) if starts else k
-    b = np.concatenate(stops) if stops else k
+    read = read_spans(rule, items)
+    (k, a, b), padding = read.spans, read.padding
     if case.extents is None:
         limit = np.ones(k.shape, dtype=np.int64)
         inside = (k >= 0) & (k < case.dataset_size)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from dataorder.core.partition import EpochBlocks, Split
 
-__all__ = ["BlockPlan", "RowMaker"]
+__all__ = ["BlockPlan", "BlockSteps", "RowMaker"]
 
 T = TypeVar("T")
 
@@ -26,22 +26,15 @@ T = TypeVar("T")
 RowMaker = Callable[[int], Callable[[npt.NDArray[np.int64]], list[T]]]
 
 
-@dataclass(frozen=True, eq=False)
-class BlockPlan(Generic[T]):
-    """One epoch of global blocks on one layout, with the order that fills them.
-
-    Attributes:
-        layout: The epoch's blocks (``world`` is the data-parallel size).
-        split: How a block is cut between ranks (``"contiguous"`` or ``"strided"``).
-        make_rows: See :data:`RowMaker`.
+class BlockSteps:
+    """The :class:`~dataorder.core.cursor.EpochPlan` questions an epoch of global blocks answers
+    by itself, with one global counter, ``consumed`` (counted in :attr:`unit`): a plan that adds
+    what fills the blocks (:class:`BlockPlan`; the packed sampler's dealt rows) inherits them.
     """
 
     blocks: EpochBlocks
-    split: Split
-    make_rows: RowMaker[T]
-    _rows: dict[int, Callable[[npt.NDArray[np.int64]], list[T]]] = field(
-        default_factory=dict, repr=False
-    )
+    #: What ``consumed`` counts, in :meth:`describe`.
+    unit: ClassVar[str] = "global positions"
 
     @property
     def num_steps(self) -> int:
@@ -60,11 +53,29 @@ class BlockPlan(Generic[T]):
     def describe(self, progress: Mapping[str, int], epoch: int) -> str:
         """Where ``progress`` stands in ``epoch``, in words."""
         total = self.blocks.total_positions
-        return f"{progress['consumed']} of {total} global positions of epoch {epoch}"
+        return f"{progress['consumed']} of {total} {self.unit} of epoch {epoch}"
 
     def progress_at(self, step: int) -> dict[str, int]:
         """``{"consumed": positions taken after step steps}``."""
         return {"consumed": self.blocks.consumed_at(step)}
+
+
+@dataclass(frozen=True, eq=False)
+class BlockPlan(BlockSteps, Generic[T]):
+    """One epoch of global blocks on one layout, with the order that fills them.
+
+    Attributes:
+        layout: The epoch's blocks (``world`` is the data-parallel size).
+        split: How a block is cut between ranks (``"contiguous"`` or ``"strided"``).
+        make_rows: See :data:`RowMaker`.
+    """
+
+    blocks: EpochBlocks
+    split: Split
+    make_rows: RowMaker[T]
+    _rows: dict[int, Callable[[npt.NDArray[np.int64]], list[T]]] = field(
+        default_factory=dict, repr=False
+    )
 
     def batches(self, rank: int, start: int, stop: int) -> list[T]:
         """``rank``'s batches of steps ``start .. stop - 1``."""

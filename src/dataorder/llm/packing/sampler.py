@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -46,6 +46,7 @@ from dataorder.core.assembly import (
     flag,
     recorded,
 )
+from dataorder.core.blockplan import BlockSteps
 from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.partition import MAX_POSITIONS, EpochBlocks, plan_epoch
@@ -92,7 +93,7 @@ RowsAt = Callable[[IntArray], tuple[list[Row], IntArray]]
 
 
 @dataclass(frozen=True, eq=False)
-class DealtBlocks:
+class DealtBlocks(BlockSteps):
     """One epoch of global blocks of rows, each dealt to the ranks by cost (NOTE [ Dealing
     rows ]): the :class:`~dataorder.core.cursor.EpochPlan` of :class:`PackedSampler`.
 
@@ -103,28 +104,7 @@ class DealtBlocks:
 
     blocks: EpochBlocks
     rows: RowsAt
-
-    @property
-    def num_steps(self) -> int:
-        """Micro-batches every rank yields in the epoch."""
-        return self.blocks.num_batches
-
-    @property
-    def dp_size(self) -> int:
-        """Data-parallel ranks the blocks are cut for."""
-        return self.blocks.dp_size
-
-    def step_of(self, progress: Mapping[str, int], *, strict: bool = False) -> int:
-        """The step at ``progress["consumed"]`` rows."""
-        return self.blocks.step_of(progress["consumed"], strict=strict)
-
-    def progress_at(self, step: int) -> dict[str, int]:
-        """``{"consumed": rows taken after step steps}``."""
-        return {"consumed": self.blocks.consumed_at(step)}
-
-    def describe(self, progress: Mapping[str, int], epoch: int) -> str:
-        """Where ``progress`` stands in ``epoch``, in words."""
-        return f"{progress['consumed']} of {self.blocks.total_positions} rows of epoch {epoch}"
+    unit: ClassVar[str] = "rows"
 
     def step_rows(self, start: int, stop: int) -> tuple[list[Row], IntArray]:
         """Rows and costs of the blocks of steps ``start .. stop - 1``, all ranks, in order."""

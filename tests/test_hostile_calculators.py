@@ -21,16 +21,14 @@ responsible. A verdict of "either" accepts both, as long as the refusal names it
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import math
 import re
 import signal
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from fractions import Fraction
-from types import FrameType
 from typing import Any, Literal
 
 import numpy as np
@@ -38,6 +36,7 @@ import pytest
 
 from dataorder import MultiTierBucketCalculator, VideoBucketCalculator
 from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
+from hang import Hang, hang_guard
 
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "setitimer"), reason="the hang guard needs signal.setitimer (POSIX)"
@@ -46,24 +45,6 @@ pytestmark = pytest.mark.skipif(
 #: Seconds a case may take before it counts as a hang (generous: the machine may be busy).
 HANG_SECONDS = 20.0
 TOP = MAX_IMAGE_SIDE  # 2**31 - 1, the largest side of an image or a clip
-
-
-class Hang(BaseException):
-    """Raised by the timer in a call that does not return."""
-
-
-@contextlib.contextmanager
-def hang_guard(seconds: float = HANG_SECONDS) -> Iterator[None]:
-    def alarm(signum: int, frame: FrameType | None) -> None:
-        raise Hang(f"no answer within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 # -- family (a): the vectorised rule against the reference, at the largest budgets ---------------
@@ -223,7 +204,7 @@ def judge_limits(name: str, calc: Any, clips: list[tuple[int, ...]]) -> None:
 @pytest.mark.parametrize("name", sorted(LIMIT_CASES))
 def test_assign_equals_the_reference_at_the_largest_budgets(name: str) -> None:
     try:
-        with hang_guard():
+        with hang_guard(HANG_SECONDS):
             calc = LIMIT_CASES[name]()
             rng = _rng(name)
             if isinstance(calc, VideoBucketCalculator):

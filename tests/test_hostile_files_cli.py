@@ -49,6 +49,7 @@ from dataorder.diffusion.calculators.video import VideoBucketCalculator
 from dataorder.diffusion.scan.images import build_manifest, read_manifest, write_manifest
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 from dataorder.tools import cli
+from hang import Hang
 
 monkeypatch_context = pytest.MonkeyPatch.context
 
@@ -63,10 +64,6 @@ INT64_PAST = "99999999999999999999"  # 10**20 - 1 > 2**63
 
 
 # -- the guard and the judges ---------------------------------------------------------------------
-class Hang(BaseException):
-    """Raised by the timer (BaseException: no ``except Exception`` in the library swallows it)."""
-
-
 @contextlib.contextmanager
 def guard(seconds: float = HANG_SECONDS, fifos: tuple[Path, ...] = ()) -> Iterator[list[str]]:
     """Raise :class:`Hang` after ``seconds``; and then open the write end of each of ``fifos``,

@@ -24,7 +24,6 @@ every sampler at the largest values it accepts.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import gzip
@@ -34,7 +33,7 @@ import re
 import signal
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from types import FrameType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import numpy as np
@@ -96,6 +95,7 @@ from dataorder.llm.packing import (
 from dataorder.llm.packing.dealing import MAX_COST
 from dataorder.llm.packing.plan import MAX_CHUNK, MAX_PASS, MAX_SEQ_LEN, MAX_WINDOW
 from dataorder.llm.schedule import MAX_SAMPLES
+from hang import Hang, hang_guard
 
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "setitimer"), reason="the hang guard needs signal.setitimer (POSIX)"
@@ -1315,23 +1315,6 @@ def _params() -> Iterator[Any]:
 
 
 # -- running one call -----------------------------------------------------------------------------
-class Hang(BaseException):
-    """Raised by the timer in a call that does not return (BaseException: no ``except
-    Exception`` in the library swallows it)."""
-
-
-@contextlib.contextmanager
-def hang_guard(seconds: float = HANG_SECONDS) -> Iterator[None]:
-    def alarm(signum: int, frame: FrameType | None) -> None:
-        raise Hang(f"no answer within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _names(message: str, words: tuple[str, ...]) -> bool:
@@ -1558,7 +1541,7 @@ def test_hostile_files(
     """A corrupt manifest or NeMo cache: a ValueError naming the file (and line, for JSON)."""
     path = write(ctx, tmp_path)
     load = read_manifest if name.startswith("manifest") else BaseMultiresolutionDataset
-    with hang_guard():
+    with hang_guard(HANG_SECONDS):
         try:
             load(path)  # type: ignore[operator]
         except ValueError as err:
@@ -1611,7 +1594,7 @@ def test_hostile_states(ctx: SimpleNamespace, kind: str, edit: str) -> None:
     mutate, fragment = STATE_EDITS[edit]
     mutate(state)
     before = copy.deepcopy(state)
-    with hang_guard(), pytest.raises(ValueError) as info:
+    with hang_guard(HANG_SECONDS), pytest.raises(ValueError) as info:
         sampler.load_state_dict(state)
     assert fragment in str(info.value)
     assert state == before
@@ -1697,7 +1680,7 @@ def _extremes(ctx: SimpleNamespace) -> dict[str, Callable[[], Any]]:
 def test_states_fit_512_bytes_at_the_extremes(ctx: SimpleNamespace, name: str) -> None:
     """Issue 12: states exceeded the promised bound at in-range extremes. Every sampler built
     with the largest values it accepts, at the largest epoch ``set_epoch`` accepts."""
-    with hang_guard():
+    with hang_guard(HANG_SECONDS):
         s = _extremes(ctx)[name]()
         _largest_epoch(s)
         _state_text(s.state_dict())

@@ -35,7 +35,6 @@ trained-part check, an oversized state, a call that does not return).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import json
@@ -43,7 +42,6 @@ import signal
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -68,6 +66,7 @@ from dataorder.llm.mixture import MixtureSchedule, Ramp
 from dataorder.llm.packing import DocumentLengths, PackedSampler
 from dataorder.llm.packing.plan import MAX_CHUNK, MAX_SEQ_LEN, MAX_WINDOW
 from dataorder.llm.packing.sampler import MAX_BLOCK_ROWS
+from hang import Hang, hang_guard
 
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "setitimer"), reason="the hang guard needs signal.setitimer (POSIX)"
@@ -75,25 +74,6 @@ pytestmark = pytest.mark.skipif(
 
 #: Seconds one case may take before it counts as a hang.
 HANG_SECONDS = 10.0
-
-
-class Hang(BaseException):
-    """Raised by the timer inside a case that does not return (BaseException: no ``except
-    Exception`` in the library swallows it)."""
-
-
-@contextlib.contextmanager
-def hang_guard(seconds: float = HANG_SECONDS) -> Iterator[None]:
-    def alarm(signum: int, frame: FrameType | None) -> None:
-        raise Hang(f"no answer within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 # -- family 1: states saved at every micro-step x schedule edits ----------------------------------
@@ -329,7 +309,7 @@ def _edit_cases() -> Iterator[Any]:
 def test_a_state_saved_at_any_micro_step_refuses_or_continues_an_edit(
     run: Run, step: int, x: int
 ) -> None:
-    with hang_guard():
+    with hang_guard(HANG_SECONDS):
         problem = judge_edit(run, step, x)
     assert problem is None, problem
 
@@ -340,7 +320,7 @@ def test_the_issue_example_is_in_the_table() -> None:
     assert edit_points(run, 4)["inside the batch"] == 10
     assert must_refuse(run, 4, 8)
     assert not must_refuse(run, 4, 16)
-    with hang_guard():
+    with hang_guard(HANG_SECONDS):
         assert judge_edit(run, 1, 8) is None
 
 
@@ -479,7 +459,7 @@ def _layout_cases() -> Iterator[Any]:
 def test_a_packed_state_saved_at_any_micro_step_continues_or_is_refused_on_any_layout(
     case: Packed, step: int, layout: tuple[int, int]
 ) -> None:
-    with hang_guard():
+    with hang_guard(HANG_SECONDS):
         problem = judge_packed_layout(case, step, layout)
     assert problem is None, f"{case.name}, step {step}: {problem}"
 
@@ -568,7 +548,7 @@ def _edit_params() -> Iterator[Any]:
 def test_an_edited_packed_state_is_refused_naming_the_key_or_reads_the_same(
     case: Packed, step: int, edit: str
 ) -> None:
-    with hang_guard():
+    with hang_guard(HANG_SECONDS):
         problem = judge_packed_edit(case, step, edit)
     assert problem is None, f"{case.name}, step {step}: {problem}"
 
@@ -588,7 +568,7 @@ def test_packed_states_of_other_configurations_are_refused_naming_the_field() ->
         "drop_last": ({**base, "drop_last": False}, None),
         "global_batch_size": ({**base, "global_batch_size": 8}, None),
     }
-    with hang_guard():
+    with hang_guard(HANG_SECONDS):
         for name, (kw, lengths) in others.items():
             seq_len = 32 if name == "seq_len" else 16
             s = PackedSampler(lengths or PACKED_WEB, seq_len, 2, 0, 2, **kw)
@@ -804,7 +784,7 @@ def test_a_packed_state_at_the_caps_is_within_512_bytes() -> None:
 
 @pytest.mark.parametrize("name", list(WORST))
 def test_the_worst_case_state_of_every_sampler_fits_the_bound(name: str) -> None:
-    with hang_guard():
+    with hang_guard(HANG_SECONDS):
         state = WORST[name]()
     problem = judge_size(state)
     assert problem is None, f"{name}: {problem}"

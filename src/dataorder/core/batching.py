@@ -127,8 +127,19 @@ def _sample_spans(values: Sequence[Any]) -> tuple[IntArray, int]:
     return np.asarray(keys, dtype=np.int64), pads
 
 
+class _SampleSlots:
+    """Slots that are sample indices or ``None``: what the two sample rules share."""
+
+    def spans(self, slots: Sequence[Any]) -> Spans:
+        keys, _ = _sample_spans(slots)
+        return keys, np.zeros_like(keys), np.ones_like(keys)
+
+    def padding(self, slots: Sequence[Any]) -> int:
+        return sum(1 for x in slots if x is None)
+
+
 @dataclass(frozen=True)
-class SampleBatches:
+class SampleBatches(_SampleSlots):
     """Items are batches (lists) of sample indices; ``None`` is a padding slot."""
 
     name: str = "batches"
@@ -144,16 +155,9 @@ class SampleBatches:
             raise TypeError(f"{_SAMPLE_ITEMS}; got {type(item).__name__}: {item!r}")
         return item
 
-    def spans(self, slots: Sequence[Any]) -> Spans:
-        keys, _ = _sample_spans(slots)
-        return keys, np.zeros_like(keys), keys * 0 + 1
-
-    def padding(self, slots: Sequence[Any]) -> int:
-        return sum(1 for x in slots if x is None)
-
 
 @dataclass(frozen=True)
-class SampleIndices:
+class SampleIndices(_SampleSlots):
     """Items are single sample indices (a per-index sampler, batched by the loader)."""
 
     name: str = "indices"
@@ -169,13 +173,6 @@ class SampleIndices:
         if item is not None and not is_index:
             raise TypeError(f"{_SAMPLE_ITEMS}; got {type(item).__name__}: {item!r}")
         return [item]
-
-    def spans(self, slots: Sequence[Any]) -> Spans:
-        keys, _ = _sample_spans(slots)
-        return keys, np.zeros_like(keys), keys * 0 + 1
-
-    def padding(self, slots: Sequence[Any]) -> int:
-        return sum(1 for x in slots if x is None)
 
 
 #: The rule of micro-batch and bucket samplers.
@@ -216,22 +213,15 @@ def read_spans(rule: BatchRule, items: Sequence[Any]) -> SpansRead:
     >>> read.spans[0].tolist(), read.padding, read.sizes
     ([3, 1, 2], 1, [2, 2])
     """
-    keys, starts, stops, sizes = [], [], [], []
-    padding = 0
+    # every rule reads slot by slot: the slots of all items end to end, read once (an array per
+    # item would cost ten times as much on a per-index epoch)
+    flat: list[Any] = []
+    sizes = []
     for item in items:
         slots = rule.slots(item)
-        k, a, b = rule.spans(slots)
-        keys.append(k)
-        starts.append(a)
-        stops.append(b)
-        padding += rule.padding(slots)
+        flat.extend(slots)
         sizes.append(len(slots))
-    if not keys:
-        empty = np.zeros(0, dtype=np.int64)
-        return SpansRead((empty, empty, empty), 0, [])
-    return SpansRead(
-        (np.concatenate(keys), np.concatenate(starts), np.concatenate(stops)), padding, sizes
-    )
+    return SpansRead(rule.spans(flat), rule.padding(flat), sizes)
 
 
 @dataclass(frozen=True)

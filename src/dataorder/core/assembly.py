@@ -467,10 +467,10 @@ class AssembledSampler(CursorSampler[T_co]):
 
     def _layout_in_config(self) -> tuple[str, ...]:
         """Layout fields the configuration records instead (:attr:`Mode.layout_in_config`)."""
-        mode = self._current_mode()
-        if mode is None or not mode.layout_in_config:
+        mode, strategy = self._current_mode(), self._strategy
+        if mode is None or not mode.layout_in_config or strategy is None:
             return ()
-        config = self.order_config()
+        config = strategy.config()  # the strategy is what records it (not order_config: digests)
         return tuple(name for name in self.schema.layout.fields if name in config)
 
     def layout_info(self) -> dict[str, int]:

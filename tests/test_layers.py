@@ -178,6 +178,8 @@ def test_the_core_the_llm_samplers_and_the_contract_import_without_torch() -> No
         if _layer(m) in ("core", "llm")
         or (_sublayer(m) and m not in DIFFUSION_WITH_TORCH)
         or m in ("dataorder.diffusion", "dataorder.testing", "dataorder.testing.contract")
+        # the pure partition checks and the command line (its bucket tables start fast)
+        or m in ("dataorder.parallel", "dataorder.parallel.checks", "dataorder.tools.cli")
     )
     code = (
         "import importlib, sys\n"

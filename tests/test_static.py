@@ -75,19 +75,21 @@ def test_every_sampler_is_registered_whatever_was_imported_before() -> None:
     ]
 
 
-def test_the_lazy_package_types_what_it_exports() -> None:
-    """dataorder.diffusion imports its names lazily (no torch for the bucket tables); its typing
-    block, for type checkers, must name exactly what it exports, from the module that has it."""
+@pytest.mark.parametrize("package", ["diffusion", "parallel"])
+def test_the_lazy_package_types_what_it_exports(package: str) -> None:
+    """dataorder.diffusion and dataorder.parallel import their names lazily (no torch for the
+    bucket tables and the pure checks); the typing block, for type checkers, must name exactly
+    what the package exports, from the module that has it."""
     import ast
+    import importlib
 
-    import dataorder.diffusion as diffusion
-
-    tree = ast.parse((ROOT / "src/dataorder/diffusion/__init__.py").read_text())
+    exports = importlib.import_module(f"dataorder.{package}")._EXPORTS
+    tree = ast.parse((ROOT / f"src/dataorder/{package}/__init__.py").read_text())
     typed: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             for stmt in node.body:
                 assert isinstance(stmt, ast.ImportFrom)
                 for alias in stmt.names:
-                    typed[alias.name] = str(stmt.module).removeprefix("dataorder.diffusion.")
-    assert typed == diffusion._EXPORTS
+                    typed[alias.name] = str(stmt.module).removeprefix(f"dataorder.{package}.")
+    assert typed == exports

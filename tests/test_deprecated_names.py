@@ -9,21 +9,32 @@ from __future__ import annotations
 
 import pytest
 
-from dataorder.core.partition import EpochBlocks, EpochLayout
+import dataorder
+import dataorder.core.partition as partition
+import dataorder.parallel.distributed as distributed
+from dataorder.core.partition import EpochBlocks, plan_segments
 from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 from dataorder.diffusion.sampler.sampler import BucketSampler, SequentialBucketSampler
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler
-from dataorder.parallel.distributed import (
-    DistributedSampler,
-    distributed_blocks,
-    distributed_layout,
-)
+from dataorder.parallel.distributed import DistributedSampler, distributed_blocks
 
 
-def test_the_renamed_functions_and_classes_are_the_new_ones() -> None:
-    assert EpochLayout is EpochBlocks
-    assert distributed_layout is distributed_blocks
+def test_the_renamed_functions_and_classes_warn_and_are_the_new_ones() -> None:
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"dataorder\.EpochLayout is deprecated; use dataorder\.EpochBlocks",
+    ):
+        assert dataorder.EpochLayout is EpochBlocks
+    with pytest.warns(DeprecationWarning, match=r"EpochLayout is deprecated; use EpochBlocks"):
+        assert partition.EpochLayout is EpochBlocks
+    with pytest.warns(DeprecationWarning, match=r"distributed_layout is deprecated"):
+        assert distributed.distributed_layout is distributed_blocks
+    segments = plan_segments([7, 5], per_rank=2, dp_size=2, tail="pad")
+    with pytest.warns(DeprecationWarning, match=r"SegmentPlan\.layout\(\) is deprecated"):
+        assert segments.layout(1) == segments.blocks(1)
     assert issubclass(SequentialBucketSampler, BucketSampler)
+    with pytest.raises(AttributeError, match="EpochLayouts"):
+        dataorder.EpochLayouts  # noqa: B018
 
 
 @pytest.mark.parametrize(

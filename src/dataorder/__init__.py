@@ -26,6 +26,7 @@ from their own packages.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.3.0"
@@ -74,9 +75,17 @@ def samplers() -> dict[str, type[AssembledSampler[Any]]]:
     return dict(SAMPLERS)
 
 
+#: Names 0.2 exported at the top level and 0.3 renamed -> their new names (a warning says so).
+_RENAMED: dict[str, str] = {"EpochLayout": "EpochBlocks"}
+
+
 def __getattr__(name: str) -> Any:
     if name == "__all__":
         return public_names()
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(f"dataorder.{name} is deprecated; use dataorder.{new}", DeprecationWarning, 2)
+        return __getattr__(new)
     module = _package_of(name)
     if module is None:
         raise AttributeError(f"module 'dataorder' has no attribute {name!r}")

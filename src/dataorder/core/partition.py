@@ -41,8 +41,9 @@ Worked example (``n=10``, ``per_rank=2``, ``dp_size=2``, ``tail="pad"``)::
 from __future__ import annotations
 
 import numbers
+import warnings
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -312,6 +313,11 @@ class SegmentPlan:
         """Steps (batches per rank) of all segments."""
         return int(self.offsets[-1])
 
+    def layout(self, k: int) -> EpochBlocks:
+        """Deprecated 0.2 name of :meth:`blocks`."""
+        warnings.warn("SegmentPlan.layout() is deprecated; use .blocks()", DeprecationWarning, 2)
+        return self.blocks(k)
+
     def blocks(self, k: int) -> EpochBlocks:
         """The :class:`EpochBlocks` of segment ``k``."""
         return EpochBlocks(
@@ -385,6 +391,15 @@ def plan_segments(
     return SegmentPlan(sizes, per, dp_size, full, tail_per_rank, offsets)
 
 
-#: The 0.2 name of :class:`EpochBlocks` ("layout" now means only the data-parallel layout, the
-#: sizes a state records); kept so code written for 0.2 runs, to be removed in 0.4.
-EpochLayout = EpochBlocks
+def __getattr__(name: str) -> Any:
+    # ``EpochLayout``, the 0.2 name of :class:`EpochBlocks` ("layout" now means only the
+    # data-parallel layout, the sizes a state records): kept so code written for 0.2 runs, with a
+    # warning; to be removed in 0.4
+    if name == "EpochLayout":
+        warnings.warn(
+            "dataorder.core.partition.EpochLayout is deprecated; use EpochBlocks",
+            DeprecationWarning,
+            2,
+        )
+        return EpochBlocks
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -512,5 +512,12 @@ class DistributedSampler(AssembledSampler[int], _TorchDistributedSampler[int]):
         return BlockPlan(lay, "strided", make_rows)
 
 
-#: The 0.2 name of :func:`distributed_blocks`; to be removed in 0.4.
-distributed_layout = distributed_blocks
+def __getattr__(name: str) -> Any:
+    # ``distributed_layout``, the 0.2 name of :func:`distributed_blocks`, kept with a warning; to
+    # be removed in 0.4
+    if name == "distributed_layout":
+        warnings.warn(
+            "distributed_layout is deprecated; use distributed_blocks", DeprecationWarning, 2
+        )
+        return distributed_blocks
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -152,6 +152,12 @@ def _record(epoch: int, batch: Any) -> Record:
     return epoch, tuple(values)
 
 
+def _batched(case: SamplerCase) -> bool:
+    """Whether the case's items are batches, as the contract checks read them: through the
+    sampler's batching rule (``case.batched`` only for a sampler without one)."""
+    return case.rule(case.make(case.dp_size - 1, case.dp_size)).batched
+
+
 class _Job:
     """How one recipe builds its loader for one case and one loader ``drop_last``."""
 
@@ -160,6 +166,7 @@ class _Job:
         self.recipe = recipe
         self.drop_last = drop_last
         self.rank = case.dp_size - 1  # the last rank: the one that meets padding first
+        self.batched = _batched(case)
 
     def sampler(self) -> Any:
         return self.case.make(self.rank, self.case.dp_size)
@@ -171,7 +178,7 @@ class _Job:
 
         dataset: Any = _SlotDataset(self.case.dataset_size)
         kwargs: dict[str, Any] = {"collate_fn": _collate, "num_workers": workers, **options}
-        if self.case.batched:
+        if self.batched:
             kwargs["batch_sampler"] = sampler
         elif stateful:
             from torchdata.stateful_dataloader.sampler import BatchSampler
@@ -302,7 +309,7 @@ def _accelerate_loop(
     workers = _ONE_WORKER if job.recipe == "accelerate-workers" else {}
 
     def make(sampler: Any) -> Any:
-        base = job.loader(sampler, stateful=False, **workers) if job.case.batched else None
+        base = job.loader(sampler, stateful=False, **workers) if job.batched else None
         if base is None:
             import torch.utils.data
             from torchdata.stateful_dataloader.sampler import BatchSampler
@@ -549,7 +556,7 @@ def check_loop_recipes(case: SamplerCase, recipes: Sequence[str] | None = None) 
         raise ValueError(f"recipes must be names from {RECIPES}; got unknown {unknown}")
     ran = []
     available = set(available_recipes())
-    drops = (False,) if case.batched else (False, True)
+    drops = (False,) if _batched(case) else (False, True)
     for recipe in asked:
         if recipe not in available:
             continue

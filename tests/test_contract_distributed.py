@@ -164,3 +164,11 @@ def test_elastic_resume_property(
     repeats = int((counts[counts > 1] - 1).sum())
     assert repeats <= old[0].samples_padded + new[0].samples_padded
     assert int((counts == 0).sum()) <= old[0].samples_dropped + new[0].samples_dropped
+
+
+def test_the_recipes_read_a_per_index_sampler_through_its_rule() -> None:
+    """A DistributedSampler case left at ``batched=True`` is read through the sampler's own rule
+    (per index) by the direct checks and by the loop recipes alike: the recipes once handed it to
+    the loader as a batch sampler."""
+    case = SamplerCase(name="rule", make=_make(23, seed=3), dataset_size=23, dp_size=4)
+    check_contract(case, resume_points=5, recipes=("dataloader", "stateful-0"))

@@ -410,3 +410,18 @@ def test_every_library_sampler_alone() -> None:
         assert report.full_epoch, name
         assert report.padding_slots == s.samples_padded, name
         assert s.state_dict() == before, name
+
+
+def test_disagreeing_padding_counters_are_named_by_the_rule() -> None:
+    """Ranks that declare different padding are told by the counter their rule reads: a packed
+    sampler's ``tokens_padded``, not ``samples_padded``."""
+    from dataorder.llm.packing.rule import PackedRows
+    from dataorder.parallel.checks import check_dp, read_items
+
+    rule = PackedRows(8)
+    payloads = [
+        {**read_items([[((r, 0, 4),)]], rule), "dp_rank": r, "declared": None, "allowed": a,
+         "errors": [], "full": False}
+        for r, a in ((0, 4), (1, 5))
+    ]  # fmt: skip
+    assert check_dp(payloads, None) == ["DP ranks declare different tokens_padded [4, 5]"]

@@ -148,7 +148,8 @@ def check_dp(payloads: Sequence[Mapping[str, Any]], allowed_override: int | None
     elif len(allowed_values) == 1:
         allowed = next(iter(allowed_values)) or 0
     else:
-        out.append(f"DP ranks declare different samples_padded {sorted(allowed_values, key=str)}")
+        counter = f"{payloads[0]['unit']}s_padded"  # the rule's padded counter
+        out.append(f"DP ranks declare different {counter} {sorted(allowed_values, key=str)}")
         return out
     padding = padding_units(payloads)
     full = all(p["full"] for p in payloads)

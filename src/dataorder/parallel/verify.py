@@ -51,7 +51,6 @@ from dataorder.parallel.checks import (
     check_replicas,
     digest,
     head,
-    padding_units,
     read_items,
     spans_of,
 )
@@ -369,6 +368,7 @@ def _verify(
     if merged and raise_on_error:
         raise DataParallelError(merged)
     covered = coverage(spans_of(dp_payloads))
+    padded = sum(int(p["padding"]) for p in dp_payloads)
     allowed = allowed_padding if allowed_padding is not None else (payload["allowed"] or 0)
     return DataParallelReport(
         dp_rank=dp_rank,
@@ -378,9 +378,9 @@ def _verify(
         epoch=payload["epoch"],
         num_batches=len(payload["sizes"]),
         batched=payload["batched"],
-        slots=covered.units + sum(int(p["padding"]) for p in dp_payloads),
+        slots=covered.units + padded,
         distinct_samples=covered.distinct,
-        padding_slots=padding_units(dp_payloads),
+        padding_slots=covered.repeated + padded,  # what padding_units gives, one coverage less
         allowed_padding=int(allowed),
         full_epoch=all(p["full"] for p in dp_payloads),
         violations=tuple(merged),

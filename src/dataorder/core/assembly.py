@@ -109,11 +109,9 @@ def _scalar(name: str, value: object) -> Scalar:
     fail(name, "an int or str", value, TypeError)
 
 
-def recorded(arg: str, *, name: str | None = None, none_as: int | None = None) -> Field:
-    """A constructor argument recorded as ``config.<name>`` (default: the argument's name) and
-    read from the sampler's attribute of the argument's name. ``none_as`` records ``None`` as
-    that int (and reads it back as ``None``)."""
-    key = name or arg
+def recorded(arg: str, *, none_as: int | None = None) -> Field:
+    """A constructor argument recorded as ``config.<arg>`` and read from the sampler's attribute
+    of that name. ``none_as`` records ``None`` as that int (and reads it back as ``None``)."""
 
     def read(sampler: Any) -> Scalar:
         value = getattr(sampler, arg)
@@ -122,7 +120,7 @@ def recorded(arg: str, *, name: str | None = None, none_as: int | None = None) -
     def args(value: Scalar) -> Mapping[str, Any]:
         return {arg: None if none_as is not None and value == none_as else value}
 
-    return Field(key, read, args)
+    return Field(arg, read, args)
 
 
 def flag(arg: str, *, name: str | None = None) -> Field:

@@ -65,7 +65,7 @@ class BlockPlan(BlockSteps, Generic[T]):
     """One epoch of global blocks on one layout, with the order that fills them.
 
     Attributes:
-        layout: The epoch's blocks (``world`` is the data-parallel size).
+        blocks: The epoch's blocks.
         split: How a block is cut between ranks (``"contiguous"`` or ``"strided"``).
         make_rows: See :data:`RowMaker`.
     """

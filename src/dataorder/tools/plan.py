@@ -259,11 +259,38 @@ def _json_bucket(stats: Any, j: int) -> dict[str, Any]:
     return out
 
 
-class _Fitted:
-    """A bucket set fitted to a manifest for one layout, and what the sampler does with it."""
+class _FittedPlan:
+    """What a fitted set and the sampler over it give, for the image and the video plans."""
 
     def __init__(self, fit: Any, stats: Any, sampler: Any, written: str | None) -> None:
         self.fit, self.stats, self.sampler, self.written = fit, stats, sampler, written
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "config": self.sampler.dataset.calculator.config(),
+            **({"method": self.fit.method} if hasattr(self.fit, "method") else {}),
+            "steps_per_epoch": len(self.sampler),
+            "samples_dropped": self.sampler.samples_dropped,
+            "samples_padded": self.sampler.samples_padded,
+            "overall": self.stats.overall,
+            "written": self.written,
+        }
+
+
+def _rewrite(manifest: Any, fitted: Any, args: argparse.Namespace, **frames: Any) -> str | None:
+    """Write the manifest re-bucketed by ``fitted`` to ``--write-manifest``, if asked."""
+    from dataorder.diffusion.scan.manifest import build_manifest, write_manifest
+
+    if not args.write_manifest:
+        return None
+    rebucketed = build_manifest(manifest.paths, manifest.widths, manifest.heights, fitted,
+                                errors=manifest.errors, **frames)  # fmt: skip
+    write_manifest(rebucketed, args.write_manifest)
+    return str(args.write_manifest)
+
+
+class _Fitted(_FittedPlan):
+    """A bucket set fitted to a manifest for one layout, and what the sampler does with it."""
 
     @classmethod
     def build(cls, manifest: Any, calc: Any, args: argparse.Namespace) -> _Fitted:
@@ -273,7 +300,6 @@ class _Fitted:
         from dataorder.diffusion.fit.images import fit_to_data
         from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
         from dataorder.diffusion.sampler.stats import bucket_stats
-        from dataorder.diffusion.scan.manifest import build_manifest, write_manifest
 
         r = args.num_replicas
         # a fitted calculator scales batches as the default rule does
@@ -309,24 +335,7 @@ class _Fitted:
                              batch_size=sizes, drop_last=args.drop_last)  # fmt: skip
         dataset = BaseMultiresolutionDataset.from_sizes(manifest.widths, manifest.heights, fitted)
         sampler, _ = _sampler(None, args, dataset)
-        written = None
-        if args.write_manifest:
-            rebucketed = build_manifest(manifest.paths, manifest.widths, manifest.heights, fitted,
-                                        errors=manifest.errors)  # fmt: skip
-            write_manifest(rebucketed, args.write_manifest)
-            written = args.write_manifest
-        return cls(fit, stats, sampler, written)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "config": self.sampler.dataset.calculator.config(),
-            "method": self.fit.method,
-            "steps_per_epoch": len(self.sampler),
-            "samples_dropped": self.sampler.samples_dropped,
-            "samples_padded": self.sampler.samples_padded,
-            "overall": self.stats.overall,
-            "written": self.written,
-        }
+        return cls(fit, stats, sampler, _rewrite(manifest, fitted, args))
 
     def print(self, out: Output, stats: Any, plan: tuple[int, int, int]) -> None:
         mine = (len(self.sampler), self.sampler.samples_dropped, self.sampler.samples_padded)
@@ -370,11 +379,8 @@ def _side_row(name: str, stats: Any, plan: tuple[int, int, int]) -> list[object]
     ]
 
 
-class _VideoFitted:
+class _VideoFitted(_FittedPlan):
     """A video bucket set fitted to a manifest for one layout, and what the sampler does."""
-
-    def __init__(self, fit: Any, stats: Any, sampler: Any, written: str | None) -> None:
-        self.fit, self.stats, self.sampler, self.written = fit, stats, sampler, written
 
     @classmethod
     def build(cls, manifest: Any, calc: Any, args: argparse.Namespace) -> _VideoFitted:
@@ -385,7 +391,6 @@ class _VideoFitted:
         from dataorder.diffusion.fit.video import fit_video_to_data
         from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
         from dataorder.diffusion.sampler.stats import bucket_stats
-        from dataorder.diffusion.scan.manifest import build_manifest, write_manifest
 
         base = calc
         if calc.bucket_set is not None:  # refit from the same rules
@@ -410,23 +415,7 @@ class _VideoFitted:
         sampler, _ = _sampler(
             None, args, BaseMultiresolutionDataset.from_video_sizes(w, h, f, fitted)
         )
-        written = None
-        if args.write_manifest:
-            rebucketed = build_manifest(manifest.paths, w, h, fitted, frames=f,
-                                        errors=manifest.errors)  # fmt: skip
-            write_manifest(rebucketed, args.write_manifest)
-            written = args.write_manifest
-        return cls(fit, stats, sampler, written)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "config": self.sampler.dataset.calculator.config(),
-            "steps_per_epoch": len(self.sampler),
-            "samples_dropped": self.sampler.samples_dropped,
-            "samples_padded": self.sampler.samples_padded,
-            "overall": self.stats.overall,
-            "written": self.written,
-        }
+        return cls(fit, stats, sampler, _rewrite(manifest, fitted, args, frames=f))
 
     def print(self, out: Output, stats: Any, plan: tuple[int, int, int]) -> None:
         mine = (len(self.sampler), self.sampler.samples_dropped, self.sampler.samples_padded)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -273,3 +273,18 @@ def check_same_on_all_ranks(state: Mapping[str, Any], group: Any = None) -> None
             "the sampler state must be identical on every rank (a global state); "
             + "; ".join(differs)
         )
+
+
+def lazy_classes(module: str, build: Mapping[str, Callable[[], Any]]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that makes each class of ``build`` on first use (once): the
+    classes subclass a stack's own, so the module imports without the stack."""
+    made: dict[str, Any] = {}
+
+    def getattr_(name: str) -> Any:
+        if name not in build:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        if name not in made:
+            made[name] = build[name]()
+        return made[name]
+
+    return getattr_

@@ -45,7 +45,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from dataorder.integrations.common import import_peer, is_batch_sampler
+from dataorder.integrations.common import import_peer, is_batch_sampler, lazy_classes
 
 # DataorderTrainer is made on first use (module __getattr__), so it is not in __all__
 __all__ = ["STATE_FILE", "check_resume", "positions_per_step"]
@@ -210,14 +210,5 @@ def _trainer_class() -> type:
     return DataorderTrainer
 
 
-_LAZY: dict[str, Any] = {}
-
-
-def __getattr__(name: str) -> Any:
-    # DataorderTrainer subclasses transformers.Trainer: made on first use, so this module
-    # imports without transformers
-    if name == "DataorderTrainer":
-        if name not in _LAZY:
-            _LAZY[name] = _trainer_class()
-        return _LAZY[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# DataorderTrainer subclasses transformers.Trainer: this module imports without transformers
+__getattr__ = lazy_classes(__name__, {"DataorderTrainer": _trainer_class})

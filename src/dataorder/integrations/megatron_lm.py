@@ -37,12 +37,12 @@ from typing import Any, Literal
 
 from dataorder._validate import check_choice, check_int, fail
 from dataorder.integrations.common import import_peer
+from dataorder.llm.factory import DATALOADER_TYPES
 
 __all__ = ["EpochStream", "external_provider"]
 
 INSTALL = "pip install megatron-core (and a Megatron-LM checkout on PYTHONPATH for get_args)"
 _WHO = "dataorder.integrations.megatron_lm"
-ORDERS = ("single", "cyclic")
 
 
 class EpochStream:
@@ -125,7 +125,7 @@ def external_provider(
     Raises:
         ValueError: For an unknown ``order`` or ``compat``, naming it.
     """
-    check_choice("order", order, ORDERS)
+    check_choice("order", order, DATALOADER_TYPES)
     if compat is not None and compat != "megatron":
         fail("compat", "None or 'megatron'", compat)
     if compat == "megatron" and order != "cyclic":

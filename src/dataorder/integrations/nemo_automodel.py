@@ -41,7 +41,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from dataorder.integrations.common import consumed_state, import_peer
+from dataorder.integrations.common import consumed_state, import_peer, lazy_classes
 from dataorder.integrations.dcp import OrderState
 
 # DataorderLLMRecipe is made on first use (module __getattr__), so it is not in __all__
@@ -307,14 +307,5 @@ def _llm_recipe_class() -> type:
     return DataorderLLMRecipeImpl
 
 
-_LAZY: dict[str, Any] = {}
-
-
-def __getattr__(name: str) -> Any:
-    # DataorderLLMRecipe subclasses a NeMo class: it is made on first use, so this module
-    # imports without NeMo
-    if name == "DataorderLLMRecipe":
-        if name not in _LAZY:
-            _LAZY[name] = _llm_recipe_class()
-        return _LAZY[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# DataorderLLMRecipe subclasses a NeMo class: this module imports without NeMo
+__getattr__ = lazy_classes(__name__, {"DataorderLLMRecipe": _llm_recipe_class})

@@ -37,7 +37,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from dataorder._validate import fail
-from dataorder.integrations.common import import_peer, sampler_state_from_loader_state
+from dataorder.integrations.common import (
+    import_peer,
+    lazy_classes,
+    sampler_state_from_loader_state,
+)
 
 # DataorderLoader is made on first use (module __getattr__), so it is not in __all__
 __all__ = ["STATE_KEY", "resolve"]
@@ -184,14 +188,5 @@ def _loader_class() -> type:
     return DataorderLoaderImpl
 
 
-_LAZY: dict[str, Any] = {}
-
-
-def __getattr__(name: str) -> Any:
-    # DataorderLoader subclasses torchtitan's loader: made on first use, so this module imports
-    # without torchtitan
-    if name == "DataorderLoader":
-        if name not in _LAZY:
-            _LAZY[name] = _loader_class()
-        return _LAZY[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# DataorderLoader subclasses torchtitan's loader: this module imports without torchtitan
+__getattr__ = lazy_classes(__name__, {"DataorderLoader": _loader_class})

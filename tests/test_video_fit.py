@@ -362,6 +362,14 @@ ERRORS: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"global_batch_size": True}, TypeError, "global_batch_size must be a positive int; got glo"),
     ({"global_batch_size": lambda b: 0}, ValueError, r"global_batch_size\(\d+x\d+x\d+f\) must"),
     ({"global_batch_size": lambda b: 1.5}, TypeError, r"global_batch_size\(\d+x\d+x\d+f\) must"),
+    # bounded before the fit counts the sizes (np.bincount took 8 TiB at 2**40, overflowed at 2**70)
+    ({"global_batch_size": 2**40}, ValueError, r"global_batch_size must be at most 2\*\*31 = "),
+    ({"global_batch_size": 2**70}, ValueError, r"global_batch_size must be at most 2\*\*31 = "),
+    (
+        {"global_batch_size": lambda b: 2**40},
+        ValueError,
+        r"global_batch_size\(\d+x\d+x\d+f\) must be at m",
+    ),
     ({"drop_last": 1}, TypeError, "drop_last must be a bool"),
 ]
 
@@ -374,6 +382,12 @@ def test_bad_input_names_the_argument(
     kwargs.update(change)
     with pytest.raises(exc, match=message):
         VF.fit_video_to_data(base=BASE, **kwargs)
+
+
+def test_the_largest_global_batch_size_is_refused_for_the_clips_not_for_memory() -> None:
+    # the fit counts the bucket batch sizes without a slot per value (np.bincount took 16 GiB)
+    with pytest.raises(ValueError, match="global_batch_size must be small enough for the clips"):
+        VF.fit_video_to_data(W, H, F, BASE, global_batch_size=2**31)
 
 
 def test_bad_settings_name_themselves() -> None:

@@ -234,7 +234,7 @@ def fit_video_to_data(
     own = [(int(a), int(b)) for a, b in base.resolutions[base.bucket_frames == legal[0]].tolist()]
     # bands: runs of frame counts whose buckets take one global batch size (on the calculator's
     # own buckets, the most common); one band for a fixed batch
-    typical = [int(np.bincount([batch(g, a, b) for a, b in own]).argmax()) for g in legal]
+    typical = [_most_common([batch(g, a, b) for a, b in own]) for g in legal]
     spans = band_spans(fk, legal, typical)
     args = FitSettings(
         budgets[0],
@@ -294,6 +294,13 @@ def fit_video_to_data(
     }
     picks, _ = found
     return _result(picks, base, summary, fine, int((ids == -1).sum()), int((ids == -2).sum()))
+
+
+def _most_common(sizes: list[int]) -> int:
+    """The most common of ``sizes`` (ties: the least), as ``np.bincount(sizes).argmax()``
+    without its array of one slot per value up to the largest."""
+    values, counts = np.unique(sizes, return_counts=True)
+    return int(values[counts.argmax()])
 
 
 def _result(

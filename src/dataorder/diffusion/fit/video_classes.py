@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from dataorder._validate import check_int
 from dataorder.diffusion.fit.bins import (
     IntArray,
     LabelledBins,
@@ -42,7 +41,13 @@ from dataorder.diffusion.fit.candidates import (
     prune_candidates,
     thin_candidates,
 )
-from dataorder.diffusion.fit.programme import AspectProgramme, Chain, ChainProgramme, chain_cost
+from dataorder.diffusion.fit.programme import (
+    AspectProgramme,
+    Chain,
+    ChainProgramme,
+    chain_cost,
+    check_global_batch_size,
+)
 
 __all__ = [
     "CLASS_FALLS",
@@ -380,13 +385,15 @@ def allocate(options: list[list[Option]], w_max: int) -> tuple[list[int], int, i
 
 def checked_batch(global_batch_size: Any, shape_info: Callable[[int, int, int], Any]) -> Any:
     """``(frames, w, h) -> G`` from ``global_batch_size`` (an int, or a callable of the bucket
-    dict ``shape_info(w, h, frames)``), each value checked to be a positive int."""
+    dict ``shape_info(w, h, frames)``), each value checked to be a positive int of at most
+    ``2**31``, the largest batch the fit plans
+    (:func:`~dataorder.diffusion.fit.programme.check_global_batch_size`), before any work."""
     if not callable(global_batch_size):
-        g = check_int("global_batch_size", global_batch_size, min_value=1)
+        g = check_global_batch_size("global_batch_size", global_batch_size)
         return lambda f, w, h: g
 
     def one(f: int, w: int, h: int) -> int:
         value = global_batch_size(shape_info(w, h, f))
-        return check_int(f"global_batch_size({w}x{h}x{f}f)", value, min_value=1)
+        return check_global_batch_size(f"global_batch_size({w}x{h}x{f}f)", value)
 
     return one

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 import dataorder.diffusion.buckets.video_set as VR
 import dataorder.diffusion.fit.video as VF
 from dataorder.diffusion.buckets.cost import CostModel
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.calculators.video import TOO_SHORT, TOO_SMALL, VideoBucketCalculator
 from dataorder.diffusion.fit.candidates import clip_digest
 from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
@@ -388,6 +389,13 @@ def test_the_largest_global_batch_size_is_refused_for_the_clips_not_for_memory()
     # the fit counts the bucket batch sizes without a slot per value (np.bincount took 16 GiB)
     with pytest.raises(ValueError, match="global_batch_size must be small enough for the clips"):
         VF.fit_video_to_data(W, H, F, BASE, global_batch_size=2**31)
+
+
+@pytest.mark.parametrize("base", [None, MultiTierBucketCalculator.from_preset("256p", 256)])
+def test_a_base_that_is_no_video_calculator_is_refused_by_name(base: Any) -> None:
+    # an AttributeError ('NoneType' object has no attribute 'bucket_set') before
+    with pytest.raises(TypeError, match="base must be a VideoBucketCalculator; got base="):
+        VF.fit_video_to_data(W, H, F, base, global_batch_size=8)
 
 
 def test_bad_settings_name_themselves() -> None:

@@ -76,7 +76,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -119,8 +119,13 @@ TRIM_WEIGHT = 1
 DEFAULT_VIDEO_MAX_CANDIDATES = 16
 
 
+@runtime_checkable
 class VideoCalculator(Protocol):
-    """What the fit reads of the calculator whose rules it keeps (a ``VideoBucketCalculator``)."""
+    """What the fit reads of the calculator whose rules it keeps (a ``VideoBucketCalculator``).
+
+    Checked with ``isinstance`` (every member present), so that an image calculator or None is
+    refused by name; the calculator class itself is not imported (calculators import the fit).
+    """
 
     @property
     def legal_frame_counts(self) -> tuple[int, ...]: ...
@@ -203,6 +208,8 @@ def fit_video_to_data(
             f"{w.shape}, {h.shape} and {f.shape}"
         )
     w, h, f = w.ravel(), h.ravel(), f.ravel()
+    if not isinstance(base, VideoCalculator):
+        fail("base", "a VideoBucketCalculator", base, TypeError)
     if base.bucket_set is not None:
         fail("base", "a calculator of generated buckets (not a fitted one)", base, TypeError)
     share = check_share("max_waste", max_waste, low=0.0, high=1.0, open_low=False)

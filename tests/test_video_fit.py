@@ -437,6 +437,15 @@ def test_the_rule_refuses_a_bad_set() -> None:
          "classes must be strictly ascending in aspect ratio"),
         (lambda: VR.VideoBand([cls((480, 832), (17,), ((17, 1, 1),)), good], [(2, 1)]),
          ValueError, r"thresholds\[0\] must be a fraction in \[480/832, 832/480\)"),
+        # each named, where list() of the raw value raised "'int' object is not iterable"
+        (lambda: VR.VideoBand([good], 5), TypeError, "band.thresholds must be a sequence of "),
+        (lambda: VR.VideoBand([good], None), TypeError, "band.thresholds must be a sequence of "),
+        (lambda: VR.VideoBand([{**good.config(), "frames": 17}], []), TypeError,
+         r"band.classes\[0\].frames must be a sequence of ints; got band.classes\[0\].frames=17"),
+        (lambda: VR.VideoBand([{**good.config(), "resolution": 480}], []), TypeError,
+         r"band.classes\[0\].resolution\[0\] must be a \(width, height\) pair of ints; got"),
+        (lambda: VR.VideoBand([{**good.config(), "starts": [(17, 1, 1), 81]}], []), TypeError,
+         r"band.classes\[0\].starts\[1\] must be a key \(F, W, H\) of three ints; got"),
         (lambda: VR.FittedVideoSet([VR.VideoBand([good], [])] * 2, [(17, 1, 1)]), ValueError,
          r"bands\[1\] must be a band whose frame counts all exceed band 0's"),
         (lambda: VR.FittedVideoSet([VR.VideoBand([good], [])], [(17, 1, 1)]), ValueError,
@@ -448,6 +457,9 @@ def test_the_rule_refuses_a_bad_set() -> None:
     for make, exc, message in cases:
         with pytest.raises(exc, match=message):
             make()
+    # 1-d int arrays are still as good as lists
+    arrays = cls(np.array([832, 480]), np.array([17, 81]), ((17, 1, 1), (81, 1, 1)))
+    assert VR.VideoBand([arrays], np.zeros((0, 2), dtype=np.int64)).classes == (good,)
 
 
 # -- the command line ---------------------------------------------------------------------------

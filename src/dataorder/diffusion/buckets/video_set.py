@@ -101,9 +101,14 @@ class VideoClass:
 
 
 def _ints(name: str, values: object) -> tuple[int, ...]:
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+    # a 1-d int array is as good as a list (what the fit, or a caller, may hold)
+    if (
+        isinstance(values, str | bytes)
+        or not isinstance(values, Sequence | np.ndarray)
+        or (isinstance(values, np.ndarray) and values.ndim != 1)
+    ):
         fail(name, "a sequence of ints", values, TypeError)
-    if not values:
+    if len(values) == 0:
         fail(name, "a non-empty sequence", values)
     out = tuple(
         check_int(f"{name}[{i}]", v, min_value=1, max_value=MAX_VIDEO_SIZE)
@@ -125,20 +130,15 @@ def _class(name: str, item: object) -> VideoClass:
         resolution, frames, starts = item.resolution, item.frames, item.starts
     else:
         fail(name, "a VideoClass or a mapping", item, TypeError)
-    (res,) = check_points(f"{name}.resolution", [list(resolution)], None, None)
-    f = _ints(f"{name}.frames", list(frames))
+    (res,) = check_points(f"{name}.resolution", [resolution], None, None)
+    f = _ints(f"{name}.frames", frames)
     if isinstance(starts, str | bytes) or not isinstance(starts, Sequence):
         fail(f"{name}.starts", "a sequence of (F, W, H) keys", starts, TypeError)
     if len(starts) != len(f):
         fail(f"{name}.starts", f"{len(f)} keys (F, W, H), one per frame count", starts)
     t: list[tuple[int, int, int]] = []
     for j, key in enumerate(starts):
-        if isinstance(key, str | bytes) or not isinstance(key, Sequence) or len(key) != 3:
-            fail(f"{name}.starts[{j}]", "a key (F, W, H) of three ints", key, TypeError)
-        fj, wj, hj = (
-            check_int(f"{name}.starts[{j}][{i}]", v, min_value=1, max_value=MAX_VIDEO_SIZE)
-            for i, v in enumerate(key)
-        )
+        fj, wj, hj = _key(f"{name}.starts[{j}]", key)
         if fj < f[j]:
             what = f"a key (F, W, H) with F >= its frame count {f[j]} (clips are never stretched)"
             fail(f"{name}.starts[{j}]", what, tuple(key))
@@ -189,7 +189,7 @@ class VideoBand:
         for k in range(1, len(res)):
             if res[k][0] * res[k - 1][1] <= res[k - 1][0] * res[k][1]:
                 fail(f"{name}.classes", "strictly ascending in aspect ratio w / h", res)
-        pairs = check_pairs(f"{name}.thresholds", list(thresholds))
+        pairs = check_pairs(f"{name}.thresholds", thresholds)
         if len(pairs) != len(res) - 1:
             what = f"{len(res) - 1} pairs, one between each two classes"
             fail(f"{name}.thresholds", what, thresholds)

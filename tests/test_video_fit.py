@@ -398,6 +398,20 @@ def test_a_base_that_is_no_video_calculator_is_refused_by_name(base: Any) -> Non
         VF.fit_video_to_data(W, H, F, base, global_batch_size=8)
 
 
+def test_the_clip_digest_is_pinned_and_checks_its_input() -> None:
+    w, h, f = [832, 480, 1280, 832], [480, 832, 720, 480], [81, 17, 33, 5]
+    # computed before the digest shared its body with size_digest's: a change would orphan
+    # every recorded fit
+    assert clip_digest(np.array(w), np.array(h), np.array(f)) == "de359546cd8e05ce1f6e492c9bef5f7f"
+    assert clip_digest(w, h, f) == "de359546cd8e05ce1f6e492c9bef5f7f"  # lists: AttributeError
+    with pytest.raises(ValueError, match=r"widths, heights and frames must have the same shape"):
+        clip_digest(np.array(w), np.array(h), np.array(f[:1]))  # numpy broadcast it silently
+    with pytest.raises(ValueError, match=r"frames\[1\] must be an int in \[1, "):
+        clip_digest(w, h, [81, 0, 33, 5])
+    with pytest.raises(TypeError, match="heights must be an array of ints; got heights="):
+        clip_digest(w, [480.0] * 4, f)
+
+
 def test_bad_settings_name_themselves() -> None:
     fit = VideoBucketCalculator.fit_to_data
     with pytest.raises(ValueError, match=r"preset must be one of 'wan2.1-480p'"):

@@ -268,6 +268,16 @@ def test_the_config_rebuilds_the_calculator_without_the_data(
     )  # fmt: skip
     assert direct == calc
 
+    class Mine(VideoBucketCalculator):
+        pass
+
+    mine = Mine.fit_to_data(
+        w, h, f, global_batch_size=COST.global_batch_size(16, 1), max_waste=0.02,
+        preset="wan2.1-480p", cost_model=COST.cost_model,
+    )  # fmt: skip
+    assert type(mine) is Mine  # a subclass builds a subclass
+    assert mine.config() == calc.config()
+
 
 def test_a_manifest_and_a_sampler_state_keep_the_fitted_set(
     fitted: tuple[VF.VideoFitResult, IntArray, IntArray, IntArray], tmp_path: Path

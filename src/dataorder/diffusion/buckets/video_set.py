@@ -65,7 +65,14 @@ from dataorder.diffusion.buckets.points import check_pairs, check_points
 from dataorder.diffusion.buckets.video_assign import TOO_SHORT, TOO_SMALL
 from dataorder.diffusion.buckets.video_frames import MAX_VIDEO_SIZE
 
-__all__ = ["VIDEO_FIT_VERSION", "FittedVideoAssigner", "FittedVideoSet", "VideoBand", "VideoClass"]
+__all__ = [
+    "VIDEO_FIT_VERSION",
+    "FittedVideoAssigner",
+    "FittedVideoSet",
+    "VideoBand",
+    "VideoClass",
+    "at_least",
+]
 
 #: Bumped whenever the meaning of a fitted video configuration changes.
 VIDEO_FIT_VERSION = 1
@@ -98,6 +105,32 @@ class VideoClass:
             "frames": list(self.frames),
             "starts": [list(t) for t in self.starts],
         }
+
+
+def at_least(
+    key: tuple[IntArray, IntArray, IntArray], start: tuple[int, int, int]
+) -> npt.NDArray[np.bool_]:
+    """Whether each clip's key ``(F, W, H)`` is at least ``start``, lexicographically.
+
+    How a clip is compared with a band's start (:class:`FittedVideoSet`'s ``band_starts``), by
+    the assigner and by the fit, which must agree.
+
+    Args:
+        key: Three int arrays of one shape: the clips' frame counts, widths and heights.
+        start: A key ``(F, W, H)``.
+
+    Returns:
+        A bool array of the arrays' shape.
+
+    Example:
+        >>> f, w, h = np.array([17, 17, 17, 33]), np.array([832, 640, 832, 1]), np.full(4, 480)
+        >>> at_least((f, w, h - [0, 0, 1, 0]), (17, 832, 480)).tolist()
+        [True, False, False, True]
+    """
+    f, w, h = key
+    t, ws, hs = start
+    out: npt.NDArray[np.bool_] = (f > t) | ((f == t) & ((w > ws) | ((w == ws) & (h >= hs))))
+    return out
 
 
 def _ints(name: str, values: object) -> tuple[int, ...]:
@@ -461,8 +494,8 @@ class FittedVideoAssigner:
             e = min(w.size, s + _CHUNK)
             wc, hc, fc = w[s:e], h[s:e], f[s:e]
             band = np.zeros(wc.size, dtype=np.int64)
-            for t, ws, hs in self._rule.band_starts:  # key >= start, lexicographically
-                band += (fc > t) | ((fc == t) & ((wc > ws) | ((wc == ws) & (hc >= hs))))
+            for start in self._rule.band_starts:
+                band += at_least((fc, wc, hc), start)
             g = np.empty(wc.size, dtype=np.int64)
             slot = np.empty(wc.size, dtype=np.int64)
             for b in range(len(self._rule.bands) - 1, -1, -1):  # a clip may fall to the band below

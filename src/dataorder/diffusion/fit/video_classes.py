@@ -57,7 +57,6 @@ __all__ = [
     "ClassSpace",
     "Front",
     "Option",
-    "allocate",
     "chain_options",
     "checked_batch",
 ]
@@ -371,16 +370,6 @@ class Front:
             out.append(int(choice[entry]))
             entry = int(parent[entry])
         return list(reversed(out))
-
-
-def allocate(options: list[list[Option]], w_max: int) -> tuple[list[int], int, int] | None:
-    """One option per class: the least total trim whose total waste is at most ``w_max`` (ties:
-    the least waste), as ``(choices, waste, trim)``; None if none fits (:class:`Front`)."""
-    front = Front.of([[(o.waste, o.trim) for o in opts] for opts in options], w_max)
-    if front is None:
-        return None
-    i = front.best()
-    return front.choices(i), int(front.waste[i]), int(front.value[i])
 
 
 def checked_batch(global_batch_size: Any, shape_info: Callable[[int, int, int], Any]) -> Any:

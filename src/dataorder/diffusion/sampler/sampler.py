@@ -130,10 +130,6 @@ def _interleaved() -> Field:
     return Field("interleaved", read, args, label, optional=True)
 
 
-def _digest_field(name: str, read: Any) -> Field:
-    return Field(name, read)
-
-
 class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], Sampler[list[int]]):
     """Batches of one bucket at a time, the same bucket and batch size on every rank at each step.
 

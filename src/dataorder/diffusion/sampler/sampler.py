@@ -235,7 +235,7 @@ class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], 
             flag("shuffle_within_bucket"),
             flag("dynamic_batch_size"),
             Field("dataset", lambda s: s.bucket_table.fingerprint),
-            Field("batch_sizes", lambda s: digest(s.batch_sizes)),
+            Field("batch_sizes", lambda s: s._batch_sizes_digest),
             _interleaved(),
         ),
         layout=Layout(rank="rank", size="num_replicas"),
@@ -334,6 +334,8 @@ class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], 
             base_resolution=self._base_resolution,
             dynamic=self._dynamic,
         )
+        # once, not on each state_dict() and load_state_dict() that records or compares it
+        self._batch_sizes_digest = digest(self._batch_sizes)
         # Batch counts, drops and pads do not depend on the order, so one plan tells them all.
         check_something_to_train(
             self.bucket_plan(0),

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 import dataorder.diffusion.buckets.video_set as VR
 import dataorder.diffusion.fit.video as VF
 from dataorder.diffusion.buckets.cost import CostModel
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.calculators.video import TOO_SHORT, TOO_SMALL, VideoBucketCalculator
 from dataorder.diffusion.fit.candidates import clip_digest
 from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
@@ -267,6 +268,16 @@ def test_the_config_rebuilds_the_calculator_without_the_data(
     )  # fmt: skip
     assert direct == calc
 
+    class Mine(VideoBucketCalculator):
+        pass
+
+    mine = Mine.fit_to_data(
+        w, h, f, global_batch_size=COST.global_batch_size(16, 1), max_waste=0.02,
+        preset="wan2.1-480p", cost_model=COST.cost_model,
+    )  # fmt: skip
+    assert type(mine) is Mine  # a subclass builds a subclass
+    assert mine.config() == calc.config()
+
 
 def test_a_manifest_and_a_sampler_state_keep_the_fitted_set(
     fitted: tuple[VF.VideoFitResult, IntArray, IntArray, IntArray], tmp_path: Path
@@ -362,6 +373,14 @@ ERRORS: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"global_batch_size": True}, TypeError, "global_batch_size must be a positive int; got glo"),
     ({"global_batch_size": lambda b: 0}, ValueError, r"global_batch_size\(\d+x\d+x\d+f\) must"),
     ({"global_batch_size": lambda b: 1.5}, TypeError, r"global_batch_size\(\d+x\d+x\d+f\) must"),
+    # bounded before the fit counts the sizes (np.bincount took 8 TiB at 2**40, overflowed at 2**70)
+    ({"global_batch_size": 2**40}, ValueError, r"global_batch_size must be at most 2\*\*31 = "),
+    ({"global_batch_size": 2**70}, ValueError, r"global_batch_size must be at most 2\*\*31 = "),
+    (
+        {"global_batch_size": lambda b: 2**40},
+        ValueError,
+        r"global_batch_size\(\d+x\d+x\d+f\) must be at m",
+    ),
     ({"drop_last": 1}, TypeError, "drop_last must be a bool"),
 ]
 
@@ -374,6 +393,33 @@ def test_bad_input_names_the_argument(
     kwargs.update(change)
     with pytest.raises(exc, match=message):
         VF.fit_video_to_data(base=BASE, **kwargs)
+
+
+def test_the_largest_global_batch_size_is_refused_for_the_clips_not_for_memory() -> None:
+    # the fit counts the bucket batch sizes without a slot per value (np.bincount took 16 GiB)
+    with pytest.raises(ValueError, match="global_batch_size must be small enough for the clips"):
+        VF.fit_video_to_data(W, H, F, BASE, global_batch_size=2**31)
+
+
+@pytest.mark.parametrize("base", [None, MultiTierBucketCalculator.from_preset("256p", 256)])
+def test_a_base_that_is_no_video_calculator_is_refused_by_name(base: Any) -> None:
+    # an AttributeError ('NoneType' object has no attribute 'bucket_set') before
+    with pytest.raises(TypeError, match="base must be a VideoBucketCalculator; got base="):
+        VF.fit_video_to_data(W, H, F, base, global_batch_size=8)
+
+
+def test_the_clip_digest_is_pinned_and_checks_its_input() -> None:
+    w, h, f = [832, 480, 1280, 832], [480, 832, 720, 480], [81, 17, 33, 5]
+    # computed before the digest shared its body with size_digest's: a change would orphan
+    # every recorded fit
+    assert clip_digest(np.array(w), np.array(h), np.array(f)) == "de359546cd8e05ce1f6e492c9bef5f7f"
+    assert clip_digest(w, h, f) == "de359546cd8e05ce1f6e492c9bef5f7f"  # lists: AttributeError
+    with pytest.raises(ValueError, match=r"widths, heights and frames must have the same shape"):
+        clip_digest(np.array(w), np.array(h), np.array(f[:1]))  # numpy broadcast it silently
+    with pytest.raises(ValueError, match=r"frames\[1\] must be an int in \[1, "):
+        clip_digest(w, h, [81, 0, 33, 5])
+    with pytest.raises(TypeError, match="heights must be an array of ints; got heights="):
+        clip_digest(w, [480.0] * 4, f)
 
 
 def test_bad_settings_name_themselves() -> None:
@@ -415,6 +461,15 @@ def test_the_rule_refuses_a_bad_set() -> None:
          "classes must be strictly ascending in aspect ratio"),
         (lambda: VR.VideoBand([cls((480, 832), (17,), ((17, 1, 1),)), good], [(2, 1)]),
          ValueError, r"thresholds\[0\] must be a fraction in \[480/832, 832/480\)"),
+        # each named, where list() of the raw value raised "'int' object is not iterable"
+        (lambda: VR.VideoBand([good], 5), TypeError, "band.thresholds must be a sequence of "),
+        (lambda: VR.VideoBand([good], None), TypeError, "band.thresholds must be a sequence of "),
+        (lambda: VR.VideoBand([{**good.config(), "frames": 17}], []), TypeError,
+         r"band.classes\[0\].frames must be a sequence of ints; got band.classes\[0\].frames=17"),
+        (lambda: VR.VideoBand([{**good.config(), "resolution": 480}], []), TypeError,
+         r"band.classes\[0\].resolution\[0\] must be a \(width, height\) pair of ints; got"),
+        (lambda: VR.VideoBand([{**good.config(), "starts": [(17, 1, 1), 81]}], []), TypeError,
+         r"band.classes\[0\].starts\[1\] must be a key \(F, W, H\) of three ints; got"),
         (lambda: VR.FittedVideoSet([VR.VideoBand([good], [])] * 2, [(17, 1, 1)]), ValueError,
          r"bands\[1\] must be a band whose frame counts all exceed band 0's"),
         (lambda: VR.FittedVideoSet([VR.VideoBand([good], [])], [(17, 1, 1)]), ValueError,
@@ -426,6 +481,9 @@ def test_the_rule_refuses_a_bad_set() -> None:
     for make, exc, message in cases:
         with pytest.raises(exc, match=message):
             make()
+    # 1-d int arrays are still as good as lists
+    arrays = cls(np.array([832, 480]), np.array([17, 81]), ((17, 1, 1), (81, 1, 1)))
+    assert VR.VideoBand([arrays], np.zeros((0, 2), dtype=np.int64)).classes == (good,)
 
 
 # -- the command line ---------------------------------------------------------------------------

@@ -65,7 +65,14 @@ from dataorder.diffusion.buckets.points import check_pairs, check_points
 from dataorder.diffusion.buckets.video_assign import TOO_SHORT, TOO_SMALL
 from dataorder.diffusion.buckets.video_frames import MAX_VIDEO_SIZE
 
-__all__ = ["VIDEO_FIT_VERSION", "FittedVideoAssigner", "FittedVideoSet", "VideoBand", "VideoClass"]
+__all__ = [
+    "VIDEO_FIT_VERSION",
+    "FittedVideoAssigner",
+    "FittedVideoSet",
+    "VideoBand",
+    "VideoClass",
+    "at_least",
+]
 
 #: Bumped whenever the meaning of a fitted video configuration changes.
 VIDEO_FIT_VERSION = 1
@@ -100,10 +107,41 @@ class VideoClass:
         }
 
 
+def at_least(
+    key: tuple[IntArray, IntArray, IntArray], start: tuple[int, int, int]
+) -> npt.NDArray[np.bool_]:
+    """Whether each clip's key ``(F, W, H)`` is at least ``start``, lexicographically.
+
+    How a clip is compared with a band's start (:class:`FittedVideoSet`'s ``band_starts``), by
+    the assigner and by the fit, which must agree.
+
+    Args:
+        key: Three int arrays of one shape: the clips' frame counts, widths and heights.
+        start: A key ``(F, W, H)``.
+
+    Returns:
+        A bool array of the arrays' shape.
+
+    Example:
+        >>> f, w, h = np.array([17, 17, 17, 33]), np.array([832, 640, 832, 1]), np.full(4, 480)
+        >>> at_least((f, w, h - [0, 0, 1, 0]), (17, 832, 480)).tolist()
+        [True, False, False, True]
+    """
+    f, w, h = key
+    t, ws, hs = start
+    out: npt.NDArray[np.bool_] = (f > t) | ((f == t) & ((w > ws) | ((w == ws) & (h >= hs))))
+    return out
+
+
 def _ints(name: str, values: object) -> tuple[int, ...]:
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+    # a 1-d int array is as good as a list (what the fit, or a caller, may hold)
+    if (
+        isinstance(values, str | bytes)
+        or not isinstance(values, Sequence | np.ndarray)
+        or (isinstance(values, np.ndarray) and values.ndim != 1)
+    ):
         fail(name, "a sequence of ints", values, TypeError)
-    if not values:
+    if len(values) == 0:
         fail(name, "a non-empty sequence", values)
     out = tuple(
         check_int(f"{name}[{i}]", v, min_value=1, max_value=MAX_VIDEO_SIZE)
@@ -125,20 +163,15 @@ def _class(name: str, item: object) -> VideoClass:
         resolution, frames, starts = item.resolution, item.frames, item.starts
     else:
         fail(name, "a VideoClass or a mapping", item, TypeError)
-    (res,) = check_points(f"{name}.resolution", [list(resolution)], None, None)
-    f = _ints(f"{name}.frames", list(frames))
+    (res,) = check_points(f"{name}.resolution", [resolution], None, None)
+    f = _ints(f"{name}.frames", frames)
     if isinstance(starts, str | bytes) or not isinstance(starts, Sequence):
         fail(f"{name}.starts", "a sequence of (F, W, H) keys", starts, TypeError)
     if len(starts) != len(f):
         fail(f"{name}.starts", f"{len(f)} keys (F, W, H), one per frame count", starts)
     t: list[tuple[int, int, int]] = []
     for j, key in enumerate(starts):
-        if isinstance(key, str | bytes) or not isinstance(key, Sequence) or len(key) != 3:
-            fail(f"{name}.starts[{j}]", "a key (F, W, H) of three ints", key, TypeError)
-        fj, wj, hj = (
-            check_int(f"{name}.starts[{j}][{i}]", v, min_value=1, max_value=MAX_VIDEO_SIZE)
-            for i, v in enumerate(key)
-        )
+        fj, wj, hj = _key(f"{name}.starts[{j}]", key)
         if fj < f[j]:
             what = f"a key (F, W, H) with F >= its frame count {f[j]} (clips are never stretched)"
             fail(f"{name}.starts[{j}]", what, tuple(key))
@@ -189,7 +222,7 @@ class VideoBand:
         for k in range(1, len(res)):
             if res[k][0] * res[k - 1][1] <= res[k - 1][0] * res[k][1]:
                 fail(f"{name}.classes", "strictly ascending in aspect ratio w / h", res)
-        pairs = check_pairs(f"{name}.thresholds", list(thresholds))
+        pairs = check_pairs(f"{name}.thresholds", thresholds)
         if len(pairs) != len(res) - 1:
             what = f"{len(res) - 1} pairs, one between each two classes"
             fail(f"{name}.thresholds", what, thresholds)
@@ -461,8 +494,8 @@ class FittedVideoAssigner:
             e = min(w.size, s + _CHUNK)
             wc, hc, fc = w[s:e], h[s:e], f[s:e]
             band = np.zeros(wc.size, dtype=np.int64)
-            for t, ws, hs in self._rule.band_starts:  # key >= start, lexicographically
-                band += (fc > t) | ((fc == t) & ((wc > ws) | ((wc == ws) & (hc >= hs))))
+            for start in self._rule.band_starts:
+                band += at_least((fc, wc, hc), start)
             g = np.empty(wc.size, dtype=np.int64)
             slot = np.empty(wc.size, dtype=np.int64)
             for b in range(len(self._rule.bands) - 1, -1, -1):  # a clip may fall to the band below

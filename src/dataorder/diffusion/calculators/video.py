@@ -495,7 +495,8 @@ class VideoBucketCalculator:
             max_waste=max_waste,
             drop_last=drop_last,
         )
-        return cls.from_config({**base.config(), "bucket_set": fit.bucket_set.config()})
+        built: VideoBucketCalculator = fit.calculator()  # of type(base), which is cls
+        return built
 
     def config(self) -> dict[str, Any]:
         """Everything needed to rebuild this calculator, as a JSON-serialisable dict.

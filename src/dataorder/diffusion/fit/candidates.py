@@ -273,9 +273,14 @@ def size_digest(widths: npt.ArrayLike, heights: npt.ArrayLike) -> str:
     return _digest(*check_sizes(widths, heights))
 
 
-def clip_digest(widths: IntArray, heights: IntArray, frames: IntArray) -> str:
+def clip_digest(widths: npt.ArrayLike, heights: npt.ArrayLike, frames: npt.ArrayLike) -> str:
     """A digest of the multiset of clip sizes and frame counts, as :func:`size_digest` is of
-    image sizes: equal for the same clips in any order (1-D int64 arrays of equal length).
+    image sizes: equal for the same clips in any order.
+
+    Raises:
+        TypeError: If an array is not of ints.
+        ValueError: If a value is out of range (naming ``widths[i]``, ``heights[i]`` or
+            ``frames[i]``) or the shapes differ.
 
     Example:
         >>> w, h, f = (np.array(v) for v in ([640, 480], [480, 640], [81, 5]))
@@ -284,24 +289,28 @@ def clip_digest(widths: IntArray, heights: IntArray, frames: IntArray) -> str:
         >>> clip_digest(w, h, f) == clip_digest(w, h, f[::-1])
         False
     """
-    sums = [0, 0]
-    for s in range(0, widths.size, CHUNK):
-        key = (widths[s : s + CHUNK].astype(np.uint64) << np.uint64(32)) | heights[
-            s : s + CHUNK
-        ].astype(np.uint64)
-        with np.errstate(over="ignore"):  # words wrap modulo 2**64 by design
-            word = _mix(_mix(key ^ _SALT[0]) + frames[s : s + CHUNK].astype(np.uint64))
-        for i, salt in enumerate(_SALT):
-            sums[i] = (sums[i] + int(np.add.reduce(_mix(word ^ salt), dtype=np.uint64))) % 2**64
-    return f"{sums[0]:016x}{sums[1]:016x}"
+    w = as_size_array("widths", widths)
+    h = as_size_array("heights", heights)
+    f = as_size_array("frames", frames)
+    if not (w.shape == h.shape == f.shape):
+        raise ValueError(
+            "widths, heights and frames must have the same shape; got "
+            f"{w.shape}, {h.shape} and {f.shape}"
+        )
+    return _digest(w.ravel(), h.ravel(), f.ravel())
 
 
-def _digest(w: IntArray, h: IntArray) -> str:
+def _digest(w: IntArray, h: IntArray, f: IntArray | None = None) -> str:
+    """The two salted sums of :func:`size_digest` over a word per item: its ``(W, H)`` key, or
+    with frame counts ``f`` that key mixed with its frame count (:func:`clip_digest`)."""
     sums = [0, 0]
     for s in range(0, w.size, CHUNK):
         key = (w[s : s + CHUNK].astype(np.uint64) << np.uint64(32)) | h[s : s + CHUNK].astype(
             np.uint64
         )
+        if f is not None:
+            with np.errstate(over="ignore"):  # words wrap modulo 2**64 by design
+                key = _mix(_mix(key ^ _SALT[0]) + f[s : s + CHUNK].astype(np.uint64))
         for i, salt in enumerate(_SALT):
             sums[i] = (sums[i] + int(np.add.reduce(_mix(key ^ salt), dtype=np.uint64))) % 2**64
     return f"{sums[0]:016x}{sums[1]:016x}"

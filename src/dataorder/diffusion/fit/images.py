@@ -345,16 +345,15 @@ def fitted_calculator(
         max_candidates=max_candidates,
         include_presets=include_presets,
         candidates=candidates,
+        calculator=calculator,
     )
-    return calculator(
-        fit.quantization,
-        fit.max_pixels,
-        debug_mode,
-        rule=fit.rule,
+    built: C = fit.calculator(
         max_batch_size=max_batch_size,
+        debug_mode=debug_mode,
         cost_model=cost_model,
         patch_side=patch_side,
     )
+    return built
 
 
 # -- the result ---------------------------------------------------------------------------------

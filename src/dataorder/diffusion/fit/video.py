@@ -76,7 +76,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -119,8 +119,13 @@ TRIM_WEIGHT = 1
 DEFAULT_VIDEO_MAX_CANDIDATES = 16
 
 
+@runtime_checkable
 class VideoCalculator(Protocol):
-    """What the fit reads of the calculator whose rules it keeps (a ``VideoBucketCalculator``)."""
+    """What the fit reads of the calculator whose rules it keeps (a ``VideoBucketCalculator``).
+
+    Checked with ``isinstance`` (every member present), so that an image calculator or None is
+    refused by name; the calculator class itself is not imported (calculators import the fit).
+    """
 
     @property
     def legal_frame_counts(self) -> tuple[int, ...]: ...
@@ -203,6 +208,8 @@ def fit_video_to_data(
             f"{w.shape}, {h.shape} and {f.shape}"
         )
     w, h, f = w.ravel(), h.ravel(), f.ravel()
+    if not isinstance(base, VideoCalculator):
+        fail("base", "a VideoBucketCalculator", base, TypeError)
     if base.bucket_set is not None:
         fail("base", "a calculator of generated buckets (not a fitted one)", base, TypeError)
     share = check_share("max_waste", max_waste, low=0.0, high=1.0, open_low=False)
@@ -234,7 +241,7 @@ def fit_video_to_data(
     own = [(int(a), int(b)) for a, b in base.resolutions[base.bucket_frames == legal[0]].tolist()]
     # bands: runs of frame counts whose buckets take one global batch size (on the calculator's
     # own buckets, the most common); one band for a fixed batch
-    typical = [int(np.bincount([batch(g, a, b) for a, b in own]).argmax()) for g in legal]
+    typical = [_most_common([batch(g, a, b) for a, b in own]) for g in legal]
     spans = band_spans(fk, legal, typical)
     args = FitSettings(
         budgets[0],
@@ -294,6 +301,13 @@ def fit_video_to_data(
     }
     picks, _ = found
     return _result(picks, base, summary, fine, int((ids == -1).sum()), int((ids == -2).sum()))
+
+
+def _most_common(sizes: list[int]) -> int:
+    """The most common of ``sizes`` (ties: the least), as ``np.bincount(sizes).argmax()``
+    without its array of one slot per value up to the largest."""
+    values, counts = np.unique(sizes, return_counts=True)
+    return int(values[counts.argmax()])
 
 
 def _result(

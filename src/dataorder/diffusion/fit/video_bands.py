@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from dataorder.diffusion.buckets.video_set import at_least
 from dataorder.diffusion.fit.bins import IntArray, ratio_range
 from dataorder.diffusion.fit.programme import AspectProgramme, Chain
 from dataorder.diffusion.fit.video_classes import ClassSpace, Front, Option, chain_options
@@ -40,7 +41,6 @@ __all__ = [
     "BandSpec",
     "ClassChoice",
     "FitSettings",
-    "at_least",
     "band_layouts",
     "band_spans",
     "descend",
@@ -89,13 +89,6 @@ def band_layouts(
     if [(a, b) for a, b in merged] != spans:
         out.append([(a, b) for a, b in merged])
     return out
-
-
-def at_least(key: tuple[IntArray, IntArray, IntArray], start: tuple[int, int, int]) -> Any:
-    """Whether each clip's key ``(F, W, H)`` is at least ``start``, lexicographically."""
-    f, w, h = key
-    t, ws, hs = start
-    return (f > t) | ((f == t) & ((w > ws) | ((w == ws) & (h >= hs))))
 
 
 @dataclass

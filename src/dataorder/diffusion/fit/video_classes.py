@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from dataorder._validate import check_int
 from dataorder.diffusion.fit.bins import (
     IntArray,
     LabelledBins,
@@ -42,7 +41,13 @@ from dataorder.diffusion.fit.candidates import (
     prune_candidates,
     thin_candidates,
 )
-from dataorder.diffusion.fit.programme import AspectProgramme, Chain, ChainProgramme, chain_cost
+from dataorder.diffusion.fit.programme import (
+    AspectProgramme,
+    Chain,
+    ChainProgramme,
+    chain_cost,
+    check_global_batch_size,
+)
 
 __all__ = [
     "CLASS_FALLS",
@@ -52,7 +57,6 @@ __all__ = [
     "ClassSpace",
     "Front",
     "Option",
-    "allocate",
     "chain_options",
     "checked_batch",
 ]
@@ -368,25 +372,17 @@ class Front:
         return list(reversed(out))
 
 
-def allocate(options: list[list[Option]], w_max: int) -> tuple[list[int], int, int] | None:
-    """One option per class: the least total trim whose total waste is at most ``w_max`` (ties:
-    the least waste), as ``(choices, waste, trim)``; None if none fits (:class:`Front`)."""
-    front = Front.of([[(o.waste, o.trim) for o in opts] for opts in options], w_max)
-    if front is None:
-        return None
-    i = front.best()
-    return front.choices(i), int(front.waste[i]), int(front.value[i])
-
-
 def checked_batch(global_batch_size: Any, shape_info: Callable[[int, int, int], Any]) -> Any:
     """``(frames, w, h) -> G`` from ``global_batch_size`` (an int, or a callable of the bucket
-    dict ``shape_info(w, h, frames)``), each value checked to be a positive int."""
+    dict ``shape_info(w, h, frames)``), each value checked to be a positive int of at most
+    ``2**31``, the largest batch the fit plans
+    (:func:`~dataorder.diffusion.fit.programme.check_global_batch_size`), before any work."""
     if not callable(global_batch_size):
-        g = check_int("global_batch_size", global_batch_size, min_value=1)
+        g = check_global_batch_size("global_batch_size", global_batch_size)
         return lambda f, w, h: g
 
     def one(f: int, w: int, h: int) -> int:
         value = global_batch_size(shape_info(w, h, f))
-        return check_int(f"global_batch_size({w}x{h}x{f}f)", value, min_value=1)
+        return check_global_batch_size(f"global_batch_size({w}x{h}x{f}f)", value)
 
     return one

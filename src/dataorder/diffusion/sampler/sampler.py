@@ -130,10 +130,6 @@ def _interleaved() -> Field:
     return Field("interleaved", read, args, label, optional=True)
 
 
-def _digest_field(name: str, read: Any) -> Field:
-    return Field(name, read)
-
-
 class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], Sampler[list[int]]):
     """Batches of one bucket at a time, the same bucket and batch size on every rank at each step.
 
@@ -239,7 +235,7 @@ class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], 
             flag("shuffle_within_bucket"),
             flag("dynamic_batch_size"),
             Field("dataset", lambda s: s.bucket_table.fingerprint),
-            Field("batch_sizes", lambda s: digest(s.batch_sizes)),
+            Field("batch_sizes", lambda s: s._batch_sizes_digest),
             _interleaved(),
         ),
         layout=Layout(rank="rank", size="num_replicas"),
@@ -338,6 +334,8 @@ class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], 
             base_resolution=self._base_resolution,
             dynamic=self._dynamic,
         )
+        # once, not on each state_dict() and load_state_dict() that records or compares it
+        self._batch_sizes_digest = digest(self._batch_sizes)
         # Batch counts, drops and pads do not depend on the order, so one plan tells them all.
         check_something_to_train(
             self.bucket_plan(0),

@@ -369,3 +369,34 @@ def test_dealing_a_large_block_makes_at_most_max_swaps(monkeypatch: pytest.Monke
     loads = costs[dealt].sum(axis=1)
     assert loads.max() <= 1.10 * dealing.deal_bounds(costs, 4, 4096)[0]
     assert sorted(dealt.ravel().tolist()) == list(range(4 * 4096))
+
+
+# -- index arrays ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [[0.9], ["1"], [True], np.array([1.0]), np.array([[0.0]])])
+def test_non_integer_indices_are_refused_everywhere(bad: Any) -> None:
+    """PackedWindow.rows cast with ``dtype=np.int64``: ``rows([0.9])`` was row 0 and
+    ``rows(['1'])`` row 1. All three index checks are now one (check_index_array)."""
+    window = pack_window(np.arange(3, dtype=np.int64), np.array([3, 4, 5]), 8)
+    plan = PackingPlan(np.array([3, 4, 5, 9]), 8)
+    for read, name in (
+        (window.rows, "indices"),
+        (plan.epoch(0).rows, "positions"),
+        (DocumentLengths([1, 2, 3]).take, "indices"),
+    ):
+        with pytest.raises(TypeError, match=f"{name} must be integers; got {name}="):
+            read(bad)
+
+
+def test_index_checks_keep_messages_and_shapes() -> None:
+    window = pack_window(np.arange(3, dtype=np.int64), np.array([3, 4, 5]), 8)
+    last = window.num_rows - 1
+    with pytest.raises(ValueError, match=rf"indices must be rows of the window in \[0, {last}\]"):
+        window.rows([0, last + 1])
+    with pytest.raises(ValueError, match=r"document indices in \[0, 2\]; got indices=18446"):
+        DocumentLengths([1, 2, 3]).take(np.array([1, 2**64 - 1], dtype=np.uint64))  # not -1
+    assert DocumentLengths([1, 2, 3]).take(np.array([[2], [0]], dtype=np.uint8)).tolist() == [
+        [3],
+        [1],
+    ]
+    assert window.rows([]) == []
+    assert PackingPlan(np.array([3, 4, 5, 9]), 8).epoch(0).rows([]) == []

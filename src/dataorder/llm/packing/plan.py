@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_choice, check_int, fail
+from dataorder._validate import check_choice, check_index_array, check_int, fail
 from dataorder.core.batching import coverage
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
@@ -514,14 +514,7 @@ class EpochRows:
         return f"EpochRows(epoch={self.epoch}, rows={self.num_rows}, plan={self.plan!r})"
 
     def _positions(self, positions: Any) -> IntArray:
-        pos = np.asarray(positions)
-        if pos.dtype.kind not in "iu" and pos.size:
-            fail("positions", "integers", f"<array of dtype {pos.dtype}>", TypeError)
-        pos = pos.astype(np.int64, copy=False).ravel()
-        if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= self.num_rows):
-            bad = int(pos[(pos < 0) | (pos >= self.num_rows)][0])
-            fail("positions", f"row positions in [0, {self.num_rows - 1}]", bad)
-        return pos
+        return check_index_array("positions", positions, self.num_rows, "row positions").ravel()
 
     def locate(self, positions: npt.ArrayLike) -> tuple[IntArray, IntArray]:
         """``(ordinal, row)`` of each row position: the window's place in this epoch's visit

@@ -26,6 +26,7 @@ from dataorder.llm.packing import (
     pack_window,
     write_megatron,
 )
+from dataorder.llm.packing.plan import DEFAULT_CHUNK, DEFAULT_WINDOW, default_window
 
 WEB = [5, 3, 9, 2, 7, 100, 1, 40] * 10
 CODE = [50, 30, 9, 20] * 10
@@ -400,3 +401,29 @@ def test_index_checks_keep_messages_and_shapes() -> None:
     ]
     assert window.rows([]) == []
     assert PackingPlan(np.array([3, 4, 5, 9]), 8).epoch(0).rows([]) == []
+
+
+# -- the default window ---------------------------------------------------------------------------
+def test_the_default_window_fits_any_chunk() -> None:
+    """``chunk=100`` with the default window raised "window must be a multiple of chunk=100"
+    (only the CLI rounded DEFAULT_WINDOW to whole chunks)."""
+    lengths = np.arange(1, 20001) % 97 + 1
+    assert PackingPlan(lengths, 64, chunk=100).window == default_window(100) == 16300
+    assert PackingPlan(lengths, 64).window == DEFAULT_WINDOW == default_window(DEFAULT_CHUNK)
+    assert PackingPlan(lengths, 64, chunk=2**20).window == 2**20  # at least one chunk
+    with pytest.raises(
+        ValueError, match="window must be a multiple of chunk=100; got window=16384"
+    ):
+        PackingPlan(lengths, 64, chunk=100, window=16384)  # an explicit window is not rounded
+    s = PackedSampler(lengths, 64, 2, 1, 2, seed=3, chunk=100)
+    s.set_epoch(1)
+    batches = iter(s)
+    next(batches)
+    state = s.state_dict()
+    assert state["config.packing"] == "64/overflow/16300/100"
+    again = PackedSampler.from_state(state, lengths=lengths, rank=1)
+    assert again.state_dict() == state
+    assert list(again) == list(batches)
+    assert PackedSampler(lengths, 64, 2, 1, 2, seed=3).state_dict()["config.packing"] == (
+        "64/overflow/16384/128"
+    )

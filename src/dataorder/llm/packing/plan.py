@@ -88,6 +88,7 @@ __all__ = [
     "EpochRows",
     "PackingPlan",
     "PackingStats",
+    "default_window",
 ]
 
 IntArray = npt.NDArray[np.int64]
@@ -120,6 +121,21 @@ DEFAULT_WINDOW = 16384
 FILL_BINS = 200
 #: Packed windows an :class:`EpochRows` keeps (a global batch rarely spans more than two).
 CACHED_WINDOWS = 4
+
+
+def default_window(chunk: int) -> int:
+    """The window used when none is given: :data:`DEFAULT_WINDOW` documents rounded down to
+    whole chunks, and at least one chunk (``16384`` at the default ``chunk=128``; ``16300`` at
+    ``chunk=100``). A window given explicitly must be a multiple of ``chunk``; this is the one
+    place the default is fitted to it (:class:`PackingPlan` calls it for ``window=None``, so the
+    packed sampler and ``dataorder pack`` agree, and a sampler's state records the result).
+
+    Raises:
+        TypeError: If ``chunk`` is not an int.
+        ValueError: If ``chunk`` is outside ``[1, 2**20]``.
+    """
+    chunk = check_int("chunk", chunk, min_value=1, max_value=MAX_CHUNK)
+    return max(chunk, DEFAULT_WINDOW // chunk * chunk)
 
 
 @dataclass(frozen=True)
@@ -177,8 +193,9 @@ class PackingPlan:
         seq_len: Row capacity in tokens, an int in ``[1, 2**31]``.
         split: ``"overflow"`` (pretraining: every token once, only what cannot fit is split
             across rows) or ``"never"`` (fine-tuning: no document is split).
-        window: Documents packed together, a positive multiple of ``chunk``, at most ``2**20``.
-            Larger windows pad and split less; a window's packing is what a resume costs.
+        window: Documents packed together, a positive multiple of ``chunk``, at most ``2**20``;
+            None: :func:`default_window` of ``chunk``. Larger windows pad and split less; a
+            window's packing is what a resume costs.
         chunk: Documents per chunk (consecutive documents, one read), in ``[1, 2**20]``.
         long_documents: Under ``split="never"``, what happens to a document longer than
             ``seq_len``: ``"truncate"`` (one row of its first ``seq_len`` tokens) or ``"drop"``.
@@ -196,7 +213,7 @@ class PackingPlan:
         seq_len: int,
         *,
         split: Split = "overflow",
-        window: int = DEFAULT_WINDOW,
+        window: int | None = None,
         chunk: int = DEFAULT_CHUNK,
         long_documents: LongDocuments = "truncate",
         seed: int = 0,
@@ -205,6 +222,8 @@ class PackingPlan:
         self.seq_len = check_int("seq_len", seq_len, min_value=1, max_value=MAX_SEQ_LEN)
         self.split: Split = check_choice("split", split, SPLITS)  # type: ignore[assignment]
         self.chunk = check_int("chunk", chunk, min_value=1, max_value=MAX_CHUNK)
+        if window is None:
+            window = default_window(self.chunk)
         self.window = check_int("window", window, min_value=1, max_value=MAX_WINDOW)
         if self.window % self.chunk:
             fail("window", f"a multiple of chunk={self.chunk}", window)

@@ -62,7 +62,6 @@ from dataorder.llm.packing.fit import LongDocuments, Split
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.plan import (
     DEFAULT_CHUNK,
-    DEFAULT_WINDOW,
     PACKING_VERSION,
     PackingPlan,
     Row,
@@ -328,7 +327,8 @@ class PackedSampler(
         split: ``"overflow"`` (pretraining: every token of every document once per epoch, only
             what cannot fit split across rows) or ``"never"`` (fine-tuning: no document split).
         window: Documents packed together (a multiple of ``chunk``): larger windows pad less;
-            a resume packs one.
+            a resume packs one. None: :func:`~dataorder.llm.packing.plan.default_window` of
+            ``chunk`` (the state records the window used).
         chunk: Consecutive documents read together (the grain of the windows).
         long_documents: Under ``"never"``, ``"truncate"`` a document longer than ``seq_len``
             to ``seq_len`` tokens, or ``"drop"`` it (counted).
@@ -439,7 +439,7 @@ class PackedSampler(
         *,
         seed: int,
         split: Split = "overflow",
-        window: int = DEFAULT_WINDOW,
+        window: int | None = None,
         chunk: int = DEFAULT_CHUNK,
         long_documents: LongDocuments = "truncate",
         drop_last: bool = True,

@@ -738,7 +738,8 @@ class PackedSampler(
             per_pass, tokens = plan.rows_per_epoch, plan.tokens_per_epoch
             (p0, a), (p1, b) = divmod(j0, per_pass), divmod(j1, per_pass)
             if p0 == p1:
-                part = plan.epoch(p0).tokens_from(a) - plan.epoch(p0).tokens_from(b)
+                stream = plan.epoch(p0)
+                part = stream.tokens_from(a) - stream.tokens_from(b)
                 units, distinct = units + part, distinct + part
                 continue
             head = plan.epoch(p0).tokens_from(a)

@@ -56,9 +56,16 @@ __all__ = [
 ]
 
 IntArray = npt.NDArray[np.int64]
+#: Packing's split modes: ``"overflow"`` splits only what cannot fit across rows, ``"never"``
+#: splits no document. Not :data:`dataorder.core.partition.Split` (how a block is cut between
+#: ranks), which shares the name.
 Split = Literal["overflow", "never"]
+#: What packing does with a document longer than ``seq_len`` under ``split="never"``: keep its
+#: first ``seq_len`` tokens (``"truncate"``) or leave it out (``"drop"``).
 LongDocuments = Literal["truncate", "drop"]
+#: The values of :data:`Split`, for checks and messages.
 SPLITS: tuple[str, ...] = ("overflow", "never")
+#: The values of :data:`LongDocuments`, for checks and messages.
 LONG_DOCUMENTS: tuple[str, ...] = ("truncate", "drop")
 
 Span = tuple[int, int, int]

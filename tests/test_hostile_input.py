@@ -1032,7 +1032,7 @@ def _packing_cases() -> list[Case]:
         "data_parallel_rank": Int(0, 1, none="either"),
         "data_parallel_size": Int(2, MAX_DP_SIZE, legal=2, none="either"),
         "seed": Int(0, MAX_SEED),
-        "window": Int(1, MAX_WINDOW, legal=8),
+        "window": Int(1, MAX_WINDOW, legal=8, none="accept"),  # None: default_window(chunk)
         "chunk": Int(1, MAX_CHUNK, legal=4),
         "split": Never(),
         "long_documents": Never(),
@@ -1112,7 +1112,7 @@ def _packing_cases() -> list[Case]:
         {
             "lengths": Never(),
             "seq_len": Int(1, MAX_SEQ_LEN, legal=16),
-            "window": Int(1, MAX_WINDOW, legal=8),
+            "window": Int(1, MAX_WINDOW, legal=8, none="accept"),  # None: default_window(chunk)
             "chunk": Int(1, MAX_CHUNK, legal=4),
             "split": Never(),
             "long_documents": Never(),

@@ -28,7 +28,7 @@ import dataorder.llm.packing.sampler as sampler_module
 import dataorder.llm.packing.windows as windows_module
 from dataorder.llm.packing.fit import best_fit, pack_window
 from dataorder.llm.packing.lengths import DocumentLengths
-from dataorder.llm.packing.plan import PackingPlan
+from dataorder.llm.packing.plan import CACHED_EPOCHS, PackingPlan
 from dataorder.llm.packing.windows import window_grid
 
 SETTINGS = settings(max_examples=60, deadline=None, database=None)
@@ -558,3 +558,17 @@ def test_the_issue_targets_and_the_readme_figures_on_their_distribution() -> Non
     padding = never.tokens_padded / (never.rows * 2048)
     assert padding <= 0.002
     assert (round(100 * padding, 2), never.split_shorter, never.split_longer) == (0.02, 0, 0)
+
+
+def test_epoch_rows_are_kept_for_the_last_epochs() -> None:
+    """A mixture built an EpochRows (a permutation of every window and a cumulative sum) per
+    source and pass on every batch; the plan now keeps the last CACHED_EPOCHS."""
+    plan = PackingPlan(np.arange(1, 200) % 13 + 1, 8, chunk=1, window=4)
+    first = plan.epoch(0)
+    assert plan.epoch(0) is first
+    for e in range(1, CACHED_EPOCHS + 1):
+        plan.epoch(e)
+    again = plan.epoch(0)  # pushed out, rebuilt: the cache stays bounded
+    assert again is not first
+    assert again.window_order.tolist() == first.window_order.tolist()
+    assert again.row_starts.tolist() == first.row_starts.tolist()

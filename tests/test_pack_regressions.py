@@ -26,6 +26,7 @@ from dataorder.llm.packing import (
     pack_window,
     write_megatron,
 )
+from dataorder.llm.packing.plan import DEFAULT_CHUNK, DEFAULT_WINDOW, default_window
 
 WEB = [5, 3, 9, 2, 7, 100, 1, 40] * 10
 CODE = [50, 30, 9, 20] * 10
@@ -369,3 +370,60 @@ def test_dealing_a_large_block_makes_at_most_max_swaps(monkeypatch: pytest.Monke
     loads = costs[dealt].sum(axis=1)
     assert loads.max() <= 1.10 * dealing.deal_bounds(costs, 4, 4096)[0]
     assert sorted(dealt.ravel().tolist()) == list(range(4 * 4096))
+
+
+# -- index arrays ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [[0.9], ["1"], [True], np.array([1.0]), np.array([[0.0]])])
+def test_non_integer_indices_are_refused_everywhere(bad: Any) -> None:
+    """PackedWindow.rows cast with ``dtype=np.int64``: ``rows([0.9])`` was row 0 and
+    ``rows(['1'])`` row 1. All three index checks are now one (check_index_array)."""
+    window = pack_window(np.arange(3, dtype=np.int64), np.array([3, 4, 5]), 8)
+    plan = PackingPlan(np.array([3, 4, 5, 9]), 8)
+    for read, name in (
+        (window.rows, "indices"),
+        (plan.epoch(0).rows, "positions"),
+        (DocumentLengths([1, 2, 3]).take, "indices"),
+    ):
+        with pytest.raises(TypeError, match=f"{name} must be integers; got {name}="):
+            read(bad)
+
+
+def test_index_checks_keep_messages_and_shapes() -> None:
+    window = pack_window(np.arange(3, dtype=np.int64), np.array([3, 4, 5]), 8)
+    last = window.num_rows - 1
+    with pytest.raises(ValueError, match=rf"indices must be rows of the window in \[0, {last}\]"):
+        window.rows([0, last + 1])
+    with pytest.raises(ValueError, match=r"document indices in \[0, 2\]; got indices=18446"):
+        DocumentLengths([1, 2, 3]).take(np.array([1, 2**64 - 1], dtype=np.uint64))  # not -1
+    assert DocumentLengths([1, 2, 3]).take(np.array([[2], [0]], dtype=np.uint8)).tolist() == [
+        [3],
+        [1],
+    ]
+    assert window.rows([]) == []
+    assert PackingPlan(np.array([3, 4, 5, 9]), 8).epoch(0).rows([]) == []
+
+
+# -- the default window ---------------------------------------------------------------------------
+def test_the_default_window_fits_any_chunk() -> None:
+    """``chunk=100`` with the default window raised "window must be a multiple of chunk=100"
+    (only the CLI rounded DEFAULT_WINDOW to whole chunks)."""
+    lengths = np.arange(1, 20001) % 97 + 1
+    assert PackingPlan(lengths, 64, chunk=100).window == default_window(100) == 16300
+    assert PackingPlan(lengths, 64).window == DEFAULT_WINDOW == default_window(DEFAULT_CHUNK)
+    assert PackingPlan(lengths, 64, chunk=2**20).window == 2**20  # at least one chunk
+    with pytest.raises(
+        ValueError, match="window must be a multiple of chunk=100; got window=16384"
+    ):
+        PackingPlan(lengths, 64, chunk=100, window=16384)  # an explicit window is not rounded
+    s = PackedSampler(lengths, 64, 2, 1, 2, seed=3, chunk=100)
+    s.set_epoch(1)
+    batches = iter(s)
+    next(batches)
+    state = s.state_dict()
+    assert state["config.packing"] == "64/overflow/16300/100"
+    again = PackedSampler.from_state(state, lengths=lengths, rank=1)
+    assert again.state_dict() == state
+    assert list(again) == list(batches)
+    assert PackedSampler(lengths, 64, 2, 1, 2, seed=3).state_dict()["config.packing"] == (
+        "64/overflow/16384/128"
+    )

@@ -19,6 +19,7 @@ __all__ = [
     "as_field",
     "check_bool",
     "check_choice",
+    "check_index_array",
     "check_int",
     "check_int_array",
     "check_optional_int",
@@ -156,6 +157,37 @@ def check_int_array(
         if lo < min_value or hi > max_value:
             i = int(np.flatnonzero((arr < min_value) | (arr > max_value))[0])
             fail(f"{name}[{i}]", f"an int in [{min_value}, {max_value}]", int(arr[i]))
+    return arr.astype(np.int64, copy=False)
+
+
+def check_index_array(name: str, values: object, size: int, what: str) -> npt.NDArray[np.int64]:
+    """Return ``values`` as an int64 array of indices in ``[0, size)``, its shape kept.
+
+    An empty array passes whatever its dtype (``np.asarray([])`` is float64).
+
+    Args:
+        name: The argument's name in the message.
+        values: An integer array or anything ``np.asarray`` makes one of, any shape.
+        size: How many things there are to index.
+        what: What each value must be, e.g. ``"document indices"``; the range is appended.
+
+    Raises:
+        TypeError: If ``values`` is not of an integer dtype (bools, floats and strings
+            included: ``0.9`` must not silently become index 0).
+        ValueError: Naming the first value outside ``[0, size - 1]``. Unsigned values are
+            compared before the cast, so ``2**64 - 1`` does not wrap to ``-1``.
+    """
+    arr = np.asarray(values)
+    if not arr.size:
+        return np.zeros(arr.shape, dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        fail(name, "integers", f"<array of dtype {arr.dtype}>", TypeError)
+    if int(arr.min()) < 0 or int(arr.max()) >= size:
+        flat = arr.reshape(-1)
+        bad = (
+            flat[(flat < 0) | (flat >= size)][0] if arr.dtype.kind == "i" else flat[flat >= size][0]
+        )
+        fail(name, f"{what} in [0, {size - 1}]", int(bad))
     return arr.astype(np.int64, copy=False)
 
 

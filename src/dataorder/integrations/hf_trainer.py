@@ -45,6 +45,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from dataorder._validate import fail
 from dataorder.integrations.common import import_peer, is_batch_sampler, lazy_classes
 
 # DataorderTrainer is made on first use (module __getattr__), so it is not in __all__
@@ -84,14 +85,15 @@ def check_resume(checkpoint: str | os.PathLike[str], sampler: Any, args: Any) ->
         :data:`DataorderTrainer`: nothing to check), else True.
 
     Raises:
-        ValueError: If the sampler refuses the saved state (another dataset, seed or mode; the
-            message names the field), or the global batch changed (naming both values).
+        ValueError: If the checkpoint's ``dataorder.json`` is not what :data:`DataorderTrainer`
+            writes (naming the file and the key), the sampler refuses the saved state (another
+            dataset, seed or mode; the message names the field), or the global batch changed
+            (naming both values).
     """
     path = os.path.join(os.fspath(checkpoint), STATE_FILE)
     if not os.path.isfile(path):
         return False
-    with open(path, encoding="utf-8") as f:
-        saved = json.load(f)
+    saved = _read_state_file(path)
     sampler.load_state_dict(saved["sampler"])  # config check: names the field that differs
     now = positions_per_step(sampler, args)
     if saved["positions_per_step"] != now:
@@ -100,11 +102,38 @@ def check_resume(checkpoint: str | os.PathLike[str], sampler: Any, args: Any) ->
             "global_step x gradient_accumulation_steps batches per rank, which lands elsewhere "
             f"in the epoch otherwise): the checkpoint {os.fspath(checkpoint)!r} read "
             f"{saved['positions_per_step']} samples per optimizer step "
-            f"({saved['describe']}); got positions_per_step={now!r} "
+            f"({saved.get('describe', 'layout not recorded')}); got positions_per_step={now!r} "
             f"({_describe(sampler, args)}). Keep per-rank batch x world size x "
             "gradient_accumulation_steps, or start a new run from the weights"
         )
     return True
+
+
+def _read_state_file(path: str) -> dict[str, Any]:
+    """The ``dataorder.json`` at ``path``, checked to hold what :func:`check_resume` reads (a
+    malformed file raised a bare KeyError or TypeError that named neither the file nor the key).
+
+    Raises:
+        ValueError: If the file is not JSON, not an object, or lacks ``"sampler"`` (an object)
+            or ``"positions_per_step"`` (a positive int), naming the file and the key.
+    """
+    writer = "as DataorderTrainer writes it"
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} must hold JSON ({writer}); {err}") from err
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path} must hold a JSON object ({writer}); got {saved!r:.80}")
+    for key in ("sampler", "positions_per_step"):
+        if key not in saved:
+            raise ValueError(f"{path} must hold the key {key!r} ({writer}); got {sorted(saved)}")
+    if not isinstance(saved["sampler"], dict):
+        fail(f"{path}['sampler']", f"a JSON object ({writer})", saved["sampler"])
+    per_step = saved["positions_per_step"]
+    if type(per_step) is not int or per_step < 1:
+        fail(f"{path}['positions_per_step']", f"a positive int ({writer})", per_step)
+    return saved
 
 
 def _describe(sampler: Any, args: Any) -> str:

@@ -128,19 +128,15 @@ def _run(args: argparse.Namespace, out: Output) -> int:
 def _plan(args: argparse.Namespace) -> PackingPlan:
     """The packing plan of the command line's lengths and options."""
     from dataorder.llm.packing.lengths import DocumentLengths
-    from dataorder.llm.packing.plan import DEFAULT_CHUNK, DEFAULT_WINDOW
+    from dataorder.llm.packing.plan import DEFAULT_CHUNK
 
     lengths = DocumentLengths.from_file(args.lengths, column=args.column)
-    chunk = args.chunk if args.chunk is not None else DEFAULT_CHUNK
-    window = args.window
-    if window is None:  # the default window, in whole chunks
-        window = max(chunk, DEFAULT_WINDOW // chunk * chunk)
     return PackingPlan(
         lengths,
         args.seq_len,
         split=args.split,
-        window=window,
-        chunk=chunk,
+        window=args.window,  # None: the default window, in whole chunks
+        chunk=args.chunk if args.chunk is not None else DEFAULT_CHUNK,
         long_documents=args.long_documents,
         seed=args.seed,
     )

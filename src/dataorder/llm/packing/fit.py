@@ -41,7 +41,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_choice, check_int, check_int_array, fail
+from dataorder._validate import check_choice, check_index_array, check_int, check_int_array, fail
 from dataorder.core.permutation import Permutation
 
 __all__ = [
@@ -56,9 +56,16 @@ __all__ = [
 ]
 
 IntArray = npt.NDArray[np.int64]
+#: Packing's split modes: ``"overflow"`` splits only what cannot fit across rows, ``"never"``
+#: splits no document. Not :data:`dataorder.core.partition.Split` (how a block is cut between
+#: ranks), which shares the name.
 Split = Literal["overflow", "never"]
+#: What packing does with a document longer than ``seq_len`` under ``split="never"``: keep its
+#: first ``seq_len`` tokens (``"truncate"``) or leave it out (``"drop"``).
 LongDocuments = Literal["truncate", "drop"]
+#: The values of :data:`Split`, for checks and messages.
 SPLITS: tuple[str, ...] = ("overflow", "never")
+#: The values of :data:`LongDocuments`, for checks and messages.
 LONG_DOCUMENTS: tuple[str, ...] = ("truncate", "drop")
 
 Span = tuple[int, int, int]
@@ -135,11 +142,9 @@ class PackedWindow:
         return ends[self.row_offsets[1:]] - ends[self.row_offsets[:-1]]
 
     def _indices(self, indices: npt.ArrayLike) -> IntArray:
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.num_rows):
-            bad = int(idx[(idx < 0) | (idx >= self.num_rows)][0])
-            fail("indices", f"rows of the window in [0, {self.num_rows - 1}]", bad)
-        return idx
+        return check_index_array("indices", indices, self.num_rows, "rows of the window").reshape(
+            -1
+        )
 
     def row(self, i: int) -> tuple[Span, ...]:
         """Row ``i`` (fit order) as a tuple of ``(document, start, stop)`` spans."""

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataorder._validate import check_int, fail
+from dataorder._validate import check_index_array, check_int, fail
 from dataorder.core.keys import derive_key
 from dataorder.core.permutation import Permutation
 from dataorder.llm.packing.arrow_columns import list_column, require_pyarrow
@@ -330,15 +330,7 @@ class DocumentLengths:
             TypeError: If ``indices`` is not integers.
             ValueError: If an index is out of range, or a length read is out of bounds.
         """
-        idx = np.asarray(indices)
-        if idx.dtype.kind not in "iu" and idx.size:
-            fail("indices", "integers", f"<array of dtype {idx.dtype}>", TypeError)
-        if idx.dtype.kind == "u" and idx.size and int(idx.max()) >= self._n:  # before int64 wraps
-            fail("indices", f"document indices in [0, {self._n - 1}]", int(idx.max()))
-        idx = idx.astype(np.int64, copy=False)
-        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._n):
-            bad = int(idx.ravel()[(idx.ravel() < 0) | (idx.ravel() >= self._n)][0])
-            fail("indices", f"document indices in [0, {self._n - 1}]", bad)
+        idx = check_index_array("indices", indices, self._n, "document indices")
         if self._values is not None:
             out: IntArray = self._values[idx].astype(np.int64)
         else:

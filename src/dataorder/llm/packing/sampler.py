@@ -17,7 +17,8 @@ rows instead of samples, plus one step of its own:
 3. NOTE [ Dealing rows ]: every rank knows its block's rows (they are a pure function of the
    position), so each deals the block to the ranks by attention cost (the sum of span lengths
    squared, :func:`~dataorder.llm.packing.dealing.deal`) and keeps its own ``micro_batch_size``
-   rows: ranks finish a step together, with no collective. A block's rows do not depend on the
+   rows (the costs of the block are enough to deal; only a rank's own rows are built): ranks
+   finish a step together, with no collective. A block's rows do not depend on the
    layout, only their dealing does, so a state taken at a block boundary continues on any
    ``micro_batch_size x data_parallel_size`` that divides the rows consumed (elastic).
 
@@ -28,9 +29,9 @@ mixture the digest of the schedule's trained part. A resume costs the packing of
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -62,8 +63,8 @@ from dataorder.llm.packing.fit import LongDocuments, Split
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.plan import (
     DEFAULT_CHUNK,
-    DEFAULT_WINDOW,
     PACKING_VERSION,
+    EpochRows,
     PackingPlan,
     Row,
 )
@@ -80,16 +81,27 @@ _STREAM = "packed"
 # Rows evaluated together while iterating (rows of all ranks): a chunk of blocks shares the
 # packing of its windows and one search over the epoch's row counts.
 _CHUNK_ROWS = 4096
-#: Most rows in one global block (``micro_batch_size x data_parallel_size``): every rank builds
-#: and deals its whole block each step (NOTE [ Dealing rows ]), about 13 us a row here (4,096
-#: rows: 0.07 s; 65,536: 1.5 s; 2**18, 65,536 ranks of 4 rows: 3.4 s). Larger blocks are
-#: refused rather than left to hang every step.
+#: Most rows in one global block (``micro_batch_size x data_parallel_size``): every rank costs
+#: and deals its whole block each step (NOTE [ Dealing rows ]), about 7 us a row here (4,096
+#: rows: 0.03 s; 65,536, 16,384 ranks of 4 rows: 0.44 s). Larger blocks are refused rather than
+#: left to hang every step.
 MAX_BLOCK_ROWS = 2**18
 
 
 # -- the epoch plan -------------------------------------------------------------------------------
-#: ``rows(positions)``: the rows and costs at an epoch's positions (all real, any order).
-RowsAt = Callable[[IntArray], tuple[list[Row], IntArray]]
+class RowsAt(Protocol):
+    """The rows of one epoch at its positions (all real, any order, repeats allowed):
+    :class:`~dataorder.llm.packing.plan.EpochRows` for one corpus. Costs and rows are asked
+    apart because dealing needs the costs of the whole block and a rank keeps only its own rows
+    (NOTE [ Dealing rows ])."""
+
+    def rows(self, positions: IntArray) -> list[Row]:
+        """The rows at ``positions``."""
+        ...
+
+    def costs(self, positions: IntArray) -> IntArray:
+        """The attention costs of the rows at ``positions``, int64."""
+        ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,38 +110,39 @@ class DealtBlocks(BlockSteps):
     rows ]): the :class:`~dataorder.core.cursor.EpochPlan` of :class:`PackedSampler`.
 
     Attributes:
-        blocks: The epoch's blocks (positions ``>= blocks.n`` are padding rows).
-        rows: See :data:`RowsAt`.
+        blocks: The epoch's blocks (positions ``>= blocks.n`` are padding rows: empty, cost 0).
+        rows: See :class:`RowsAt`.
     """
 
     blocks: EpochBlocks
     rows: RowsAt
     unit: ClassVar[str] = "rows"
 
-    def step_rows(self, start: int, stop: int) -> tuple[list[Row], IntArray]:
-        """Rows and costs of the blocks of steps ``start .. stop - 1``, all ranks, in order."""
-        b = self.blocks.block_size
+    def batches(self, rank: int, start: int, stop: int) -> list[list[Row]]:
+        """``rank``'s micro-batches of steps ``start .. stop - 1``: the costs of every block,
+        dealt, then the rows of the positions dealt to ``rank`` only."""
+        lay = self.blocks
+        b, steps = lay.block_size, stop - start
         positions = np.arange(start * b, stop * b, dtype=np.int64)
-        real = positions < self.blocks.n
-        rows: list[Row] = [()] * positions.size
+        real = positions < lay.n  # a prefix: padding comes last
         costs = np.zeros(positions.size, dtype=np.int64)
         if real.any():
-            got, cost = self.rows(positions[real])
-            for i, row in zip(np.flatnonzero(real).tolist(), got, strict=True):
+            costs[real] = self.rows.costs(positions[real])
+        mine = np.concatenate(
+            [
+                positions[k * b + deal(costs[k * b : (k + 1) * b], lay.per_rank, lay.dp_size)[rank]]
+                for k in range(steps)
+            ]
+        )
+        rows: list[Row] = [()] * mine.size
+        kept = mine < lay.n
+        if kept.any():
+            for i, row in zip(
+                np.flatnonzero(kept).tolist(), self.rows.rows(mine[kept]), strict=True
+            ):
                 rows[i] = row
-            costs[real] = cost
-        return rows, costs
-
-    def batches(self, rank: int, start: int, stop: int) -> list[list[Row]]:
-        """``rank``'s micro-batches of steps ``start .. stop - 1``."""
-        lay = self.blocks
-        b = lay.block_size
-        rows, costs = self.step_rows(start, stop)
-        out = []
-        for k in range(stop - start):
-            dealt = deal(costs[k * b : (k + 1) * b], lay.per_rank, lay.dp_size)[rank]
-            out.append([rows[k * b + i] for i in dealt.tolist()])
-        return out
+        per = lay.per_rank
+        return [rows[k * per : (k + 1) * per] for k in range(steps)]
 
 
 # -- the row sources ------------------------------------------------------------------------------
@@ -140,12 +153,7 @@ class _OneCorpus:
         self.plan = plan
 
     def rows_at(self, epoch: int) -> RowsAt:
-        rows = self.plan.epoch(epoch)
-
-        def at(positions: IntArray) -> tuple[list[Row], IntArray]:
-            return rows.rows(positions), rows.costs(positions)
-
-        return at
+        return self.plan.epoch(epoch)
 
 
 class _Mixture:
@@ -161,25 +169,42 @@ class _Mixture:
         ).astype(np.int64)
 
     def rows_at(self, epoch: int) -> RowsAt:
-        first, _ = self.order.epoch_bounds(epoch)
+        return _MixtureEpoch(self, self.order.epoch_bounds(epoch)[0])
 
-        def at(positions: IntArray) -> tuple[list[Row], IntArray]:
-            d, j = self.order.draws(positions + first)
-            rows: list[Row] = [()] * positions.size
-            costs = np.zeros(positions.size, dtype=np.int64)
-            per_pass = self.order.sizes[d]
-            passes = j // per_pass
-            for source, pass_ in sorted(set(zip(d.tolist(), passes.tolist(), strict=True))):
-                sel = np.flatnonzero((d == source) & (passes == pass_))
-                stream = self.plans[source].epoch(pass_)
-                at_rows = j[sel] - pass_ * per_pass[sel]
-                shift = int(self.first_document[source])
-                for i, row in zip(sel.tolist(), stream.rows(at_rows), strict=True):
-                    rows[i] = tuple((doc + shift, a, b) for doc, a, b in row)
-                costs[sel] = stream.costs(at_rows)
-            return rows, costs
 
-        return at
+class _MixtureEpoch:
+    """The rows of one epoch of a :class:`_Mixture` (a :class:`RowsAt`)."""
+
+    def __init__(self, mixture: _Mixture, first: int) -> None:
+        self.mixture = mixture
+        self.first = first  # the epoch's first draw of the run
+
+    def _each_pass(
+        self, positions: IntArray
+    ) -> Iterator[tuple[int, IntArray, EpochRows, IntArray]]:
+        """``(source, indices into positions, the source's pass, rows of the pass)`` for every
+        pass of a source the positions draw from."""
+        mix = self.mixture
+        d, j = mix.order.draws(positions + self.first)
+        per_pass = mix.order.sizes[d]
+        passes = j // per_pass
+        for source, pass_ in sorted(set(zip(d.tolist(), passes.tolist(), strict=True))):
+            sel = np.flatnonzero((d == source) & (passes == pass_))
+            yield source, sel, mix.plans[source].epoch(pass_), j[sel] - pass_ * per_pass[sel]
+
+    def rows(self, positions: IntArray) -> list[Row]:
+        out: list[Row] = [()] * positions.size
+        for source, sel, stream, at_rows in self._each_pass(positions):
+            shift = int(self.mixture.first_document[source])
+            for i, row in zip(sel.tolist(), stream.rows(at_rows), strict=True):
+                out[i] = tuple((doc + shift, a, b) for doc, a, b in row)
+        return out
+
+    def costs(self, positions: IntArray) -> IntArray:
+        out = np.zeros(positions.size, dtype=np.int64)
+        for _, sel, stream, at_rows in self._each_pass(positions):
+            out[sel] = stream.costs(at_rows)
+        return out
 
 
 # -- state fields -------------------------------------------------------------------------------
@@ -328,7 +353,8 @@ class PackedSampler(
         split: ``"overflow"`` (pretraining: every token of every document once per epoch, only
             what cannot fit split across rows) or ``"never"`` (fine-tuning: no document split).
         window: Documents packed together (a multiple of ``chunk``): larger windows pad less;
-            a resume packs one.
+            a resume packs one. None: :func:`~dataorder.llm.packing.plan.default_window` of
+            ``chunk`` (the state records the window used).
         chunk: Consecutive documents read together (the grain of the windows).
         long_documents: Under ``"never"``, ``"truncate"`` a document longer than ``seq_len``
             to ``seq_len`` tokens, or ``"drop"`` it (counted).
@@ -439,7 +465,7 @@ class PackedSampler(
         *,
         seed: int,
         split: Split = "overflow",
-        window: int = DEFAULT_WINDOW,
+        window: int | None = None,
         chunk: int = DEFAULT_CHUNK,
         long_documents: LongDocuments = "truncate",
         drop_last: bool = True,
@@ -738,7 +764,8 @@ class PackedSampler(
             per_pass, tokens = plan.rows_per_epoch, plan.tokens_per_epoch
             (p0, a), (p1, b) = divmod(j0, per_pass), divmod(j1, per_pass)
             if p0 == p1:
-                part = plan.epoch(p0).tokens_from(a) - plan.epoch(p0).tokens_from(b)
+                stream = plan.epoch(p0)
+                part = stream.tokens_from(a) - stream.tokens_from(b)
                 units, distinct = units + part, distinct + part
                 continue
             head = plan.epoch(p0).tokens_from(a)

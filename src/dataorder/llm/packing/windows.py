@@ -36,7 +36,6 @@ __all__ = ["WindowGrid", "window_grid"]
 
 IntArray = npt.NDArray[np.int64]
 _GOLDEN = 0x9E3779B97F4A7C15
-_MASK64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True)

@@ -427,3 +427,15 @@ def test_the_default_window_fits_any_chunk() -> None:
     assert PackedSampler(lengths, 64, 2, 1, 2, seed=3).state_dict()["config.packing"] == (
         "64/overflow/16384/128"
     )
+
+
+def test_a_mixture_of_many_sources_describes_the_first_few() -> None:
+    """The packed mixture's progress says what it took of each source as the blend does, the
+    first eight sources and how many more (it listed every source)."""
+    sources = [[5 + d] * 8 for d in range(10)]
+    sampler = PackedSampler(None, 16, 1, 0, 1, 4, seed=2, mixture=(sources, [1] * 10))
+    next(iter(sampler))
+    text = dict(sampler.describe_progress())["per source"]
+    assert "rows of source 7 (" in text
+    assert "rows of source 8 (" not in text
+    assert "... and 2 more sources" in text

@@ -76,7 +76,7 @@ from dataorder.llm.mixture import Mixture, MixtureSchedule, WeightVector
 from dataorder.llm.placement import MicroBatchPlacement
 from dataorder.llm.schedule import BatchSizeSchedule
 
-__all__ = ["BATCH_SIZE_SCHEDULE", "MIXTURE_STATE", "BlendedSampler"]
+__all__ = ["BATCH_SIZE_SCHEDULE", "MIXTURE_STATE", "BlendedSampler", "per_source_progress"]
 
 # Every construction the order depends on, in one field (the state stays within MAX_STATE_BYTES
 # with a long schedule tag, a 19-digit seed and a batch-size schedule digest).
@@ -172,15 +172,25 @@ BATCH_SIZE_SCHEDULE = Given(
 )
 
 
-def _per_source(sampler: BlendedSampler) -> str:
-    counts = sampler.consumed_per_source().tolist()
+def per_source_progress(counts: Sequence[int], sizes: Sequence[int], unit: str = "") -> str:
+    """What a mixture has taken of each source, in words (the first few sources): ``counts[d]``
+    of source ``d``, a pass being ``sizes[d]``; ``unit`` names what is counted (``"rows"``).
+
+    >>> per_source_progress([5, 2], [10, 4], "rows")
+    '5 rows of source 0 (0.5 passes over 10); 2 rows of source 1 (0.5 passes over 4)'
+    """
+    of = f" {unit} of" if unit else " of"
     shown = [
-        f"{c} of source {d} ({c / n:.3g} passes over {n})"
-        for d, (c, n) in enumerate(zip(counts, sampler.sizes, strict=True))
+        f"{c}{of} source {d} ({c / n:.3g} passes over {n})"
+        for d, (c, n) in enumerate(zip(counts, sizes, strict=True))
     ]
     if len(shown) > _SHOWN_SOURCES:
         shown = [*shown[:_SHOWN_SOURCES], f"... and {len(shown) - _SHOWN_SOURCES} more sources"]
     return "; ".join(shown)
+
+
+def _per_source(sampler: BlendedSampler) -> str:
+    return per_source_progress(sampler.consumed_per_source().tolist(), sampler.sizes)
 
 
 def _mixture_entry(sampler: BlendedSampler) -> str:

@@ -54,7 +54,7 @@ from dataorder.core.partition import MAX_POSITIONS, EpochBlocks, plan_epoch
 from dataorder.core.permutation import PERMUTATION_VERSION
 from dataorder.core.state import Scalar, digest
 from dataorder.core.topology import Topology
-from dataorder.llm.blend import BATCH_SIZE_SCHEDULE, MIXTURE_STATE
+from dataorder.llm.blend import BATCH_SIZE_SCHEDULE, MIXTURE_STATE, per_source_progress
 from dataorder.llm.blend_order import BLEND_VERSION, BlendOrder
 from dataorder.llm.mixture import Mixture, MixtureSchedule
 from dataorder.llm.orders import check_epoch_end, plan_megatron_epoch
@@ -323,12 +323,8 @@ def _position_of(sampler: PackedSampler) -> str:
 def _per_source(sampler: PackedSampler) -> str:
     if sampler.mixture is None:
         return "one corpus"
-    counts = sampler.consumed_per_source().tolist()
     rows = [p.rows_per_epoch for p in sampler.plans]
-    return "; ".join(
-        f"{c} rows of source {d} ({c / n:.3g} passes over {n})"
-        for d, (c, n) in enumerate(zip(counts, rows, strict=True))
-    )
+    return per_source_progress(sampler.consumed_per_source().tolist(), rows, "rows")
 
 
 class PackedSampler(

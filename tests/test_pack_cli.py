@@ -4,7 +4,6 @@ tools/cli.py)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -15,17 +14,14 @@ from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.megatron_files import write_megatron
 from dataorder.llm.packing.plan import PackingPlan
 from dataorder.tools import pack
+from dataorder.tools.cli import build_parser, main
 from dataorder.tools.output import EXIT_USAGE
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser(prog="dataorder")
-    sub = parser.add_subparsers(dest="command")
-    pack.add_parser(sub)
-    args = parser.parse_args(list(argv))
-    code = args.func(args)
+    code = main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -113,19 +109,12 @@ def test_missing_and_unknown_files(capsys: pytest.CaptureFixture[str], tmp_path:
 
 
 def test_traceback_on_request(lengths_npy: Path) -> None:
-    parser = argparse.ArgumentParser(prog="dataorder")
-    pack.add_parser(parser.add_subparsers())
-    args = parser.parse_args(["pack", str(lengths_npy), "--seq-len", "8", "--chunk", "3",
-                              "--window", "4", "--traceback"])  # fmt: skip
+    argv = ["pack", str(lengths_npy), "--seq-len", "8", "--chunk", "3", "--window", "4"]
     with pytest.raises(ValueError, match="window must be a multiple of chunk=3"):
-        pack.run(args)
+        main([*argv, "--traceback"])
 
 
-def test_registration_with_shared_options() -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--plain", action="store_true")
-    parser = argparse.ArgumentParser(prog="dataorder")
-    pack.add_parser(parser.add_subparsers(), parents=[common])
-    args = parser.parse_args(["pack", "x.npy", "--seq-len", "8", "--plain"])
+def test_registered_as_every_command() -> None:
+    args = build_parser().parse_args(["pack", "x.npy", "--seq-len", "8", "--plain"])
     assert args.plain
     assert args.func is pack.run

@@ -316,7 +316,7 @@ def test_arrow_tables_and_files(tmp_path: Path) -> None:
         assert got.take(np.arange(5)).tolist() == [3, 0, 1, 0, 2], name
     large = pa.table({"ids": pa.array([[1], [2, 3]], type=pa.large_list(pa.int32()))})
     assert DocumentLengths.from_arrow(large, "ids").total_tokens == 3
-    with pytest.raises(KeyError, match="column must name a column of the table; got column='x'"):
+    with pytest.raises(ValueError, match="column must name a column of the table; got column='x'"):
         DocumentLengths.from_arrow(table, "x")
     with pytest.raises(TypeError, match="column must be a list column"):
         DocumentLengths.from_arrow(table, "text")

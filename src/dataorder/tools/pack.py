@@ -14,9 +14,7 @@ The module exposes :func:`add_parser` (registers the subcommand) and :func:`run`
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,25 +22,16 @@ from dataorder.core.keys import MAX_SEED
 from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.core.topology import MAX_DP_SIZE
 from dataorder.llm.packing.plan import MAX_CHUNK, MAX_SEQ_LEN, MAX_WINDOW, PackingPlan
-from dataorder.tools.output import EXIT_USAGE, Output, int_arg, one_line
+from dataorder.tools.output import Output, int_arg
 
 __all__ = ["add_parser", "plot_fill", "run"]
 
-_USER_ERRORS: tuple[type[BaseException], ...] = (
-    ValueError,
-    TypeError,
-    OSError,
-    ImportError,
-    KeyError,
-)
 
-
-def add_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ()) -> Any:
-    """Add the ``pack`` subcommand to ``subparsers`` (``parents``: shared options such as
-    ``--plain``; without them the command adds ``--plain`` and ``--traceback`` itself)."""
-    p = subparsers.add_parser(
+def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """Add ``dataorder pack`` to ``subparsers`` (``parents``: the shared options)."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
         "pack",
-        parents=list(parents),
+        parents=parents,
         help="pack a corpus into rows of seq_len tokens: padding, split documents, steps",
         description=(
             "Pack documents into rows of --seq-len tokens by best fit in windows, as the packed "
@@ -85,27 +74,11 @@ def add_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ())
     )
     p.add_argument("--png", default=None, help="write a histogram of row fill to this PNG")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
-    if not parents:
-        p.add_argument("--plain", action="store_true", help="plain-text tables (no rich)")
-        p.add_argument("--traceback", action="store_true", help="show the traceback of an error")
-    p.set_defaults(func=run)
     return p
 
 
-def run(args: argparse.Namespace, out: Output | None = None) -> int:
-    """Run ``dataorder pack``; return the exit status (a user error prints one line and returns
-    2, unless ``--traceback``)."""
-    out = out if out is not None else Output(sys.stdout, plain=getattr(args, "plain", False))
-    try:
-        return _run(args, out)
-    except _USER_ERRORS as err:
-        if getattr(args, "traceback", False):
-            raise
-        print(f"dataorder: error: {one_line(err)}", file=sys.stderr)
-        return EXIT_USAGE
-
-
-def _run(args: argparse.Namespace, out: Output) -> int:
+def run(args: argparse.Namespace, out: Output) -> int:
+    """Run ``dataorder pack``; return the exit status (a ValueError is a user error)."""
     if (args.num_replicas is None) != (args.batch_size is None):
         raise ValueError("--num-replicas and --batch-size go together (R x B rows per step)")
     if args.split == "overflow" and args.long_documents != "truncate":

@@ -101,7 +101,7 @@ def list_column(data: Any, column: str) -> ListColumn:
     Raises:
         ImportError: If pyarrow is missing.
         TypeError: If ``data`` is none of those, or the column is not a list column.
-        KeyError: If the table has no such column (the message lists the columns).
+        ValueError: If the table has no such column (the message lists the columns).
     """
     pa = require_pyarrow()
     mapping = None
@@ -113,7 +113,7 @@ def list_column(data: Any, column: str) -> ListColumn:
         data = getattr(data, "table", data)  # datasets' Table wrapper holds a pyarrow Table
     if isinstance(data, pa.Table):
         if column not in data.column_names:
-            raise KeyError(
+            raise ValueError(
                 f"column must name a column of the table; got column={column!r} "
                 f"(columns: {', '.join(data.column_names)})"
             )

@@ -208,7 +208,7 @@ class DocumentLengths:
         Raises:
             ImportError: If pyarrow is not installed.
             TypeError: If ``data`` or the column has the wrong type.
-            KeyError: If the table has no such column.
+            ValueError: If the table has no such column.
         """
         col = list_column(data, column)
         self = cls.__new__(cls)

@@ -21,6 +21,7 @@ from typing import Any
 from dataorder.core.keys import MAX_SEED
 from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.core.topology import MAX_DP_SIZE
+from dataorder.llm.packing.fit import LONG_DOCUMENTS, SPLITS
 from dataorder.llm.packing.plan import MAX_CHUNK, MAX_SEQ_LEN, MAX_WINDOW, PackingPlan
 from dataorder.tools.output import Output, int_arg
 
@@ -45,14 +46,14 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
     p.add_argument(
         "--split",
         default="overflow",
-        choices=("overflow", "never"),
+        choices=SPLITS,
         help="overflow: every token once, split what cannot fit (pretraining); never: no "
         "document split, longer ones truncated or dropped (fine-tuning). Default: overflow",
     )
     p.add_argument(
         "--long-documents",
         default="truncate",
-        choices=("truncate", "drop"),
+        choices=LONG_DOCUMENTS,
         help="with --split never: what happens to a document longer than --seq-len",
     )
     p.add_argument(

@@ -29,6 +29,7 @@ __all__ = [
     "NearestLogAspect",
     "Rule",
     "as_size_array",
+    "as_size_arrays",
 ]
 
 #: Image sides are ints in ``[1, MAX_IMAGE_SIDE]``; this keeps every float conversion exact.
@@ -58,6 +59,23 @@ class Rule(Protocol):
     ) -> npt.NDArray[np.int64]:
         """Index in ``ids`` of each image's bucket (exact near a threshold)."""
         ...
+
+
+def as_size_arrays(**arrays: object) -> list[npt.NDArray[np.int64]]:
+    """Each keyword's values through :func:`as_size_array` (named by the keyword), all of one
+    shape, else a ValueError naming them and their shapes.
+
+    >>> [a.tolist() for a in as_size_arrays(widths=[640, 480], heights=[480, 640])]
+    [[640, 480], [480, 640]]
+    """
+    out = [as_size_array(name, values) for name, values in arrays.items()]
+    if len({a.shape for a in out}) > 1:
+        names, shapes = list(arrays), [str(a.shape) for a in out]
+        raise ValueError(
+            f"{', '.join(names[:-1])} and {names[-1]} must have the same shape; got "
+            f"{', '.join(shapes[:-1])} and {shapes[-1]}"
+        )
+    return out
 
 
 def as_size_array(name: str, values: object) -> npt.NDArray[np.int64]:

@@ -46,7 +46,7 @@ from dataorder.diffusion.buckets.cost import (
 from dataorder.diffusion.buckets.crop import CropResult, require_pillow, resize_and_crop
 from dataorder.diffusion.buckets.fitted_rule import FittedBucketRule
 from dataorder.diffusion.buckets.lattice import DEFAULT_ASPECT_RATIOS, AspectRatio
-from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE, as_size_array
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE, as_size_arrays
 from dataorder.diffusion.buckets.nemo_rule import NEMO_ASPECT_RATIOS, NemoBucketRule
 from dataorder.diffusion.buckets.rules import (
     COMPATS,
@@ -495,12 +495,7 @@ class MultiTierBucketCalculator:
             >>> calc.assign([7, 1920, 1000], [8, 1080, 3000]).tolist()  # 7x8: a tie, first wins
             [1, 4, 0]
         """
-        w = as_size_array("widths", widths)
-        h = as_size_array("heights", heights)
-        if w.shape != h.shape:
-            raise ValueError(
-                f"widths and heights must have the same shape; got {w.shape} and {h.shape}"
-            )
+        w, h = as_size_arrays(widths=widths, heights=heights)
         return self._assigner.assign(w.ravel(), h.ravel()).reshape(w.shape)
 
     # -- batch size and crop ----------------------------------------------------------------

@@ -95,7 +95,7 @@ from dataorder.diffusion.buckets.lattice import (
     canonical_ratio,
     default_resolutions,
 )
-from dataorder.diffusion.buckets.lookup import as_size_array
+from dataorder.diffusion.buckets.lookup import as_size_arrays
 from dataorder.diffusion.buckets.rules import MAX_PIXELS
 from dataorder.diffusion.buckets.video_assign import TOO_SHORT, TOO_SMALL, Tier, VideoAssigner
 from dataorder.diffusion.buckets.video_frames import (
@@ -854,14 +854,7 @@ class VideoBucketCalculator:
             TypeError: If an array is not of an integer dtype.
             ValueError: If the shapes differ or a value is not in ``[1, MAX_VIDEO_SIZE]``.
         """
-        w = as_size_array("widths", widths)
-        h = as_size_array("heights", heights)
-        f = as_size_array("frames", frames)
-        if not (w.shape == h.shape == f.shape):
-            raise ValueError(
-                "widths, heights and frames must have the same shape; got "
-                f"{w.shape}, {h.shape} and {f.shape}"
-            )
+        w, h, f = as_size_arrays(widths=widths, heights=heights, frames=frames)
         ids = self._assigner.assign(w.ravel(), h.ravel(), f.ravel())
         if self._fitted is not None:  # the generated set's too short and too small, then the fit
             ok = np.flatnonzero(ids >= 0)

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import fail
-from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE, as_size_array
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE, as_size_arrays
 from dataorder.diffusion.buckets.points import check_points
 from dataorder.diffusion.buckets.rules import RULES, check_budget
 from dataorder.diffusion.fit.bins import CHUNK, EPS, BoolArray, IntArray
@@ -289,14 +289,7 @@ def clip_digest(widths: npt.ArrayLike, heights: npt.ArrayLike, frames: npt.Array
         >>> clip_digest(w, h, f) == clip_digest(w, h, f[::-1])
         False
     """
-    w = as_size_array("widths", widths)
-    h = as_size_array("heights", heights)
-    f = as_size_array("frames", frames)
-    if not (w.shape == h.shape == f.shape):
-        raise ValueError(
-            "widths, heights and frames must have the same shape; got "
-            f"{w.shape}, {h.shape} and {f.shape}"
-        )
+    w, h, f = as_size_arrays(widths=widths, heights=heights, frames=frames)
     return _digest(w.ravel(), h.ravel(), f.ravel())
 
 
@@ -327,12 +320,7 @@ def check_sizes(widths: npt.ArrayLike, heights: npt.ArrayLike) -> tuple[IntArray
         ValueError: If a size is out of range (naming ``widths[i]`` or ``heights[i]``) or the
             shapes differ.
     """
-    w = as_size_array("widths", widths)
-    h = as_size_array("heights", heights)
-    if w.shape != h.shape:
-        raise ValueError(
-            f"widths and heights must have the same shape; got {w.shape} and {h.shape}"
-        )
+    w, h = as_size_arrays(widths=widths, heights=heights)
     return w.ravel(), h.ravel()
 
 

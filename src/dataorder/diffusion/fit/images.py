@@ -65,7 +65,7 @@ from dataorder._validate import check_bool, check_int, fail
 from dataorder.core.partition import MAX_BATCH_SIZE, plan_segments
 from dataorder.diffusion.buckets.cost import CostModel
 from dataorder.diffusion.buckets.fitted_rule import FIT_VERSION, FittedBucketRule, ThresholdAssigner
-from dataorder.diffusion.buckets.lookup import as_size_array
+from dataorder.diffusion.buckets.lookup import as_size_arrays
 from dataorder.diffusion.buckets.rules import BucketRule
 from dataorder.diffusion.fit.bins import IntArray, ratio_range
 from dataorder.diffusion.fit.candidates import (
@@ -432,12 +432,7 @@ class FitResult:
 
     def assign(self, widths: npt.ArrayLike, heights: npt.ArrayLike) -> IntArray:
         """Bucket index of each image (the shape of ``widths``)."""
-        w = as_size_array("widths", widths)
-        h = as_size_array("heights", heights)
-        if w.shape != h.shape:
-            raise ValueError(
-                f"widths and heights must have the same shape; got {w.shape} and {h.shape}"
-            )
+        w, h = as_size_arrays(widths=widths, heights=heights)
         res = [(int(a), int(b)) for a, b in self.resolutions.tolist()]
         assigner = self.rule.assigner(res, self.quantization)
         return assigner.assign(w.ravel(), h.ravel()).reshape(w.shape)

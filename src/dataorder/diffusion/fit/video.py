@@ -82,7 +82,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
-from dataorder.diffusion.buckets.lookup import as_size_array
+from dataorder.diffusion.buckets.lookup import as_size_arrays
 from dataorder.diffusion.buckets.video_set import (
     VIDEO_FIT_VERSION,
     FittedVideoSet,
@@ -199,14 +199,7 @@ def fit_video_to_data(
         ValueError: If an argument is out of range, no clip has a bucket, or no bucket set the
             fit searches meets ``max_waste``: the message then gives the least waste it found.
     """
-    w = as_size_array("widths", widths)
-    h = as_size_array("heights", heights)
-    f = as_size_array("frames", frames)
-    if not (w.shape == h.shape == f.shape):
-        raise ValueError(
-            "widths, heights and frames must have the same shape; got "
-            f"{w.shape}, {h.shape} and {f.shape}"
-        )
+    w, h, f = as_size_arrays(widths=widths, heights=heights, frames=frames)
     w, h, f = w.ravel(), h.ravel(), f.ravel()
     if not isinstance(base, VideoCalculator):
         fail("base", "a VideoBucketCalculator", base, TypeError)

@@ -1013,3 +1013,17 @@ def test_the_cost_strategy_checks_its_arguments() -> None:
         CostModelBatchSizes(1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"patch_side must be a positive int; got patch_side=0"):
         CostModelBatchSizes(CostModel(), 0)
+
+
+def test_size_arrays_of_one_shape_or_a_named_error() -> None:
+    from dataorder.diffusion.buckets.lookup import as_size_arrays
+
+    w, h = as_size_arrays(widths=[640, 480], heights=[480, 640])
+    assert (w.tolist(), h.tolist()) == ([640, 480], [480, 640])
+    with pytest.raises(ValueError, match=r"^widths and heights must have the same shape; got "
+                       r"\(2,\) and \(1,\)$"):  # fmt: skip
+        as_size_arrays(widths=[640, 480], heights=[480])
+    with pytest.raises(ValueError, match=r"^widths, heights and frames must have the same shape"):
+        as_size_arrays(widths=[1], heights=[1], frames=[1, 2])
+    with pytest.raises(ValueError, match=r"^frames\[0\] must be"):
+        as_size_arrays(widths=[1], heights=[1], frames=[0])

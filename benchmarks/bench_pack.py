@@ -391,6 +391,43 @@ def section_deal(
     return table(head, rows)
 
 
+def section_deal_time(
+    lengths: np.ndarray, layouts: list[tuple[int, int]], seq_len: int, blocks: int
+) -> str:
+    """deal() per block at each ``ranks x rows`` layout, on the epoch's first ``blocks`` blocks of
+    packed rows at ``seq_len``: median wall time, per row, tracemalloc peak, and the costliest
+    rank over ``max(mean, costliest row)``."""
+    epoch = PackingPlan(DocumentLengths(lengths), seq_len).epoch(0)
+    rows = []
+    for dp, per_rank in layouts:
+        block = dp * per_rank
+        count = min(blocks, epoch.num_rows // block)
+        if count == 0:
+            rows.append([f"{dp} x {per_rank}", f"{block:,}", "-", "-", "-", "-"])
+            continue
+        secs, ratio, peak = [], [], 0
+        for b in range(count):
+            c = epoch.costs(np.arange(b * block, (b + 1) * block))
+            t = time.perf_counter()
+            dealt = deal(c, per_rank, dp)
+            secs.append(time.perf_counter() - t)
+            worst = int(c[dealt].sum(axis=1).max())
+            ratio.append(worst / max(-(-int(c.sum()) // dp), int(c.max())))
+        c = epoch.costs(np.arange(block))
+        tracemalloc.start()
+        deal(c, per_rank, dp)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        median = float(np.median(secs))
+        rows.append([
+            f"{dp} x {per_rank}", f"{block:,} ({count} blocks)", f"{1e3 * median:.2f} ms",
+            f"{1e6 * median / block:.2f} us", fmt_mem(peak), f"{float(np.mean(ratio)):.4f}",
+        ])  # fmt: skip
+    head = ["ranks x rows", "block (rows)", "deal() per block (median)", "per row",
+            "tracemalloc peak", "costliest / max(mean, costliest row), mean"]  # fmt: skip
+    return table(head, rows)
+
+
 # -- section 5: Megatron-Core GPTDataset ---------------------------------------------------------
 
 
@@ -578,6 +615,13 @@ def main(argv: list[str] | None = None) -> None:
     layouts = [(16, 4)] if smoke else [(16, 4), (64, 2), (8, 8)]
     steps = 200 if smoke else 20_000
     print(section_deal(lengths, layouts, [8192] if smoke else [8192, 4096], steps) + "\n")
+    print("### 4.2 deal() time by layout (seq_len 128: enough rows for the largest block)\n")
+    timing = (
+        [(16, 4), (64, 2), (2, 256), (1, 4096)]
+        if smoke
+        else [(16, 4), (64, 2), (2, 2048), (1, 131072), (2, 131072), (131072, 2), (4096, 4)]
+    )
+    print(section_deal_time(lengths, timing, 128, 3 if smoke else 5) + "\n")
     print("## 5. Megatron-Core GPTDataset index build beside ours\n")
     sizes = [int(float(x)) for x in args.megatron_sizes.split(",")] if not smoke else []
     print(section_megatron(None if smoke else args.peer_python, sizes, 8192) + "\n")

@@ -405,3 +405,17 @@ def test_a_spawned_worker_reads_memory_mapped_lengths_by_reopening(tmp_path: Pat
     with ctx.Pool(1) as pool:
         got = pool.map(_worker_total, sources, chunksize=1)
     assert got == [(1000, 300_000)] * 3
+
+
+@pytest.mark.parametrize("reader", ["npy", "megatron", "arrow file"])
+def test_a_pickle_of_a_relative_path_reopens_from_another_folder(
+    reader: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = Corpus(_docs(3, 0, 4))
+    (tmp_path / "data").mkdir()
+    READERS[reader](corpus, tmp_path / "data")  # writes the file
+    name = {"npy": "c.npy", "megatron": "c.idx", "arrow file": "c.arrow"}[reader]
+    monkeypatch.chdir(tmp_path / "data")
+    data = pickle.dumps(DocumentLengths.from_file(name))
+    monkeypatch.chdir(tmp_path)  # a worker started elsewhere
+    assert pickle.loads(data).slice(0, 3).tolist() == [3, 0, 4]

@@ -31,7 +31,9 @@ NOTE [ Pickled lengths ]
     Megatron index by its prefix; an ``.arrow`` file read by :meth:`~DocumentLengths.from_file`
     by its path (the table is a memory map; pickling it would copy every token); an HF dataset
     as ``datasets`` pickles it (a reference to its cache files). What has no file behind it is
-    pickled by value: an in-memory array, a pyarrow table built in memory, and the lengths read
+    pickled by value: an in-memory array, a pyarrow table given to
+    :meth:`~DocumentLengths.from_arrow` (even a memory-mapped one: a table does not know its
+    file; :meth:`~DocumentLengths.from_file` does), and the lengths read
     from a Parquet file (4 bytes a document: Parquet stores no offsets, so reopening would
     decode every token again). A reopened source reads the file as it is then.
 
@@ -112,9 +114,11 @@ class DocumentLengths:
     """Token counts of ``N`` documents, from an array, a Megatron index or an Arrow column.
 
     Args:
-        lengths: A 1-D integer array (a ``np.memmap`` stays a memory map, nothing is copied) or
-            a sequence of ints; at least one document, at most :data:`MAX_DOCUMENTS`; values
-            in ``[0, MAX_LENGTH]``, checked when first read (NOTE [ Length bounds ]).
+        lengths: A 1-D integer array (a ``np.memmap`` stays a memory map, nothing is copied;
+            anything with numpy's array protocol) or a list, tuple or range of ints; at least
+            one document, at most :data:`MAX_DOCUMENTS`; values in ``[0, MAX_LENGTH]``,
+            checked when first read, before any cast (NOTE [ Length bounds ]). An HF dataset or
+            an Arrow table is refused by type before a row is read: use :meth:`from_arrow`.
 
     Raises:
         TypeError: If ``lengths`` is not integers.
@@ -201,7 +205,8 @@ class DocumentLengths:
         Raises:
             FileNotFoundError: If a file is missing.
             ValueError: If the ``.idx`` is truncated or corrupt, or the ``.bin`` has another size
-                (:func:`~dataorder.llm.packing.megatron_files.read_index`).
+                (:func:`~dataorder.llm.packing.megatron_files.read_index`), or it holds no
+                sequence (naming ``prefix`` and the ``.idx``).
         """
         index = read_index(prefix)
         self = cls.__new__(cls)
@@ -221,7 +226,7 @@ class DocumentLengths:
             f"Megatron index {index.idx_path}",
             ("prefix", os.fspath(prefix)),
         )
-        self._origin = ("megatron", os.fspath(prefix))
+        self._origin = ("megatron", os.path.abspath(prefix))  # a worker may run elsewhere
         return self
 
     @classmethod
@@ -240,7 +245,7 @@ class DocumentLengths:
         Raises:
             ImportError: If pyarrow is not installed.
             TypeError: If ``data`` or the column has the wrong type.
-            ValueError: If the table has no such column.
+            ValueError: If the table has no such column, or no row.
         """
         col = list_column(data, column)
         given = ("data", f"<{type(data).__name__} of 0 rows>")
@@ -269,11 +274,15 @@ class DocumentLengths:
     def from_file(cls, path: str | os.PathLike[str], column: str = "input_ids") -> DocumentLengths:
         """Lengths from a file, by its name: a Megatron ``.idx``/``.bin`` or prefix, a ``.npy``
         (memory-mapped), or a ``.parquet``/``.arrow`` file (the list column ``column``; an
-        ``.arrow`` file, IPC file or stream as ``datasets`` caches them, is memory-mapped).
+        ``.arrow`` file, IPC file or stream as ``datasets`` caches them, is memory-mapped; a
+        ``.parquet`` file is decoded a batch of rows at a time and only its lengths are kept).
+        A pickle reopens the file, except a Parquet file's, whose lengths are pickled (NOTE
+        [ Pickled lengths ]).
 
         Raises:
             FileNotFoundError: If the file is missing.
-            ValueError: If the kind of file is not recognised, or it is unreadable.
+            ValueError: If the kind of file is not recognised, it is unreadable, or it holds no
+                document (naming ``path``).
         """
         if not isinstance(path, str | os.PathLike):
             fail("path", "a str or os.PathLike", path, TypeError)
@@ -314,7 +323,8 @@ class DocumentLengths:
             raise ValueError(f"{p} is not a readable {suffix[1:]} file: {err}") from None
         # memory-mapped: the offsets are read in place, and a pickle reopens the file
         # (NOTE [ Pickled lengths ])
-        return cls._from_column(list_column(table, column), ("file", os.fspath(p), column), given)
+        origin = ("file", os.path.abspath(p), column)  # a worker may run in another folder
+        return cls._from_column(list_column(table, column), origin, given)
 
     @classmethod
     def _from_parquet(cls, p: Path, column: str, given: tuple[str, object]) -> DocumentLengths:

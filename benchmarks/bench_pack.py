@@ -39,6 +39,10 @@ row count (counted run by run of equal lengths, not packed), which the epoch's r
 need. The online peers (next-fit, first-fit) emit their first row after a few documents, but
 per rank and with buffer state; concat-and-split and the global fit build their whole index.
 
+Section 4.2 times ``deal()`` alone per block at ``ranks x rows`` layouts from 16 x 4 to the
+largest block a sampler accepts (2 x 131,072 and 131,072 x 2 rows), on packed rows of seq_len 128
+(enough rows for those blocks): the median over a few blocks, per row, and tracemalloc's peak.
+
 Section 5 (Megatron-Core ``GPTDataset``, optional) writes a real ``.idx`` of lognormal lengths
 (vectorised: the header and arrays of megatron_files' format) beside a sparse ``.bin`` (no token
 is read by the index build), then times ``GPTDataset`` construction with its index cache in a

@@ -22,6 +22,10 @@ and an HF dataset (in memory, saved to disk and loaded back memory-mapped, and a
   how to reopen it (bytes independent of the corpus), and a worker started by ``spawn`` reads
   the same lengths.
 
+The file readers are crossed once more through ``dataorder pack`` (a chunked file with nulls
+over values, an empty file: the report's counts, or one line naming the file), and a pickle of a
+file opened by a relative path reopens from another folder.
+
 Each cell checks the lengths every read path returns (``slice``, ``take``, totals, block totals,
 counts) and, where the reader has tokens, that packing every row reads exactly the valid
 documents' tokens. A cell that a format cannot express is listed in ``NOT_EXPRESSIBLE`` with the
@@ -30,6 +34,7 @@ reason; ``test_the_table_is_crossed`` checks that every pair is a test or a list
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import pickle
 from collections.abc import Callable
@@ -419,3 +424,35 @@ def test_a_pickle_of_a_relative_path_reopens_from_another_folder(
     data = pickle.dumps(DocumentLengths.from_file(name))
     monkeypatch.chdir(tmp_path)  # a worker started elsewhere
     assert pickle.loads(data).slice(0, 3).tolist() == [3, 0, 4]
+
+
+FILE_NAMES = {"npy": "c.npy", "megatron": "c.idx", "arrow file": "c.arrow", "parquet": "c.parquet"}
+
+
+@pytest.mark.parametrize("family", ["null over values, chunked", "empty"])
+@pytest.mark.parametrize("reader", list(FILE_NAMES))
+def test_dataorder_pack_reads_unusual_files_or_names_them(
+    family: str, reader: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dataorder.tools.cli import main
+
+    corpus = FAMILIES[family]
+    try:
+        READERS[reader](corpus, tmp_path)  # writes the file (and refuses an empty one)
+    except ValueError:
+        assert not corpus.docs
+    path = tmp_path / FILE_NAMES[reader]
+    code = main(["pack", str(path), "--seq-len", "4", "--json"])
+    out, err = capsys.readouterr()
+    if corpus.docs:
+        assert code == 0, err
+        report = json.loads(out)
+        assert report["documents"] == len(corpus.docs)
+        assert report["tokens"] == sum(corpus.lengths())  # no hidden value counted
+        assert report["documents_empty"] == corpus.lengths().count(0)
+        assert report["longest"] == max(corpus.lengths())
+    else:
+        assert code != 0
+        assert "at least one document" in err, err
+        assert str(path) in err, err
+        assert "Traceback" not in err

@@ -459,3 +459,12 @@ def test_an_hf_dataset_or_arrow_column_given_as_lengths_points_to_from_arrow() -
         assert f"got lengths='<{type(data).__name__}>'" in str(err.value)
     # what holds lengths with numpy's array protocol is still lengths
     assert DocumentLengths(pa.array([3, 0, 2])).slice(0, 3).tolist() == [3, 0, 2]
+
+
+def test_an_hf_dataset_integer_column_is_read_from_arrow_through_its_mapping() -> None:
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict({"length": [3, 4, 5], "input_ids": [[1], [2, 3], [4]]})
+    assert DocumentLengths(ds["length"]).slice(0, 3).tolist() == [3, 4, 5]
+    assert DocumentLengths(ds.select([2, 0])["length"]).slice(0, 2).tolist() == [5, 3]
+    with pytest.raises(TypeError, match=re.escape("use DocumentLengths.from_arrow")):
+        DocumentLengths(ds["input_ids"])

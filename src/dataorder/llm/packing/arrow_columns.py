@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ListColumn", "list_column", "require_pyarrow"]
+__all__ = ["ListColumn", "integer_column", "list_column", "require_pyarrow"]
 
 
 def require_pyarrow() -> Any:
@@ -134,13 +134,7 @@ def list_column(data: Any, column: str) -> ListColumn:
         ValueError: If the table has no such column (the message lists the columns).
     """
     pa = require_pyarrow()
-    mapping = None
-    if hasattr(data, "_indices") and hasattr(data, "data") and hasattr(data, "column_names"):
-        indices = data._indices  # None, or a one-column table of uint64 rows
-        if indices is not None:
-            mapping = np.asarray(indices.column(0).to_numpy(), dtype=np.int64)
-        data = data.data
-        data = getattr(data, "table", data)  # datasets' Table wrapper holds a pyarrow Table
+    data, mapping = _table_and_mapping(data)
     if isinstance(data, pa.Table):
         if column not in data.column_names:
             raise ValueError(
@@ -165,3 +159,45 @@ def list_column(data: Any, column: str) -> ListColumn:
     sizes = np.array([len(c) for c in chunks], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     return ListColumn(chunks, starts, mapping, str(column))
+
+
+def _table_and_mapping(data: Any) -> tuple[Any, npt.NDArray[np.int64] | None]:
+    """An HF dataset's pyarrow Table and indices mapping (or None); anything else as given."""
+    mapping = None
+    if hasattr(data, "_indices") and hasattr(data, "data") and hasattr(data, "column_names"):
+        indices = data._indices  # None, or a one-column table of uint64 rows
+        if indices is not None:
+            mapping = np.asarray(indices.column(0).to_numpy(), dtype=np.int64)
+        data = data.data
+        data = getattr(data, "table", data)  # datasets' Table wrapper holds a pyarrow Table
+    return data, mapping
+
+
+def integer_column(data: Any, column: str) -> npt.NDArray[Any]:
+    """The integer column ``column`` of an HF dataset (through its indices mapping) or a
+    pyarrow Table, as a numpy array read from the Arrow buffers (no row decoded; a column of
+    several chunks is copied once).
+
+    Raises:
+        TypeError: If the column is not integers (a list column names ``from_arrow``).
+        ValueError: If the table has no such column, or the column holds nulls.
+    """
+    pa = require_pyarrow()
+    table, mapping = _table_and_mapping(data)
+    if column not in table.column_names:
+        raise ValueError(
+            f"column must name a column of the table; got column={column!r} "
+            f"(columns: {', '.join(table.column_names)})"
+        )
+    col = table.column(column)
+    if not pa.types.is_integer(col.type):
+        raise TypeError(
+            f"lengths must be an integer column; got column {column!r} of type {col.type} "
+            "(for a list column of token ids, use DocumentLengths.from_arrow(data, column))"
+        )
+    if col.null_count:
+        raise ValueError(
+            f"lengths must be ints; got column {column!r} with {col.null_count} null values"
+        )
+    values = np.asarray(col.to_numpy())
+    return values if mapping is None else values[mapping]

@@ -60,7 +60,12 @@ import numpy.typing as npt
 from dataorder._validate import check_index_array, check_int, fail
 from dataorder.core.keys import derive_key
 from dataorder.core.permutation import Permutation
-from dataorder.llm.packing.arrow_columns import ListColumn, list_column, require_pyarrow
+from dataorder.llm.packing.arrow_columns import (
+    ListColumn,
+    integer_column,
+    list_column,
+    require_pyarrow,
+)
 from dataorder.llm.packing.megatron_files import index_paths, read_index, require_regular_file
 
 __all__ = [
@@ -117,7 +122,8 @@ class DocumentLengths:
         lengths: A 1-D integer array (a ``np.memmap`` stays a memory map, nothing is copied;
             anything with numpy's array protocol) or a list, tuple or range of ints; at least
             one document, at most :data:`MAX_DOCUMENTS`; values in ``[0, MAX_LENGTH]``,
-            checked when first read, before any cast (NOTE [ Length bounds ]). An HF dataset or
+            checked when first read, before any cast (NOTE [ Length bounds ]). An HF dataset's
+            integer column (``ds["length"]``) is read from its Arrow buffers; an HF dataset or
             an Arrow table is refused by type before a row is read: use :meth:`from_arrow`.
 
     Raises:
@@ -150,6 +156,9 @@ class DocumentLengths:
     def __init__(self, lengths: npt.ArrayLike) -> None:
         if isinstance(lengths, np.ndarray):
             values = lengths
+        elif _is_dataset_column(lengths):  # ds["length"]: read from Arrow, no row decoded
+            column: Any = lengths
+            values = integer_column(column.source, column.column_name)
         else:
             _refuse_by_type(lengths)
             try:
@@ -578,6 +587,15 @@ class DocumentLengths:
             h.update(np.ascontiguousarray(self.take(np.sort(where)), "<i8").tobytes())
             self._fingerprint = h.hexdigest()
         return self._fingerprint
+
+
+def _is_dataset_column(lengths: object) -> bool:
+    """Whether ``lengths`` is a column of an HF dataset (``ds["length"]``, a lazy sequence that
+    ``datasets`` returns with its dataset and column name)."""
+    source = getattr(lengths, "source", None)
+    return isinstance(getattr(lengths, "column_name", None), str) and hasattr(
+        source, "column_names"
+    )
 
 
 def _refuse_by_type(lengths: object) -> None:

@@ -39,6 +39,10 @@ row count (counted run by run of equal lengths, not packed), which the epoch's r
 need. The online peers (next-fit, first-fit) emit their first row after a few documents, but
 per rank and with buffer state; concat-and-split and the global fit build their whole index.
 
+Section 4.2 times ``deal()`` alone per block at ``ranks x rows`` layouts from 16 x 4 to the
+largest block a sampler accepts (2 x 131,072 and 131,072 x 2 rows), on packed rows of seq_len 128
+(enough rows for those blocks): the median over a few blocks, per row, and tracemalloc's peak.
+
 Section 5 (Megatron-Core ``GPTDataset``, optional) writes a real ``.idx`` of lognormal lengths
 (vectorised: the header and arrays of megatron_files' format) beside a sparse ``.bin`` (no token
 is read by the index build), then times ``GPTDataset`` construction with its index cache in a
@@ -391,6 +395,43 @@ def section_deal(
     return table(head, rows)
 
 
+def section_deal_time(
+    lengths: np.ndarray, layouts: list[tuple[int, int]], seq_len: int, blocks: int
+) -> str:
+    """deal() per block at each ``ranks x rows`` layout, on the epoch's first ``blocks`` blocks of
+    packed rows at ``seq_len``: median wall time, per row, tracemalloc peak, and the costliest
+    rank over ``max(mean, costliest row)``."""
+    epoch = PackingPlan(DocumentLengths(lengths), seq_len).epoch(0)
+    rows = []
+    for dp, per_rank in layouts:
+        block = dp * per_rank
+        count = min(blocks, epoch.num_rows // block)
+        if count == 0:
+            rows.append([f"{dp} x {per_rank}", f"{block:,}", "-", "-", "-", "-"])
+            continue
+        secs, ratio, peak = [], [], 0
+        for b in range(count):
+            c = epoch.costs(np.arange(b * block, (b + 1) * block))
+            t = time.perf_counter()
+            dealt = deal(c, per_rank, dp)
+            secs.append(time.perf_counter() - t)
+            worst = int(c[dealt].sum(axis=1).max())
+            ratio.append(worst / max(-(-int(c.sum()) // dp), int(c.max())))
+        c = epoch.costs(np.arange(block))
+        tracemalloc.start()
+        deal(c, per_rank, dp)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        median = float(np.median(secs))
+        rows.append([
+            f"{dp} x {per_rank}", f"{block:,} ({count} blocks)", f"{1e3 * median:.2f} ms",
+            f"{1e6 * median / block:.2f} us", fmt_mem(peak), f"{float(np.mean(ratio)):.4f}",
+        ])  # fmt: skip
+    head = ["ranks x rows", "block (rows)", "deal() per block (median)", "per row",
+            "tracemalloc peak", "costliest / max(mean, costliest row), mean"]  # fmt: skip
+    return table(head, rows)
+
+
 # -- section 5: Megatron-Core GPTDataset ---------------------------------------------------------
 
 
@@ -578,6 +619,13 @@ def main(argv: list[str] | None = None) -> None:
     layouts = [(16, 4)] if smoke else [(16, 4), (64, 2), (8, 8)]
     steps = 200 if smoke else 20_000
     print(section_deal(lengths, layouts, [8192] if smoke else [8192, 4096], steps) + "\n")
+    print("### 4.2 deal() time by layout (seq_len 128: enough rows for the largest block)\n")
+    timing = (
+        [(16, 4), (64, 2), (2, 256), (1, 4096)]
+        if smoke
+        else [(16, 4), (64, 2), (2, 2048), (1, 131072), (2, 131072), (131072, 2), (4096, 4)]
+    )
+    print(section_deal_time(lengths, timing, 128, 3 if smoke else 5) + "\n")
     print("## 5. Megatron-Core GPTDataset index build beside ours\n")
     sizes = [int(float(x)) for x in args.megatron_sizes.split(",")] if not smoke else []
     print(section_megatron(None if smoke else args.peer_python, sizes, 8192) + "\n")

@@ -113,3 +113,72 @@ def test_bad_input_is_named(args: tuple[Any, ...], exc: type, message: str) -> N
 
 def test_doctests() -> None:
     assert doctest.testmod(deal_module).failed == 0
+
+
+def pairwise_deal(costs: list[int], per_rank: int, dp_size: int) -> list[list[int]]:
+    """The module docstring's rule, every swap found by comparing every pair (tiny blocks)."""
+    n = len(costs)
+    owner, loads, held = [0] * n, [0] * dp_size, [0] * dp_size
+    for i in sorted(range(n), key=lambda i: (-costs[i], i)):
+        r = min((r for r in range(dp_size) if held[r] < per_rank), key=lambda r: (loads[r], r))
+        owner[i], held[r], loads[r] = r, held[r] + 1, loads[r] + costs[i]
+    for _ in range(min(n, deal_module.MAX_SWAPS) if dp_size > 1 and per_rank > 1 else 0):
+        top = max(range(dp_size), key=lambda r: (loads[r], -r))
+        best = None
+        for a in (i for i in range(n) if owner[i] == top):
+            for b in range(n):
+                delta, gap = costs[a] - costs[b], loads[top] - loads[owner[b]]
+                if 0 < delta < gap:
+                    after = max(-delta, delta - gap)
+                    if best is None or after < best[0]:
+                        best = (after, a, b)
+        if best is None:
+            break
+        _, a, b = best
+        rb, moved = owner[b], costs[a] - costs[b]
+        loads[top], loads[rb] = loads[top] - moved, loads[rb] + moved
+        owner[a], owner[b] = rb, top
+    return [[i for i in range(n) if owner[i] == r] for r in range(dp_size)]
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(
+    st.integers(1, 6),
+    st.integers(1, 9),
+    st.sampled_from([3, 40, 10**6, MAX_COST]),
+    st.data(),
+)
+def test_the_dealing_is_the_rule_found_by_comparing_every_pair(
+    per_rank: int, dp_size: int, top: int, data: Any
+) -> None:
+    # costs from a small range tie often: the tie-breaks (first row of the costliest rank in
+    # block order, then the first partner) are what a faster search could get wrong
+    n = per_rank * dp_size
+    costs = data.draw(st.lists(st.integers(0, top), min_size=n, max_size=n))
+    assert deal(costs, per_rank, dp_size).tolist() == pairwise_deal(costs, per_rank, dp_size)
+
+
+def test_a_large_block_deals_in_memory_linear_in_the_block() -> None:
+    # comparing every pair of a 2 x 2048 block holds 2048 x 4096 int64 (64 MiB) per temporary
+    import tracemalloc
+
+    costs = np.random.default_rng(5).integers(0, 2**40, size=2 * 2048)
+    tracemalloc.start()
+    try:
+        dealt = deal(costs, 2048, 2)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert sorted(dealt.ravel().tolist()) == list(range(costs.shape[0]))
+    assert peak < 4 * 2**20, f"dealing 4,096 rows peaked at {peak / 2**20:.1f} MiB"
+
+
+@pytest.mark.slow
+def test_a_sampler_with_the_largest_block_deals_its_first_batch() -> None:
+    # 2 ranks x 131,072 rows: the largest block PackedSampler accepts (MAX_BLOCK_ROWS)
+    from dataorder.llm.packing.sampler import MAX_BLOCK_ROWS, PackedSampler
+
+    lengths = np.random.default_rng(3).integers(1, 200, size=2 * MAX_BLOCK_ROWS)
+    sampler = PackedSampler(lengths, 128, 131072, 0, 2, seed=0)
+    batch = next(iter(sampler))
+    assert len(batch) == 131072

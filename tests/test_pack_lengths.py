@@ -9,6 +9,7 @@ is wrong.
 from __future__ import annotations
 
 import doctest
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -414,3 +415,56 @@ def test_a_threaded_pass_gives_the_sequential_totals_and_names_the_first_bad_len
     bad[[30_000, 4_000]] = -1
     with pytest.raises(ValueError, match=r"lengths\[4000\] must be an int in"):
         DocumentLengths(bad).block_totals(128)
+
+
+class _Rows:
+    """A sequence of a million rows that counts the rows read (an HF dataset's shape)."""
+
+    def __init__(self, table_like: bool) -> None:
+        self.read = 0
+        if table_like:
+            self.column_names = ["input_ids"]
+
+    def __len__(self) -> int:
+        return 10**6
+
+    def __getitem__(self, i: int) -> list[int]:
+        self.read += 1
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return [1, 2, 3]
+
+
+@pytest.mark.parametrize("table_like", [True, False])
+def test_what_is_not_lengths_is_refused_by_type_before_a_row_is_read(table_like: bool) -> None:
+    from dataorder.llm.packing.sampler import PackedSampler
+
+    rows = _Rows(table_like)
+    hint = "DocumentLengths.from_arrow" if table_like else "an integer array or a list of ints"
+    with pytest.raises(TypeError, match=re.escape(hint)):
+        DocumentLengths(rows)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=re.escape(hint)):
+        PackedSampler(rows, 2048, 1, 0, 1, seed=0)  # type: ignore[arg-type]
+    assert rows.read == 0
+
+
+def test_an_hf_dataset_or_arrow_column_given_as_lengths_points_to_from_arrow() -> None:
+    pa = pytest.importorskip("pyarrow")
+    datasets = pytest.importorskip("datasets")
+    table = pa.table({"input_ids": pa.array([[1, 2], [3]])})
+    for data in (datasets.Dataset(datasets.table.InMemoryTable(table)), table, table[0]):
+        with pytest.raises(TypeError) as err:
+            DocumentLengths(data)
+        assert "use DocumentLengths.from_arrow(data, column)" in str(err.value)
+        assert f"got lengths='<{type(data).__name__}>'" in str(err.value)
+    # what holds lengths with numpy's array protocol is still lengths
+    assert DocumentLengths(pa.array([3, 0, 2])).slice(0, 3).tolist() == [3, 0, 2]
+
+
+def test_an_hf_dataset_integer_column_is_read_from_arrow_through_its_mapping() -> None:
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict({"length": [3, 4, 5], "input_ids": [[1], [2, 3], [4]]})
+    assert DocumentLengths(ds["length"]).slice(0, 3).tolist() == [3, 4, 5]
+    assert DocumentLengths(ds.select([2, 0])["length"]).slice(0, 2).tolist() == [5, 3]
+    with pytest.raises(TypeError, match=re.escape("use DocumentLengths.from_arrow")):
+        DocumentLengths(ds["input_ids"])

@@ -359,9 +359,9 @@ def test_dealing_a_large_block_makes_at_most_max_swaps(monkeypatch: pytest.Monke
     caps: list[int] = []
     improve = dealing._improve
 
-    def spy(c: Any, own: Any, loads: Any, cap: int, owner: Any) -> None:
+    def spy(c: Any, own: Any, loads: Any, cap: int) -> None:
         caps.append(cap)
-        improve(c, own, loads, cap, owner)
+        improve(c, own, loads, cap)
 
     monkeypatch.setattr(dealing, "_improve", spy)
     costs = np.random.default_rng(0).integers(1, 8192, 4 * 4096) ** 2

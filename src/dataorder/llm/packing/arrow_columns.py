@@ -8,6 +8,13 @@ A null row (a missing list) is a document of no tokens, like an empty list: it p
 and is counted (``documents_empty``). A null *token id* inside a list is refused when its row is
 read.
 
+NOTE [ Null rows ]
+    Arrow lets a null row's offsets span values (``ListArray.from_arrays([0, 3, 8], values,
+    mask=[False, True])`` is valid: row 1 is null over values 3 to 7, which no reader may see).
+    So a length is the offsets' difference only where the row is valid, 0 where it is null, and
+    the offsets serve as cumulative counts only when no null row spans a value. A null row's
+    tokens are never read.
+
 An HF :class:`datasets.Dataset` is an Arrow table plus, after ``select``/``shuffle``/``filter``,
 an *indices mapping* (row ``i`` of the dataset is row ``indices[i]`` of the table). With a
 mapping, the offsets are not in the dataset's order: lengths are gathered through the mapping and
@@ -26,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ListColumn", "list_column", "require_pyarrow"]
+__all__ = ["ListColumn", "integer_column", "list_column", "require_pyarrow"]
 
 
 def require_pyarrow() -> Any:
@@ -62,14 +69,19 @@ class ListColumn:
 
     def offsets(self) -> npt.NDArray[Any] | None:
         """The one chunk's offsets (``len + 1`` entries, zero-copy), when the column is one
-        chunk with no mapping: cumulative token counts for free. None otherwise."""
+        chunk with no mapping and no null row spans a value (NOTE [ Null rows ]): cumulative
+        token counts for free. None otherwise."""
         if self.mapping is not None or len(self.chunks) != 1:
             return None
-        return _offsets(self.chunks[0])
+        chunk = self.chunks[0]
+        offsets = _offsets(chunk)
+        if chunk.null_count and np.diff(offsets)[_nulls(chunk)].any():
+            return None
+        return offsets
 
     def lengths(self) -> npt.NDArray[np.int64]:
-        """Every row's length, int64 (one vectorised pass over the offsets)."""
-        per_chunk = [np.diff(_offsets(c)).astype(np.int64) for c in self.chunks]
+        """Every row's length, int64, 0 for a null row (one vectorised pass over the offsets)."""
+        per_chunk = [_lengths(c) for c in self.chunks]
         base = np.concatenate(per_chunk) if per_chunk else np.zeros(0, dtype=np.int64)
         return base if self.mapping is None else base[self.mapping]
 
@@ -79,8 +91,12 @@ class ListColumn:
         table_row = i if self.mapping is None else int(self.mapping[i])
         k = int(np.searchsorted(self.starts, table_row, side="right")) - 1
         chunk = self.chunks[k]
-        offsets = _offsets(chunk)
-        first = int(offsets[table_row - int(self.starts[k])])
+        at = table_row - int(self.starts[k])
+        if stop > start and not chunk[at].is_valid:  # its offsets may span hidden values
+            raise ValueError(
+                f"row {i} of column {self.name!r} is null (no tokens); got tokens [{start}, {stop})"
+            )
+        first = int(_offsets(chunk)[at])
         values = chunk.values.slice(first + start, stop - start)
         if values.null_count:  # to_numpy would turn them into floats (NaN), then into garbage ids
             raise ValueError(
@@ -91,7 +107,21 @@ class ListColumn:
 
 
 def _offsets(chunk: Any) -> npt.NDArray[Any]:
+    """A chunk's ``len + 1`` offsets into its values (a sliced chunk's own, zero-copy)."""
     return np.asarray(chunk.offsets.to_numpy(zero_copy_only=False))
+
+
+def _nulls(chunk: Any) -> npt.NDArray[np.bool_]:
+    """Which rows of a chunk are null (a sliced chunk's own)."""
+    return np.asarray(chunk.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _lengths(chunk: Any) -> npt.NDArray[np.int64]:
+    """A chunk's row lengths, 0 for a null row (NOTE [ Null rows ])."""
+    out = np.diff(_offsets(chunk)).astype(np.int64)
+    if chunk.null_count:
+        out[_nulls(chunk)] = 0
+    return out
 
 
 def list_column(data: Any, column: str) -> ListColumn:
@@ -104,13 +134,7 @@ def list_column(data: Any, column: str) -> ListColumn:
         ValueError: If the table has no such column (the message lists the columns).
     """
     pa = require_pyarrow()
-    mapping = None
-    if hasattr(data, "_indices") and hasattr(data, "data") and hasattr(data, "column_names"):
-        indices = data._indices  # None, or a one-column table of uint64 rows
-        if indices is not None:
-            mapping = np.asarray(indices.column(0).to_numpy(), dtype=np.int64)
-        data = data.data
-        data = getattr(data, "table", data)  # datasets' Table wrapper holds a pyarrow Table
+    data, mapping = _table_and_mapping(data)
     if isinstance(data, pa.Table):
         if column not in data.column_names:
             raise ValueError(
@@ -135,3 +159,45 @@ def list_column(data: Any, column: str) -> ListColumn:
     sizes = np.array([len(c) for c in chunks], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     return ListColumn(chunks, starts, mapping, str(column))
+
+
+def _table_and_mapping(data: Any) -> tuple[Any, npt.NDArray[np.int64] | None]:
+    """An HF dataset's pyarrow Table and indices mapping (or None); anything else as given."""
+    mapping = None
+    if hasattr(data, "_indices") and hasattr(data, "data") and hasattr(data, "column_names"):
+        indices = data._indices  # None, or a one-column table of uint64 rows
+        if indices is not None:
+            mapping = np.asarray(indices.column(0).to_numpy(), dtype=np.int64)
+        data = data.data
+        data = getattr(data, "table", data)  # datasets' Table wrapper holds a pyarrow Table
+    return data, mapping
+
+
+def integer_column(data: Any, column: str) -> npt.NDArray[Any]:
+    """The integer column ``column`` of an HF dataset (through its indices mapping) or a
+    pyarrow Table, as a numpy array read from the Arrow buffers (no row decoded; a column of
+    several chunks is copied once).
+
+    Raises:
+        TypeError: If the column is not integers (a list column names ``from_arrow``).
+        ValueError: If the table has no such column, or the column holds nulls.
+    """
+    pa = require_pyarrow()
+    table, mapping = _table_and_mapping(data)
+    if column not in table.column_names:
+        raise ValueError(
+            f"column must name a column of the table; got column={column!r} "
+            f"(columns: {', '.join(table.column_names)})"
+        )
+    col = table.column(column)
+    if not pa.types.is_integer(col.type):
+        raise TypeError(
+            f"lengths must be an integer column; got column {column!r} of type {col.type} "
+            "(for a list column of token ids, use DocumentLengths.from_arrow(data, column))"
+        )
+    if col.null_count:
+        raise ValueError(
+            f"lengths must be ints; got column {column!r} with {col.null_count} null values"
+        )
+    values = np.asarray(col.to_numpy())
+    return values if mapping is None else values[mapping]

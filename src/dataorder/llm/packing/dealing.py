@@ -31,6 +31,24 @@ NOTE [ Dealing cost ]
     from 1.0715 to 1.0563 times the lower bound. 64 swaps end at 1.0706 in 0.07 s; at 16 ranks
     x 4 rows (64 rows, the issue's figure) nothing changes, and every layout measured stays
     within 1.10x (1024 x 4: 1.0509, 512 x 16: 1.0015; the benchmark reports the figure).
+    Step 1 is a heap of the ranks with room, ``O(block log dp_size)``; a swap is found in
+    ``O(block log block)`` time and ``O(block)`` memory (NOTE [ Best swap ]), so a block of
+    :data:`~dataorder.llm.packing.sampler.MAX_BLOCK_ROWS` rows deals in about a second, however
+    it is split between ranks and rows.
+
+NOTE [ Best swap ]
+    Swapping row ``a`` of the costliest rank (load ``T``) with row ``b`` of a rank ``gap`` below
+    it moves ``delta = c[a] - c[b]``; it helps when ``0 < delta < gap``, and leaves the larger of
+    the two loads at ``T + max(-delta, delta - gap)``. Seen from ``a``'s cost ``p``, row ``b`` is
+    the interval ``(x, y) = (c[b], c[b] + gap)`` and the swap lowers the top load by
+    ``min(p - x, y - p)``, a tent that peaks at ``(x + y) / 2``. The best partner of ``p`` is the
+    highest tent at ``p``: among tents peaking at or before ``p`` the largest ``y``, among those
+    peaking at or after it the least ``x``. So one sort of the tents by peak, a running maximum
+    and a running minimum, and a binary search per row of the costliest rank find every row's
+    best swap; the first such row in block order is ``a``, and one pass over the block finds the
+    first ``b`` at that value: the same swap, ties included, as comparing every pair (a
+    ``per_rank x block`` matrix, 256 GiB at ``2 x 131072`` rows). A row's ``2 c + gap`` is below
+    ``3 * 2**62``: exact in uint64.
 
 Example:
     >>> deal([9, 1, 5, 5, 2, 2], per_rank=3, dp_size=2).tolist()
@@ -84,50 +102,99 @@ def deal(costs: npt.ArrayLike, per_rank: int, dp_size: int) -> IntArray:
             entries.
     """
     c, k, d = _check(costs, per_rank, dp_size)
-    values = c.tolist()
-    owner = [0] * len(values)
+    if d == 1:
+        return np.arange(k, dtype=np.int64).reshape(1, k)
+    order = np.argsort(-c, kind="stable")
+    if k == 1:  # one row each: the greedy gives the r-th costliest row to rank r
+        out = np.empty((d, 1), dtype=np.int64)
+        out[:, 0] = order
+        return out
+    own, loads = _greedy(order.tolist(), c[order].tolist(), k, d)
+    _improve(c, own, loads, min(k * d, MAX_SWAPS))
+    return np.argsort(own, kind="stable").reshape(d, k).astype(np.int64)
+
+
+def _greedy(rows: list[int], costs: list[int], k: int, d: int) -> tuple[IntArray, list[int]]:
+    """Step 1 of the module docstring: ``rows`` by cost decreasing, ``costs`` theirs. Returns
+    each row's rank and each rank's load (Python ints: exact)."""
+    owner = [0] * len(rows)
     loads = [0] * d
     held = [0] * d
-    heap = [(0, r) for r in range(d)]  # (load, rank): least load, then lowest rank
-    for i in np.argsort(-c, kind="stable").tolist():
-        load, r = heapq.heappop(heap)
+    # a rank with room is the key load * d + rank: the least is the least load, then the lowest
+    # rank (one int compares faster than a (load, rank) tuple; Python ints never wrap)
+    heap = list(range(d))
+    pop, replace = heapq.heappop, heapq.heapreplace
+    for i, v in zip(rows, costs, strict=True):
+        key = heap[0]
+        r = key % d
         owner[i] = r
-        loads[r] = load + values[i]
         held[r] += 1
         if held[r] < k:
-            heapq.heappush(heap, (loads[r], r))
-    if d > 1 and k > 1:
-        _improve(c, np.array(owner, dtype=np.int64), loads, min(k * d, MAX_SWAPS), owner)
-    out = np.argsort(np.array(owner, dtype=np.int64), kind="stable").reshape(d, k)
-    return out.astype(np.int64)
+            replace(heap, key + v * d)
+        else:  # its last row: every rank takes exactly k, so each leaves the heap once
+            loads[r] = key // d + v
+            pop(heap)
+    return np.array(owner, dtype=np.int64), loads
 
 
-def _improve(c: IntArray, own: IntArray, loads: list[int], cap: int, owner: list[int]) -> None:
-    """Step 2 of the module docstring, updating ``owner`` and ``loads`` in place. Loads are
-    Python ints; the candidate arithmetic is in int64 only on row costs (at most 2**62) and on
-    load gaps, which are checked to fit first."""
+def _improve(c: IntArray, own: IntArray, loads: list[int], cap: int) -> None:
+    """Step 2 of the module docstring, updating ``own`` (each row's rank) in place, in
+    ``O(block log block)`` time and ``O(block)`` memory per swap (NOTE [ Best swap ])."""
+    low, high = min(loads), max(loads)
+    if high - low >= 2**62:  # cannot happen at legal sizes that fit memory; stay exact
+        return
+    # loads relative to the least: a swap moves cost between the costliest rank and a cheaper
+    # one, and leaves both strictly between them, so these stay in [0, 2**62) (exact in int64)
+    rel = np.array([v - low for v in loads], dtype=np.int64)
     for _ in range(cap):
-        top = max(range(len(loads)), key=lambda r: (loads[r], -r))
-        mine = np.flatnonzero(own == top)
-        gaps = [loads[top] - v for v in loads]
-        if max(gaps) >= 2**62:  # cannot happen at legal sizes that fit memory; stay exact
-            return
-        gap = np.array(gaps, dtype=np.int64)[own]  # gap to each row's rank
-        delta = c[mine][:, None] - c[None, :]  # cost moved off the costliest rank
-        useful = (delta > 0) & (delta < gap[None, :])
-        if not useful.any():
-            return
-        # the larger of the two loads after the swap, relative to the costliest load
-        after = np.maximum(-delta, delta - gap[None, :])
-        after[~useful] = 1
-        a, b = np.unravel_index(int(np.argmin(after)), after.shape)
-        ia, ib = int(mine[a]), int(b)
-        ra, rb = top, owner[ib]
-        moved = int(c[ia]) - int(c[ib])
-        loads[ra] -= moved
-        loads[rb] += moved
-        owner[ia], owner[ib] = rb, ra
-        own[ia], own[ib] = rb, ra
+        top = int(np.argmax(rel))  # the first maximum: the lowest rank
+        a, b = _best_swap(c, own, rel, top)
+        if a < 0:
+            break
+        rb = int(own[b])
+        moved = int(c[a]) - int(c[b])
+        rel[top] -= moved
+        rel[rb] += moved
+        own[a], own[b] = rb, top
+
+
+def _best_swap(c: IntArray, own: IntArray, rel: IntArray, top: int) -> tuple[int, int]:
+    """``(a, b)``: the swap of step 2, row ``a`` of the costliest rank ``top`` with row ``b``, or
+    ``(-1, -1)`` when no swap lowers the larger load (NOTE [ Best swap ]). ``rel`` is each
+    rank's load above the least."""
+    mine = np.flatnonzero(own == top)
+    gap = rel[top] - rel[own]  # each row's rank below the costliest, in [0, 2**62)
+    # tents: row b is useful to a row of cost p when c[b] < p < c[b] + gap[b], and the swap
+    # leaves max(c[b] - p, p - c[b] - gap[b]) = -min(p - x, y - p) relative to the top load
+    x, y = c, c + gap  # c + gap < 2**63
+    mid2 = 2 * c.astype(np.uint64) + gap.astype(np.uint64)  # x + y, below 3 * 2**62
+    order = np.argsort(mid2)
+    keys = mid2[order]
+    y_before = np.maximum.accumulate(y[order])  # the largest y of the tents peaking at or before
+    x_after = np.minimum.accumulate(x[order][::-1])[::-1]  # the least x of those at or after
+    p = np.sort(c[mine])  # queries in order: the searches then walk the keys once
+    p2 = 2 * p.astype(np.uint64)
+    i = np.searchsorted(keys, p2, side="right") - 1
+    j = np.searchsorted(keys, p2, side="left")
+    depth = np.full(p.shape, -1, dtype=np.int64)  # -1: no tent contains p
+    left = i >= 0
+    depth[left] = y_before[i[left]] - p[left]
+    right = j < keys.shape[0]
+    depth[right] = np.maximum(depth[right], p[right] - x_after[j[right]])
+    best = int(depth.max()) if depth.size else 0
+    if best <= 0:
+        return -1, -1
+    # the first of the costliest rank's rows (in block order) whose cost reaches the best
+    reach = p[depth == best]  # increasing
+    mine_costs = c[mine]
+    at = np.minimum(np.searchsorted(reach, mine_costs), reach.shape[0] - 1)
+    a = int(mine[int(np.argmax(reach[at] == mine_costs))])
+    # the other row: the first in block order at the best value (one row of all the pairs)
+    delta = c[a] - c
+    useful = (delta > 0) & (delta < gap)
+    after = np.maximum(-delta, delta - gap)
+    after[~useful] = 1
+    return a, int(np.argmin(after))
 
 
 def deal_bounds(costs: npt.ArrayLike, per_rank: int, dp_size: int) -> tuple[int, int]:

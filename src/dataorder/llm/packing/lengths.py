@@ -1,6 +1,6 @@
 """The token count of every document, without loading the corpus: :class:`DocumentLengths`.
 
-A :class:`DocumentLengths` wraps one of three sources and never copies it:
+A :class:`DocumentLengths` wraps one of these sources and never copies it:
 
 * an integer array, a ``np.memmap`` included (``DocumentLengths(lengths)``,
   :meth:`~DocumentLengths.from_file` on a ``.npy``, memory-mapped);
@@ -10,7 +10,10 @@ A :class:`DocumentLengths` wraps one of three sources and never copies it:
 * an Arrow list column (:meth:`~DocumentLengths.from_arrow`): an HF dataset or a pyarrow table;
   one chunk with no indices mapping is read through its offsets (cumulative counts, zero-copy),
   anything else through lengths computed once from the offsets
-  (:mod:`dataorder.llm.packing.arrow_columns`).
+  (:mod:`dataorder.llm.packing.arrow_columns`); a null row is a document of no tokens, whatever
+  its offsets span (NOTE [ Null rows ] there);
+* a Parquet file (:meth:`~DocumentLengths.from_file`): its list column decoded a batch of rows at
+  a time, only the lengths kept.
 
 Where cumulative counts exist, the tokens of a block of consecutive documents cost two lookups;
 otherwise :meth:`~DocumentLengths.block_totals` makes one vectorised pass in slabs.
@@ -22,6 +25,18 @@ NOTE [ Length bounds ]
     Zero-length documents are allowed: they pack into nothing and are counted
     (``len(lengths) - count_longer_than(0)``).
 
+NOTE [ Pickled lengths ]
+    A pickle (a sampler sent to a spawned worker, a checkpointed object) says how to reopen the
+    source, never copies a file: a memory-mapped ``.npy`` by its path, offset and shape; a
+    Megatron index by its prefix; an ``.arrow`` file read by :meth:`~DocumentLengths.from_file`
+    by its path (the table is a memory map; pickling it would copy every token); an HF dataset
+    as ``datasets`` pickles it (a reference to its cache files). What has no file behind it is
+    pickled by value: an in-memory array, a pyarrow table given to
+    :meth:`~DocumentLengths.from_arrow` (even a memory-mapped one: a table does not know its
+    file; :meth:`~DocumentLengths.from_file` does), and the lengths read
+    from a Parquet file (4 bytes a document: Parquet stores no offsets, so reopening would
+    decode every token again). A reopened source reads the file as it is then.
+
 Validation is lazy but always precedes use: the dtype, the shape and the size are checked when
 the object is built; the values when they are first read: by every full pass (block totals,
 counts, the largest length) and by :meth:`~DocumentLengths.take`/:meth:`~DocumentLengths.slice`,
@@ -31,6 +46,7 @@ bad index the read saw.
 
 from __future__ import annotations
 
+import array
 import hashlib
 import os
 from collections.abc import Callable
@@ -44,7 +60,12 @@ import numpy.typing as npt
 from dataorder._validate import check_index_array, check_int, fail
 from dataorder.core.keys import derive_key
 from dataorder.core.permutation import Permutation
-from dataorder.llm.packing.arrow_columns import list_column, require_pyarrow
+from dataorder.llm.packing.arrow_columns import (
+    ListColumn,
+    integer_column,
+    list_column,
+    require_pyarrow,
+)
 from dataorder.llm.packing.megatron_files import index_paths, read_index, require_regular_file
 
 __all__ = [
@@ -68,6 +89,9 @@ MAX_DOCUMENTS = 2**32
 SLAB = 2**20
 #: Most threads a pass over array lengths uses (:func:`pass_threads`).
 MAX_PASS_THREADS = 8
+# Rows of a Parquet file decoded at a time by DocumentLengths.from_file (a batch of 8,192-token
+# rows is 32 MB of int32 tokens; only the lengths are kept).
+_PARQUET_BATCH = 2**10
 
 
 def pass_threads() -> int:
@@ -95,9 +119,12 @@ class DocumentLengths:
     """Token counts of ``N`` documents, from an array, a Megatron index or an Arrow column.
 
     Args:
-        lengths: A 1-D integer array (a ``np.memmap`` stays a memory map, nothing is copied) or
-            a sequence of ints; at least one document, at most :data:`MAX_DOCUMENTS`; values
-            in ``[0, MAX_LENGTH]``, checked when first read (NOTE [ Length bounds ]).
+        lengths: A 1-D integer array (a ``np.memmap`` stays a memory map, nothing is copied;
+            anything with numpy's array protocol) or a list, tuple or range of ints; at least
+            one document, at most :data:`MAX_DOCUMENTS`; values in ``[0, MAX_LENGTH]``,
+            checked when first read, before any cast (NOTE [ Length bounds ]). An HF dataset's
+            integer column (``ds["length"]``) is read from its Arrow buffers; an HF dataset or
+            an Arrow table is refused by type before a row is read: use :meth:`from_arrow`.
 
     Raises:
         TypeError: If ``lengths`` is not integers.
@@ -129,16 +156,23 @@ class DocumentLengths:
     def __init__(self, lengths: npt.ArrayLike) -> None:
         if isinstance(lengths, np.ndarray):
             values = lengths
+        elif _is_dataset_column(lengths):  # ds["length"]: read from Arrow, no row decoded
+            column: Any = lengths
+            values = integer_column(column.source, column.column_name)
         else:
+            _refuse_by_type(lengths)
             try:
                 values = np.asarray(lengths)
             except ValueError:  # ragged nesting: numpy's own words would not name the argument
                 fail("lengths", "a 1-D integer array", f"<{type(lengths).__name__} of sequences>")
+        self._init_array(values, ("lengths", "<empty array>"), f"array of {values.dtype}")
+
+    def _init_array(self, values: npt.NDArray[Any], given: tuple[str, object], source: str) -> None:
         if values.size == 0 and values.ndim == 1:  # np.asarray([]) is float64: say what is wrong
-            fail("lengths", "at least one document", "<empty array>")
+            self._setup(values, None, values.shape, source, given)  # raises, naming `given`
         if values.dtype.kind not in "iu":
             fail("lengths", "an integer array", f"<array of dtype {values.dtype}>", TypeError)
-        self._setup(values, None, values.shape, f"array of {values.dtype}")
+        self._setup(values, None, values.shape, source, given)
         self._origin: tuple[Any, ...] = _array_origin(values)
 
     def _setup(
@@ -147,11 +181,16 @@ class DocumentLengths:
         cumulative: _Cumulative | None,
         shape: tuple[int, ...],
         source: str,
+        given: tuple[str, object] = ("lengths", "<empty array>"),
     ) -> None:
+        """``given``: the argument an empty source is named by, and its value as given."""
         if len(shape) != 1:
             fail("lengths", "1-D", f"<array of shape {shape}>")
         if shape[0] == 0:
-            fail("lengths", "at least one document", "<empty array>")
+            name, value = given
+            if name == "lengths":
+                fail(name, "at least one document", value)
+            fail(name, f"a source of at least one document ({source} holds none)", value)
         if shape[0] > MAX_DOCUMENTS:
             fail("lengths", f"at most {MAX_DOCUMENTS} documents", f"<{shape[0]} documents>")
         self._n = int(shape[0])
@@ -175,7 +214,8 @@ class DocumentLengths:
         Raises:
             FileNotFoundError: If a file is missing.
             ValueError: If the ``.idx`` is truncated or corrupt, or the ``.bin`` has another size
-                (:func:`~dataorder.llm.packing.megatron_files.read_index`).
+                (:func:`~dataorder.llm.packing.megatron_files.read_index`), or it holds no
+                sequence (naming ``prefix`` and the ``.idx``).
         """
         index = read_index(prefix)
         self = cls.__new__(cls)
@@ -188,8 +228,14 @@ class DocumentLengths:
             out[inside] = pointers[at[inside]] // size
             return out
 
-        self._setup(index.sequence_lengths, cumulative, (n,), f"Megatron index {index.idx_path}")
-        self._origin = ("megatron", os.fspath(prefix))
+        self._setup(
+            index.sequence_lengths,
+            cumulative,
+            (n,),
+            f"Megatron index {index.idx_path}",
+            ("prefix", os.fspath(prefix)),
+        )
+        self._origin = ("megatron", os.path.abspath(prefix))  # a worker may run elsewhere
         return self
 
     @classmethod
@@ -208,32 +254,44 @@ class DocumentLengths:
         Raises:
             ImportError: If pyarrow is not installed.
             TypeError: If ``data`` or the column has the wrong type.
-            ValueError: If the table has no such column.
+            ValueError: If the table has no such column, or no row.
         """
         col = list_column(data, column)
+        given = ("data", f"<{type(data).__name__} of 0 rows>")
+        return cls._from_column(col, ("arrow", data, column), given)
+
+    @classmethod
+    def _from_column(
+        cls, col: ListColumn, origin: tuple[Any, ...], given: tuple[str, object]
+    ) -> DocumentLengths:
         self = cls.__new__(cls)
-        self._origin = ("arrow", data, column)
+        self._origin = origin
+        source = f"Arrow column {col.name!r}"
         offsets = col.offsets()
         if offsets is None:
-            self._setup(col.lengths(), None, (len(col),), f"Arrow column {column!r}")
+            self._setup(col.lengths(), None, (len(col),), source, given)
             return self
         base = int(offsets[0]) if offsets.shape[0] else 0
 
         def cumulative(at: IntArray) -> IntArray:
             return offsets[at].astype(np.int64) - base
 
-        self._setup(None, cumulative, (len(col),), f"Arrow column {column!r}")
+        self._setup(None, cumulative, (len(col),), source, given)
         return self
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], column: str = "input_ids") -> DocumentLengths:
         """Lengths from a file, by its name: a Megatron ``.idx``/``.bin`` or prefix, a ``.npy``
         (memory-mapped), or a ``.parquet``/``.arrow`` file (the list column ``column``; an
-        ``.arrow`` file, IPC file or stream as ``datasets`` caches them, is memory-mapped).
+        ``.arrow`` file, IPC file or stream as ``datasets`` caches them, is memory-mapped; a
+        ``.parquet`` file is decoded a batch of rows at a time and only its lengths are kept).
+        A pickle reopens the file, except a Parquet file's, whose lengths are pickled (NOTE
+        [ Pickled lengths ]).
 
         Raises:
             FileNotFoundError: If the file is missing.
-            ValueError: If the kind of file is not recognised, or it is unreadable.
+            ValueError: If the kind of file is not recognised, it is unreadable, or it holds no
+                document (naming ``path``).
         """
         if not isinstance(path, str | os.PathLike):
             fail("path", "a str or os.PathLike", path, TypeError)
@@ -253,30 +311,62 @@ class DocumentLengths:
             )
         # os.stat only (a link loop, a missing file raise as such): a FIFO would block open()
         require_regular_file(p)
+        given = ("path", os.fspath(path))
         if suffix == ".npy":
             try:
                 values = np.load(p, mmap_mode="r", allow_pickle=False)
             except (ValueError, OSError, EOFError) as err:
                 raise ValueError(f"{p} is not a readable .npy file of lengths: {err}") from None
-            return cls(values)
+            self = cls.__new__(cls)
+            self._init_array(values, given, f"array of {values.dtype} in {p}")
+            return self
         pa = require_pyarrow()
         try:
             if suffix == ".parquet":
-                import pyarrow.parquet as pq
-
-                table = pq.read_table(p, columns=[column])
-            else:
-                try:
-                    table = pa.ipc.open_file(pa.memory_map(str(p))).read_all()
-                except pa.ArrowInvalid:
-                    table = pa.ipc.open_stream(pa.memory_map(str(p))).read_all()
+                return cls._from_parquet(p, column, given)
+            try:
+                table = pa.ipc.open_file(pa.memory_map(str(p))).read_all()
+            except pa.ArrowInvalid:
+                table = pa.ipc.open_stream(pa.memory_map(str(p))).read_all()
         except (pa.ArrowException, OSError) as err:
             raise ValueError(f"{p} is not a readable {suffix[1:]} file: {err}") from None
-        return cls.from_arrow(table, column)
+        # memory-mapped: the offsets are read in place, and a pickle reopens the file
+        # (NOTE [ Pickled lengths ])
+        origin = ("file", os.path.abspath(p), column)  # a worker may run in another folder
+        return cls._from_column(list_column(table, column), origin, given)
+
+    @classmethod
+    def _from_parquet(cls, p: Path, column: str, given: tuple[str, object]) -> DocumentLengths:
+        """The lengths of a Parquet file's list column, one batch of rows at a time: Parquet
+        stores no offsets, so each batch is decoded, its lengths kept and its tokens dropped
+        (peak memory: one batch, never the column)."""
+        import pyarrow.parquet as pq
+
+        # buffered reads, no pre-buffering: pages are read as decoded, not a row group at once
+        f = pq.ParquetFile(p, buffer_size=2**20, pre_buffer=False)
+        names = f.schema_arrow.names
+        if column not in names:
+            raise ValueError(
+                f"column must name a column of the table; got column={column!r} "
+                f"(columns: {', '.join(names)})"
+            )
+        parts = [
+            list_column(batch.column(0), column).lengths()
+            for batch in f.iter_batches(batch_size=_PARQUET_BATCH, columns=[column])
+        ]
+        if not parts:  # no row group: the column's type is still checked
+            list_column(f.schema_arrow.empty_table(), column)
+        lengths = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        if lengths.size and int(lengths.max()) <= MAX_LENGTH:
+            lengths = lengths.astype(np.int32)  # half the memory; the values are unchanged
+        self = cls.__new__(cls)
+        self._setup(lengths, None, lengths.shape, f"Arrow column {column!r} of {p}", given)
+        self._origin = ("array", lengths)
+        return self
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        """Pickle how to reopen the source, never a copy of a memory map (a DataLoader with
-        spawned workers, or a checkpointed sampler, would otherwise copy the whole file)."""
+        """Pickle how to reopen the source, never a copy of a memory map (NOTE [ Pickled
+        lengths ])."""
         return _reopen, self._origin
 
     # -- sizes ----------------------------------------------------------------------------------
@@ -332,9 +422,10 @@ class DocumentLengths:
         """
         idx = check_index_array("indices", indices, self._n, "document indices")
         if self._values is not None:
-            out: IntArray = self._values[idx].astype(np.int64)
-        else:
-            out = self._counts(idx + 1) - self._counts(idx)
+            raw = self._values[idx]
+            self._check_values(raw, idx)  # before the cast: a uint64 past int64 would wrap
+            return raw.astype(np.int64)
+        out: IntArray = self._counts(idx + 1) - self._counts(idx)
         self._check_values(out, idx)
         return out
 
@@ -346,9 +437,10 @@ class DocumentLengths:
 
     def _read(self, start: int, stop: int) -> IntArray:
         if self._values is not None:
-            out = self._values[start:stop].astype(np.int64)
-        else:
-            out = np.diff(self._counts(np.arange(start, stop + 1, dtype=np.int64)))
+            raw = self._values[start:stop]
+            self._check_values(raw, start)  # before the cast: a uint64 past int64 would wrap
+            return raw.astype(np.int64)
+        out: IntArray = np.diff(self._counts(np.arange(start, stop + 1, dtype=np.int64)))
         self._check_values(out, start)
         return out
 
@@ -497,6 +589,42 @@ class DocumentLengths:
         return self._fingerprint
 
 
+def _is_dataset_column(lengths: object) -> bool:
+    """Whether ``lengths`` is a column of an HF dataset (``ds["length"]``, a lazy sequence that
+    ``datasets`` returns with its dataset and column name)."""
+    source = getattr(lengths, "source", None)
+    return isinstance(getattr(lengths, "column_name", None), str) and hasattr(
+        source, "column_names"
+    )
+
+
+def _refuse_by_type(lengths: object) -> None:
+    """Refuse what is not lengths before ``np.asarray`` walks it: an HF dataset or an Arrow
+    table is a sequence of rows, and converting it would decode every row first (O(N)) to fail
+    on the result. Lengths are an array (anything with numpy's array protocol: a tensor, a
+    pyarrow integer array) or a list, tuple, range or ``array.array`` of ints."""
+    name = type(lengths).__name__
+    is_list = False
+    typ = getattr(lengths, "type", None)
+    if type(lengths).__module__.startswith("pyarrow") and typ is not None:
+        is_list = any(
+            getattr(typ, attr, None) is not None for attr in ("value_type", "value_field")
+        )
+    if hasattr(lengths, "column_names") or is_list:
+        fail(
+            "lengths",
+            "document lengths (an integer array); for the list column of an HF dataset or a "
+            "pyarrow table, use DocumentLengths.from_arrow(data, column)",
+            f"<{name}>",
+            TypeError,
+        )
+    protocol = ("__array__", "__array_interface__", "__array_struct__")
+    if not isinstance(lengths, list | tuple | range | array.array) and not any(
+        hasattr(lengths, attr) for attr in protocol
+    ):
+        fail("lengths", "an integer array or a list of ints", f"<{name}>", TypeError)
+
+
 def _array_origin(values: npt.NDArray[Any]) -> tuple[Any, ...]:
     """How to pickle an array source: a file-backed memory map by its file, else by value."""
     mapped = getattr(values, "_mmap", None)  # numpy keeps the mmap.mmap of a memmap here
@@ -518,6 +646,8 @@ def _reopen(kind: str, *args: Any) -> DocumentLengths:
         return DocumentLengths.from_megatron(args[0])
     if kind == "arrow":
         return DocumentLengths.from_arrow(args[0], args[1])
+    if kind == "file":
+        return DocumentLengths.from_file(args[0], args[1])
     if kind == "memmap":
         path, dtype, offset, count = args
         return DocumentLengths(

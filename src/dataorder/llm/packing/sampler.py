@@ -256,6 +256,21 @@ def _global_batch_size_field() -> Field:
     return Field("global_batch_size", lambda s: s.global_batch_size_field, args)
 
 
+def _no_rows(plan: PackingPlan) -> str:
+    """What lengths that pack into no row must be, and why these pack into none."""
+    lengths, s = plan.lengths, plan.seq_len
+    n, longer = len(lengths), lengths.count_longer_than(plan.seq_len)
+    drop = f"long_documents={plan.long_documents!r}"
+    if longer == n:
+        why = f"every document is longer than seq_len={s}, and {drop} drops it"
+    elif longer == 0:
+        why = "every document is empty (0 tokens)"
+    else:
+        why = f"{longer} of {n} documents are longer than seq_len={s} ({drop} drops them) and "
+        why += "the others are empty"
+    return f"documents that fill at least one row of seq_len={s}; {why}"
+
+
 def _check_block(micro_batch_size: int, data_parallel_size: int) -> None:
     if micro_batch_size * data_parallel_size > MAX_BLOCK_ROWS:
         fail(
@@ -539,6 +554,8 @@ class PackedSampler(
         )
         self._gbs = gbs
         self._source = _OneCorpus(self.plans[0])
+        if rows == 0:  # nothing to pack: say why, whatever drop_last is
+            fail("lengths", _no_rows(self.plans[0]), f"<{len(self.plans[0].lengths)} documents>")
         if self._one_layout(self._mbs, self._dp).num_batches == 0:
             unit = f"global batch of global_batch_size={gbs}" if gbs else f"block of {block}"
             fail(
@@ -604,7 +621,7 @@ class PackedSampler(
         self._total = check_int("total_rows", total, min_value=largest, max_value=MAX_POSITIONS)
         if min(per_pass) < 1:
             d = per_pass.index(min(per_pass))
-            fail(f"mixture[0][{d}]", "document lengths with at least one token", "<no rows>")
+            fail(f"mixture[0][{d}]", _no_rows(self.plans[d]), "<no rows>")
         key = derive_key(self._seed, epoch=0, stream=_STREAM, purpose="apportionment")
         self.order = BlendOrder(
             per_pass, Mixture(self.mixture, key), batches, self._total, self._seed

@@ -29,7 +29,16 @@ from dataorder.llm.packing.batch_styles import MegatronStyle, packed_seq_params
 from dataorder.llm.packing.dataset import DocumentRange, PackedDataset, SequenceTokens
 
 DOCS = [[10, 11, 12], [20, 21, 22, 23]]
-HAS_MCORE = importlib.util.find_spec("megatron.core") is not None
+
+
+def _has_megatron_core() -> bool:
+    try:
+        return importlib.util.find_spec("megatron.core") is not None
+    except (ImportError, ValueError):  # no parent package "megatron"
+        return False
+
+
+HAS_MCORE = _has_megatron_core()
 needs_mcore = pytest.mark.skipif(not HAS_MCORE, reason="megatron-core is not installed")
 
 

@@ -13,7 +13,15 @@ from dataorder.llm.blend import BlendedSampler
 from dataorder.llm.packing import PackedSampler
 from dataorder.llm.splits import held_out, split_documents
 
-HAS_MCORE = importlib.util.find_spec("megatron.core") is not None
+
+def _has_megatron_core() -> bool:
+    try:
+        return importlib.util.find_spec("megatron.core") is not None
+    except (ImportError, ValueError):  # no parent package "megatron"
+        return False
+
+
+HAS_MCORE = _has_megatron_core()
 CASES = [
     ("969,30,1", 1000),
     ("969,30,1", 7),

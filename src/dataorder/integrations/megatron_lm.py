@@ -6,22 +6,34 @@ iteration, saves with ``args`` and restores in ``load_checkpoint``, before the d
 built (``pretrain``: ``setup_model_and_optimizer``, then ``build_train_valid_test_data_iterators``).
 It checks the tensor and pipeline sizes on resume, never the data-parallel size. With
 ``--dataloader-type external`` it hands the provider's return values to the loop unchanged
-(``RerunDataIterator(x)``, which calls ``next(x)``), so the provider builds per-rank iterators::
+(``RerunDataIterator(x)``, which calls ``next(x)``), so the provider builds per-rank iterators.
+What it reads is a :class:`LoaderRecipe`:
 
-    from dataorder.integrations.megatron_lm import external_provider
+* map-style datasets, in Megatron's ``single`` or ``cyclic`` order (:class:`MapStyleData`; a
+  plain function of the sample counts is wrapped in one); the count is in samples;
+* :class:`BlendedData`: a weighted mixture of map-style sources
+  (:class:`~dataorder.llm.blend.BlendedSampler`); samples;
+* :class:`PackedData`: ``.idx``/``.bin`` corpora from a ``--data-path`` (one prefix, or weights
+  and prefixes) packed into rows of ``seq_length`` tokens in Megatron's batch format
+  (:class:`~dataorder.llm.packing.sampler.PackedSampler`,
+  :class:`~dataorder.llm.packing.batch_styles.MegatronStyle`); the count is in **rows**.
 
-    def datasets(train_val_test_num_samples):
-        return train_ds, valid_ds, None            # map-style datasets, as usual
+Blends and packed corpora cut each source by ``--split`` (:func:`~dataorder.llm.splits.
+split_documents`) and serve valid and test from :func:`~dataorder.llm.splits.held_out`
+samplers, each at its own count::
 
-    provider = external_provider(datasets, order="cyclic", seed=1234)
+    from dataorder.integrations.megatron_lm import PackedData, external_provider
+
+    provider = external_provider(PackedData("0.3 /data/web 0.7 /data/code", seed=1234,
+                                            split="969,30,1"))
     pretrain(provider, model_provider, ModelType.encoder_or_decoder, forward_step,
              args_defaults={"dataloader_type": "external"})
 
-Each iterator is a :class:`EpochStream`: a ``DataLoader`` over a dataorder Megatron sampler
-placed at the consumed count, which starts the next epoch itself when one ends (Megatron never
-calls ``set_epoch``, and its ``single`` loader would simply stop). Because the count is global
-and the order does not depend on the data-parallel size, a job restarted on another number of
-GPUs reads exactly the samples the first one had not (NOTE [ consumed_samples ] in
+Each iterator is a :class:`EpochStream`: a ``DataLoader`` over a dataorder sampler placed at the
+consumed count, which starts the next epoch itself when one ends (Megatron never calls
+``set_epoch``, and its ``single`` loader would simply stop). Because the count is global and the
+order does not depend on the data-parallel size, a job restarted on another number of GPUs reads
+exactly the samples (rows) the first one had not (NOTE [ consumed_samples ] in
 :mod:`dataorder.llm.megatron` says on which layouts a bare count is exact: with the run's
 ``global_batch_size``, on all of them). ``compat="megatron"`` reads Megatron-LM's own ``cyclic``
 order instead (bound to the data-parallel size, as Megatron's is).

@@ -256,3 +256,17 @@ def test_recipes_and_data_paths_refuse_what_they_cannot_use(
     assert one[1] is None
     assert one[2] is None
     assert one[0].sampler.mixture is None
+
+
+def test_packed_data_reads_data_path_split_and_seed_from_megatrons_args(
+    corpora: tuple[str, str, int],
+) -> None:
+    web, code, _ = corpora
+    args = _run_args()
+    args.data_path, args.split, args.seed = ["0.6", web, "0.4", code], "75,25,0", 7
+    from_args = replay(_packed_provider(PackedData(), args, 2), args, 2, 2)
+    given = _run_args()
+    recipe = PackedData(f"0.6 {web} 0.4 {code}", seed=7, split="75,25,0")
+    assert from_args == replay(_packed_provider(recipe, given, 2), given, 2, 2)
+    with pytest.raises(TypeError, match=r"data_path must be given, or args.data_path"):
+        external_provider(PackedData(), get_args=_run_args, data_parallel=lambda: (0, 1))(None)

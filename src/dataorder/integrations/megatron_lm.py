@@ -369,9 +369,12 @@ class PackedData:
     valid and test are :func:`~dataorder.llm.splits.held_out` twins of the train sampler.
 
     Args:
-        data_path: ``--data-path``: a string or its items.
-        seed: The packing's seed.
-        split: Megatron's ``--split`` (default: everything is train).
+        data_path: ``--data-path``: a string or its items (default: ``args.data_path``).
+        seed: The packing's seed (default: ``args.seed``).
+        split: Megatron's ``--split`` (default: ``args.split``, else everything is train).
+        weights: Instead of the path's weights: one per prefix, or a
+            :class:`~dataorder.llm.mixture.MixtureSchedule` over the rows trained (a schedule
+            ``--data-path`` cannot say).
         style: ``"megatron"`` or a :class:`~dataorder.llm.packing.batch_styles.MegatronStyle`.
         packing: ``"overflow"`` (pretraining) or ``"never"`` (no document split).
         window, chunk, long_documents: As :class:`~dataorder.llm.packing.sampler.PackedSampler`.
@@ -380,9 +383,10 @@ class PackedData:
             (default: ``args.global_batch_size``).
     """
 
-    data_path: str | Sequence[str]
-    seed: int = 0
-    split: str | Sequence[float] = "1,0,0"
+    data_path: str | Sequence[str] | None = None
+    seed: int | None = None
+    split: str | Sequence[float] | None = None
+    weights: Any = None
     style: Any = "megatron"
     packing: Literal["overflow", "never"] = "overflow"
     window: int | None = None
@@ -404,14 +408,21 @@ class PackedData:
         from dataorder.llm.packing.sampler import PackedSampler
         from dataorder.llm.splits import held_out, split_documents
 
-        prefixes, weights = parse_data_path(self.data_path)
+        data_path = getattr(args, "data_path", None) if self.data_path is None else self.data_path
+        if data_path is None:
+            fail("data_path", "given, or args.data_path (--data-path)", None, TypeError)
+        prefixes, weights = parse_data_path(data_path)
+        if self.weights is not None:
+            weights = self.weights
+        split = self.split if self.split is not None else getattr(args, "split", None) or "1,0,0"
+        seed = self.seed if self.seed is not None else getattr(args, "seed", 0)
         tokens = [MegatronTokens(p) for p in prefixes]
         lengths = [DocumentLengths.from_megatron(p) for p in prefixes]
-        ranges = [split_documents(self.split, len(x)) for x in lengths]
+        ranges = [split_documents(split, len(x)) for x in lengths]
         seq_len = args.seq_length
         gbs = _global_batch(args, self.global_batch_size, "PackedData")
         options: dict[str, Any] = {
-            "seed": self.seed,
+            "seed": seed,
             "split": self.packing,
             "window": self.window,
             "chunk": self.chunk,
@@ -428,7 +439,7 @@ class PackedData:
             one = len(prefixes) == 1
             if train is None:
                 if k:
-                    fail("split", "a split that gives the train documents", self.split)
+                    fail("split", "a split that gives the train documents", split)
                 train = self._train(
                     PackedSampler,
                     lens,
@@ -460,7 +471,7 @@ class PackedData:
         packed: Any,
         lens: list[Any],
         seq_len: int,
-        weights: list[float] | None,
+        weights: Any,
         gbs: Any,
         args: Any,
         dp_rank: int,

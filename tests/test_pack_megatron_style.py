@@ -134,6 +134,8 @@ def test_bad_style_arguments_are_named() -> None:
         MegatronStyle(eod_mask_loss=True)
     with pytest.raises(TypeError, match="eod_mask_loss must be a bool"):
         MegatronStyle(eod_mask_loss=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="pad_id must be a token id >= 0 with a Megatron style"):
+        PackedDataset(DOCS, 8, style="megatron", pad_id=-1)
     with pytest.raises(ValueError, match="stop must be"):
         DocumentRange(SequenceTokens(DOCS), 1, 3)
 

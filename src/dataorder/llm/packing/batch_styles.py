@@ -35,8 +35,10 @@ NOTE [ Megatron rows ]
       ``PackedSeqParams(qkv_format="thd")``; :meth:`MegatronStyle.collate` also builds that
       ``PackedSeqParams`` over the micro-batch flattened to one stream. ``"mask"`` adds the
       block-diagonal causal ``attention_mask`` of ``--reset-attention-mask`` (at span
-      boundaries, where Megatron resets at EOD tokens). ``"causal"`` adds neither: the model's
-      own causal mask, across documents, as ``GPTDataset`` without the reset flags.
+      boundaries, where Megatron resets at EOD tokens): ``S * S`` bytes per row, 64 MiB at
+      ``S = 8192``, as Megatron's own; prefer ``"thd"`` for long rows. ``"causal"`` adds
+      neither: the model's own causal mask, across documents, as ``GPTDataset`` without the
+      reset flags.
 
     On one document the item equals ``GPTDataset``'s for the same tokens; a row of documents
     that each end with EOD equals ``GPTDataset``'s sample of them under ``--reset-position-ids

@@ -263,6 +263,9 @@ class PackedDataset:
         self.seq_len = check_int("seq_len", seq_len, min_value=1, max_value=MAX_SEQ_LEN)
         self.pad_id = check_int("pad_id", pad_id, min_value=-(2**63), max_value=2**63 - 1)
         self.style: HFStyle | MegatronStyle = batch_style(style)
+        if isinstance(self.style, MegatronStyle) and self.pad_id < 0:
+            # Megatron's model embeds every slot, padding too (GPTDataset maps its pad to 0)
+            fail("pad_id", "a token id >= 0 with a Megatron style (padding is embedded)", pad_id)
 
     @classmethod
     def from_megatron(

@@ -270,3 +270,52 @@ def test_packed_data_reads_data_path_split_and_seed_from_megatrons_args(
     assert from_args == replay(_packed_provider(recipe, given, 2), given, 2, 2)
     with pytest.raises(TypeError, match=r"data_path must be given, or args.data_path"):
         external_provider(PackedData(), get_args=_run_args, data_parallel=lambda: (0, 1))(None)
+
+
+def _single(consumed: int, mbs: int, rank: int, dp: int, total: int) -> list[list[int]]:
+    """Megatron-LM's MegatronPretrainingSampler, written out: global blocks of ``mbs x dp`` from
+    ``consumed``; rank ``r`` takes ``[r * mbs, (r + 1) * mbs)`` of each block."""
+    out, start = [], consumed
+    while start + mbs * dp <= total:
+        out.append(list(range(start + rank * mbs, start + (rank + 1) * mbs)))
+        start += mbs * dp
+    return out
+
+
+@pytest.mark.parametrize("order", ["single", "cyclic"])
+def test_map_style_orders_read_every_sample_once_per_epoch_across_dp_4_2_3(order: str) -> None:
+    n = 60
+
+    def provider(args: Any, dp: int) -> Any:
+        return lambda rank: external_provider(
+            lambda _: (list(range(1, n + 1)), None, None),
+            order=order,  # type: ignore[arg-type]
+            seed=1234,
+            collate_fn=list,
+            get_args=lambda: args,
+            data_parallel=lambda: (rank, dp),
+        )
+
+    args = _run_args()
+    reads = []
+    for dp, iterations in ((4, 3), (2, 4), (3, 3)):  # 10 iterations: 2 epochs of 60
+        reads += replay(provider(args, dp), args, dp, iterations)
+    flat = [i for step in reads for i in step]
+    for epoch in range(2):
+        assert sorted(flat[epoch * n : (epoch + 1) * n]) == list(range(1, n + 1))
+
+
+def test_single_equals_megatrons_sampler_at_any_consumed_count() -> None:
+    for consumed in (0, 12, 36):
+        for rank in range(2):
+            args = _args(micro_batch_size=2, consumed_train_samples=consumed)
+            args.global_batch_size = 12
+            train = external_provider(
+                lambda _: (list(range(60)), None, None),
+                order="single",
+                collate_fn=list,
+                get_args=lambda args=args: args,
+                data_parallel=lambda rank=rank: (rank, 2),
+            )(None)[0]
+            want = _single(consumed, 2, rank, 2, 60)
+            assert [next(train) for _ in want] == want

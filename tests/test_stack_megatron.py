@@ -244,6 +244,14 @@ def test_recipes_and_data_paths_refuse_what_they_cannot_use(
     ):
         with pytest.raises(ValueError, match=message):
             parse_data_path(bad)
+    with pytest.raises(ValueError, match="packing must be one of 'overflow', 'never'"):
+        PackedData(web, packing="split")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="split must be up to three non-negative numbers"):
+        PackedData(web, split="train")
+    with pytest.raises(ValueError, match="data_path must be weight prefix pairs"):
+        PackedData(f"0.5 {web} 0.5")
+    with pytest.raises(TypeError, match="sources must be a non-empty sequence"):
+        BlendedData([], [1.0])
     ramp = _run_args()
     ramp.rampup_batch_size = [4, 4, 100]
     provider = external_provider(

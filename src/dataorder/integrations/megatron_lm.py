@@ -274,6 +274,14 @@ class BlendedData:
     global_batch_size: Any = None
     collate_fn: Callable[[list[Any]], Any] | None = None
 
+    def __post_init__(self) -> None:
+        from dataorder.llm.splits import split_documents
+
+        given: object = self.sources
+        if isinstance(given, str | bytes) or not isinstance(given, Sequence) or not given:
+            fail("sources", "a non-empty sequence of map-style datasets", given, TypeError)
+        split_documents(self.split, 0)
+
     def loaders(
         self, args: Any, dp_rank: int, dp_size: int, consumed: tuple[int, int, int]
     ) -> tuple[Loader | None, Loader | None, Loader | None]:
@@ -394,6 +402,16 @@ class PackedData:
     long_documents: Literal["truncate", "drop"] = "truncate"
     pad_id: int = 0
     global_batch_size: Any = None
+
+    def __post_init__(self) -> None:
+        from dataorder.llm.splits import split_documents
+
+        if self.data_path is not None:
+            parse_data_path(self.data_path)
+        if self.split is not None:
+            split_documents(self.split, 0)
+        check_choice("packing", self.packing, ("overflow", "never"))
+        check_choice("long_documents", self.long_documents, ("truncate", "drop"))
 
     def loaders(
         self, args: Any, dp_rank: int, dp_size: int, consumed: tuple[int, int, int]

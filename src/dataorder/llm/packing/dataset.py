@@ -4,7 +4,9 @@ A row is a tuple of ``(document, start, stop)`` spans (:mod:`dataorder.llm.packi
 padding row is ``()``. ``dataset[row]`` reads the spans' tokens from a token source and lays them
 out in ``seq_len`` slots, span after span, padding at the end. With the sampler that yields
 micro-batches of rows, ``DataLoader(dataset, batch_sampler=sampler,
-collate_fn=PackedDataset.collate)``.
+collate_fn=PackedDataset.collate)``. What the dict holds is the dataset's style
+(:mod:`~dataorder.llm.packing.batch_styles`): Hugging Face's by default (below), or Megatron-LM's
+with ``style="megatron"`` (NOTE [ Megatron rows ]).
 
 NOTE [ Packed labels ]
     ``labels`` are unshifted, as Hugging Face models expect them: the model predicts

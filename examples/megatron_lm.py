@@ -1,151 +1,134 @@
-"""Megatron-LM ``--dataloader-type external``: the loop's calls, rebuilt on DP 4 -> 2 -> 3.
+"""Megatron-LM ``--dataloader-type external``: a packed mixture of two corpora, on DP 4 -> 2 -> 3.
 
 Run it (one process; it plays every data-parallel rank, as Megatron's loop would call them):
 
     python examples/megatron_lm.py
 
-Megatron-LM's ``pretrain()`` needs CUDA, so this replays what its loop does with the provider
-(megatron/training/training.py and megatron/training/datasets/data_samplers.py):
+Two ``.idx``/``.bin`` corpora ("web" and "code", megatron-core's format, written here by
+``write_megatron``) replace ``GPTDataset``: ``PackedData("0.6 web 0.4 code", split="75,25,0")``
+packs each corpus's train documents into rows of ``seq_length`` tokens and serves them in
+Megatron's batch format (``tokens``, ``labels``, ``loss_mask``, ``position_ids``,
+``cu_seqlens``, ``max_seqlen``), 60 % web and 40 % code in every global batch; the last 25 % of
+each corpus's documents is the valid split. Megatron-LM's ``pretrain()`` needs CUDA, so this
+replays what its loop does with the provider (megatron/training/training.py):
 
 1. ``load_checkpoint`` restores ``args.consumed_train_samples`` (here: the value the previous
-   "job" reached), *then* ``build_train_valid_test_data_iterators`` calls the provider on every
-   rank (``provider.is_distributed``) and wraps each result in ``RerunDataIterator``, which calls
-   ``next()`` on it;
-2. every iteration, each rank takes ``global_batch_size / (micro_batch_size x dp)`` micro-batches
-   and ``consumed_train_samples += global_batch_size``.
+   "job" reached; for packed data it counts rows), *then* the provider is called on every rank
+   (``provider.is_distributed``) and Megatron calls ``next()`` on what it returns;
+2. every iteration, each rank takes ``global_batch_size / (micro_batch_size x dp)``
+   micro-batches and ``consumed_train_samples += global_batch_size``.
 
-The job runs 3 iterations on 4 ranks, "restarts" on 2 ranks for 4 iterations, then on 3 ranks to
-the end of epoch 1; every sample of each epoch is read exactly once. Then the ``single`` order is
-compared with Megatron's single sampler (written out plainly below) for the same
-``consumed_samples``, and ``compat="megatron"`` shows Megatron's own cyclic order.
+The job runs 2 iterations on 4 ranks, restarts on 2 ranks for 1, then on 3 ranks for 2: one
+epoch, 60 rows. Every token id is unique, so the check counts tokens: each train token once,
+nothing from the valid documents, the same global batches as one uninterrupted run.
 """
 
 from __future__ import annotations
 
+import tempfile
+import warnings
 from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from dataorder.integrations.megatron_lm import external_provider
+import numpy as np
 
-N = 60  # a multiple of the global batch: every layout's epoch is the same 60 positions
-GLOBAL_BATCH = 12  # divisible by micro-batch 1 x 4, 2 and 3 ranks
+from dataorder.integrations.megatron_lm import PackedData, external_provider
+from dataorder.llm.packing import write_megatron
 
+# megatron-core, when installed, warns on import that a CPU machine has no Transformer Engine
+warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
 
-def datasets(train_val_test_num_samples: Any) -> tuple[Any, Any, Any]:
-    """Megatron's dataset provider part: map-style datasets (here sample i is i)."""
-    return list(range(N)), list(range(24)), None
-
-
-def collate(batch: list[int]) -> list[int]:
-    return list(batch)
+SEQ = 32  # --seq-length
+GLOBAL = 12  # --global-batch-size: divisible by micro-batch 1 x 4, 2 and 3 ranks
+SPLIT = "75,25,0"  # --split
 
 
-def run_job(args: Any, dp: int, iterations: int, order: str) -> list[list[int]]:
-    """One job: build every rank's iterators (after the checkpoint restored args), then train."""
-    iterators = []
+def write_corpus(prefix: Path, train_rows: int, n_train: int, n_valid: int, first: int) -> int:
+    """A corpus whose train documents hold ``train_rows x SEQ`` tokens (so one epoch of the
+    0.6/0.4 mixture is one pass over each), every token id unique from ``first``."""
+    rng = np.random.default_rng(first)
+    lengths = rng.integers(5, train_rows * SEQ // n_train, n_train)
+    lengths[-1] = train_rows * SEQ - lengths[:-1].sum()
+    lengths = np.concatenate([lengths, rng.integers(5, 60, n_valid)])
+    docs, at = [], first
+    for n in lengths.tolist():
+        docs.append(np.arange(at, at + n))
+        at += n
+    write_megatron(prefix, docs)
+    return at
+
+
+def run_job(recipe: Any, args: Any, dp: int, iterations: int, split: int = 0) -> list[list[int]]:
+    """One job: every rank's iterators built after the checkpoint restored ``args``, then
+    ``iterations`` of Megatron's loop; returns each global batch's token ids."""
+    streams = []
     for rank in range(dp):
         provider = external_provider(
-            datasets,
-            order=order,  # type: ignore[arg-type]
-            seed=1234,
-            collate_fn=collate,
-            get_args=lambda: args,
-            data_parallel=lambda rank=rank: (rank, dp),
+            recipe, get_args=lambda: args, data_parallel=lambda rank=rank: (rank, dp)
         )
-        assert provider.is_distributed  # type: ignore[attr-defined]
-        train = provider([iterations * GLOBAL_BATCH, 24, 0])[0]
-        iterators.append(train)
+        streams.append(provider(None)[split])
+    num_micro = args.global_batch_size // (args.micro_batch_size * dp)
     reads = []
-    num_micro = GLOBAL_BATCH // (args.micro_batch_size * dp)
     for _ in range(iterations):
         step: list[int] = []
-        for it in iterators:  # every rank's forward_backward_func pulls num_micro batches
+        for stream in streams:  # every rank's forward_backward_func pulls num_micro batches
             for _ in range(num_micro):
-                step += next(it)
-        args.consumed_train_samples += GLOBAL_BATCH  # training.py, after each iteration
-        reads.append(step)
+                batch = next(stream)  # what get_batch reads: tokens, labels, loss_mask, ...
+                tokens = batch["tokens"][batch["tokens"] != 0]  # 0 is padding
+                step += tokens.tolist()
+        if split == 0:
+            args.consumed_train_samples += args.global_batch_size  # training.py
+        else:
+            args.consumed_valid_samples += args.global_batch_size
+        reads.append(sorted(step))
     return reads
 
 
-def megatron_single(consumed: int, mbs: int, rank: int, dp: int, total: int) -> list[list[int]]:
-    """Megatron-LM's MegatronPretrainingSampler, written out: global blocks of ``mbs x dp`` from
-    ``consumed``; rank ``r`` takes ``[r * mbs, (r + 1) * mbs)`` of each block; the tail is
-    dropped."""
-    out = []
-    start = consumed
-    while start + mbs * dp <= total:
-        out.append(list(range(start + rank * mbs, start + (rank + 1) * mbs)))
-        start += mbs * dp
-    return out
+def fresh_args() -> SimpleNamespace:
+    return SimpleNamespace(
+        micro_batch_size=1,
+        global_batch_size=GLOBAL,
+        seq_length=SEQ,
+        consumed_train_samples=0,
+        consumed_valid_samples=0,
+        rampup_batch_size=None,
+    )
 
 
 def main() -> None:
-    for order in ("cyclic", "single"):
-        args = SimpleNamespace(
-            micro_batch_size=1,
-            global_batch_size=GLOBAL_BATCH,
-            consumed_train_samples=0,
-            consumed_valid_samples=0,
-            rampup_batch_size=None,
-        )
+    with tempfile.TemporaryDirectory() as tmp:
+        web, code = Path(tmp) / "web", Path(tmp) / "code"
+        end = write_corpus(web, 36, 27, 9, first=1)
+        write_corpus(code, 24, 18, 6, first=end)
+        print("corpora: web (27 train + 9 valid documents), code (18 + 6), .idx/.bin")
+        recipe = PackedData(f"0.6 {web} 0.4 {code}", seed=1234, split=SPLIT)
+
+        args = fresh_args()
         reads: list[list[int]] = []
-        for dp, iterations in ((4, 3), (2, 4), (3, 3)):  # 10 iterations: 2 epochs of 60
+        for dp, iterations in ((4, 2), (2, 1), (3, 2)):
             before = args.consumed_train_samples
-            reads += run_job(args, dp, iterations, order)
-            print(
-                f"{order}: DP {dp}, consumed_train_samples {before} -> "
-                f"{args.consumed_train_samples}"
-            )
-        flat = [i for step in reads for i in step]
-        for epoch in range(2):
-            part = Counter(flat[epoch * N : (epoch + 1) * N])
-            once = part == Counter(range(N))
-            print(f"{order}: epoch {epoch}: {N} samples, each {'exactly once' if once else 'NOT'}")
-            if not once:
-                raise SystemExit(f"{order}: epoch {epoch} was not read exactly once")
+            reads += run_job(recipe, args, dp, iterations)
+            after = args.consumed_train_samples
+            print(f"DP {dp}: consumed_train_samples {before} -> {after} rows")
 
-    # the single order is Megatron's, for any consumed_samples inside the epoch
-    for consumed in (0, 12, 36):
-        for rank in range(2):
-            args = SimpleNamespace(
-                micro_batch_size=2,
-                global_batch_size=12,
-                consumed_train_samples=consumed,
-                consumed_valid_samples=0,
-            )
-            provider = external_provider(
-                datasets,
-                order="single",
-                collate_fn=collate,
-                get_args=lambda args=args: args,
-                data_parallel=lambda rank=rank: (rank, 2),
-            )
-            train = provider(None)[0]
-            want = megatron_single(consumed, 2, rank, 2, N)
-            got = [next(train) for _ in want]
-            if got != want:
-                raise SystemExit(f"single differs from Megatron's at consumed={consumed}")
-    print("single: equal to Megatron's sampler at consumed_samples 0, 12, 36 on 2 ranks")
+        straight = run_job(recipe, fresh_args(), 1, len(reads))
+        same = straight == reads
+        print(f"the same global batches as one uninterrupted run on DP 1 {'✓' if same else '✗'}")
 
-    # compat="megatron": Megatron-LM's own cyclic order (bound to the DP size, as Megatron's)
-    args = SimpleNamespace(
-        micro_batch_size=2,
-        global_batch_size=4,
-        consumed_train_samples=12,
-        consumed_valid_samples=0,
-        data_sharding=False,
-    )
-    for rank in range(2):
-        provider = external_provider(
-            lambda n: (list(range(10)), None, None),
-            compat="megatron",
-            collate_fn=collate,
-            get_args=lambda: args,
-            data_parallel=lambda rank=rank: (rank, 2),
-        )
-        train = provider(None)[0]
-        print(f"compat=megatron rank {rank}: {[next(train) for _ in range(3)]}")
+        valid = run_job(recipe, args, 3, 1, split=1)[0]  # an evaluation, on the last layout
+        train_ids = {t for step in straight for t in step}
+        held_out = not train_ids & set(valid)
+        mark = "✓" if held_out else "✗"
+        print(f"valid: {len(valid)} held-out tokens, none of a train document {mark}")
+
+        train_tokens = 36 * SEQ + 24 * SEQ
+        counts = Counter(t for step in reads for t in step)
+        once = len(counts) == train_tokens and set(counts.values()) == {1}
+        if not (same and held_out and once):
+            raise SystemExit("the packed mixture was not read exactly once across the restarts")
+        print(f"epoch 0: every token once ✓ ({len(counts)} of {train_tokens})")
 
 
 if __name__ == "__main__":

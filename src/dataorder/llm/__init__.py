@@ -11,6 +11,7 @@ module                      what it is
 ``mixture``                 mixture weights and schedules, and their exact counts
 ``blend_order``, ``blend``  mixtures exact in every global batch (``BlendedSampler``)
 ``packing``                 packed rows of tokens as a pure function (``PackedSampler``)
+``splits``                  held-out splits: ``--split`` ranges and ``held_out`` samplers
 ==========================  ==================================================================
 
 Nothing here imports torch until tensors are made.
@@ -24,8 +25,16 @@ from dataorder.llm.megatron import (
     MegatronPretrainingSampler,
 )
 from dataorder.llm.mixture import MixtureSchedule, Ramp
-from dataorder.llm.packing import ConcatTokens, DocumentLengths, PackedDataset, PackedSampler
+from dataorder.llm.packing import (
+    ConcatTokens,
+    DocumentLengths,
+    DocumentRange,
+    MegatronStyle,
+    PackedDataset,
+    PackedSampler,
+)
 from dataorder.llm.schedule import BatchSizeSchedule, StepInfo
+from dataorder.llm.splits import held_out, split_documents
 
 __all__ = [
     "BaseMegatronSampler",
@@ -33,12 +42,16 @@ __all__ = [
     "BlendedSampler",
     "ConcatTokens",
     "DocumentLengths",
+    "DocumentRange",
     "MegatronPretrainingRandomSampler",
     "MegatronPretrainingSampler",
+    "MegatronStyle",
     "MixtureSchedule",
     "PackedDataset",
     "PackedSampler",
     "Ramp",
     "StepInfo",
     "create_megatron_sampler",
+    "held_out",
+    "split_documents",
 ]

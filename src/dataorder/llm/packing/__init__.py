@@ -10,6 +10,8 @@
 * :mod:`~dataorder.llm.packing.plan`: :class:`PackingPlan` and :class:`EpochRows`, the row stream;
 * :mod:`~dataorder.llm.packing.dealing`: :func:`deal`, a global batch's rows to ranks by cost;
 * :mod:`~dataorder.llm.packing.dataset`: :class:`PackedDataset`, a row into tensors;
+* :mod:`~dataorder.llm.packing.batch_styles`: the tensors' formats, Hugging Face's and
+  Megatron-LM's (:class:`MegatronStyle`);
 * :mod:`~dataorder.llm.packing.rule`: :class:`PackedRows`, the batching rule of rows;
 * :mod:`~dataorder.llm.packing.sampler`: :class:`PackedSampler`, micro-batches of rows.
 
@@ -19,7 +21,8 @@ tensors.
 
 from __future__ import annotations
 
-from dataorder.llm.packing.dataset import ConcatTokens, PackedDataset
+from dataorder.llm.packing.batch_styles import MegatronStyle
+from dataorder.llm.packing.dataset import ConcatTokens, DocumentRange, PackedDataset
 from dataorder.llm.packing.dealing import deal, deal_bounds
 from dataorder.llm.packing.fit import PackedWindow, pack_window
 from dataorder.llm.packing.lengths import DocumentLengths
@@ -31,7 +34,9 @@ from dataorder.llm.packing.sampler import PackedSampler
 __all__ = [
     "ConcatTokens",
     "DocumentLengths",
+    "DocumentRange",
     "EpochRows",
+    "MegatronStyle",
     "PackedDataset",
     "PackedRows",
     "PackedSampler",

@@ -4,7 +4,9 @@ A row is a tuple of ``(document, start, stop)`` spans (:mod:`dataorder.llm.packi
 padding row is ``()``. ``dataset[row]`` reads the spans' tokens from a token source and lays them
 out in ``seq_len`` slots, span after span, padding at the end. With the sampler that yields
 micro-batches of rows, ``DataLoader(dataset, batch_sampler=sampler,
-collate_fn=PackedDataset.collate)``.
+collate_fn=PackedDataset.collate)``. What the dict holds is the dataset's style
+(:mod:`~dataorder.llm.packing.batch_styles`): Hugging Face's by default (below), or Megatron-LM's
+with ``style="megatron"`` (NOTE [ Megatron rows ]).
 
 NOTE [ Packed labels ]
     ``labels`` are unshifted, as Hugging Face models expect them: the model predicts
@@ -42,6 +44,13 @@ import numpy.typing as npt
 
 from dataorder._validate import check_int, fail
 from dataorder.llm.packing.arrow_columns import ListColumn, list_column
+from dataorder.llm.packing.batch_styles import (
+    IGNORE_INDEX,
+    HFStyle,
+    MegatronStyle,
+    RowLayout,
+    batch_style,
+)
 from dataorder.llm.packing.megatron_files import read_index
 from dataorder.llm.packing.plan import MAX_SEQ_LEN
 
@@ -49,14 +58,12 @@ __all__ = [
     "IGNORE_INDEX",
     "ArrowTokens",
     "ConcatTokens",
+    "DocumentRange",
     "MegatronTokens",
     "PackedDataset",
     "SequenceTokens",
     "TokenSource",
 ]
-
-#: The label the loss ignores (torch's ``CrossEntropyLoss`` default ``ignore_index``).
-IGNORE_INDEX = -100
 
 
 @runtime_checkable
@@ -179,6 +186,34 @@ class ConcatTokens:
         return source.tokens(local, start, stop)
 
 
+class DocumentRange:
+    """Documents ``[start, stop)`` of another token source, renumbered from 0: the tokens of a
+    split (train, valid, test) packed over that range of a corpus's documents
+    (:func:`~dataorder.llm.splits.split_documents`).
+
+    >>> valid = DocumentRange(SequenceTokens([[1], [2, 3], [4, 5, 6]]), 1, 3)
+    >>> len(valid), valid.length(1), valid.tokens(0, 0, 2).tolist()
+    (2, 3, [2, 3])
+    """
+
+    def __init__(self, source: TokenSource, start: int, stop: int) -> None:
+        if not isinstance(source, TokenSource):
+            fail("source", "a TokenSource", type(source).__name__, TypeError)
+        n = len(source)
+        self.start = check_int("start", start, min_value=0, max_value=n)
+        self.stop = check_int("stop", stop, min_value=self.start, max_value=n)
+        self.source = source
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def length(self, document: int) -> int:
+        return self.source.length(self.start + document)
+
+    def tokens(self, document: int, start: int, stop: int) -> npt.NDArray[Any]:
+        return self.source.tokens(self.start + document, start, stop)
+
+
 class PackedDataset:
     """Rows of ``(document, start, stop)`` spans into tensors of ``seq_len`` tokens.
 
@@ -186,12 +221,19 @@ class PackedDataset:
         token_source: A :class:`TokenSource`, or a sequence of token sequences (wrapped in
             :class:`SequenceTokens`).
         seq_len: Tokens per row, an int in ``[1, 2**31]``.
-        pad_id: The token id of padding slots.
+        pad_id: The token id of padding slots (with ``style="megatron"``, a valid token id: the
+            embedding reads it).
+        style: ``"hf"`` (default), ``"megatron"`` or a
+            :class:`~dataorder.llm.packing.batch_styles.MegatronStyle` (its options: attention
+            fields, position reset, ``eod_mask_loss``).
 
-    ``dataset[row]`` returns a dict of 1-D tensors of length ``seq_len``: ``input_ids`` (int64,
-    padded with ``pad_id``), ``position_ids`` (int64, restarting at 0 at every span, 0 on
-    padding), ``document_ids`` (int32, the span's ordinal in the row, -1 on padding) and
-    ``labels`` (int64, NOTE [ Packed labels ]).
+    With ``style="hf"``, ``dataset[row]`` returns a dict of 1-D tensors of length ``seq_len``:
+    ``input_ids`` (int64, padded with ``pad_id``), ``position_ids`` (int64, restarting at 0 at
+    every span, 0 on padding), ``document_ids`` (int32, the span's ordinal in the row, -1 on
+    padding) and ``labels`` (int64, NOTE [ Packed labels ]). With ``style="megatron"``, what
+    Megatron-LM's ``get_batch`` takes: ``tokens``, ``labels`` (shifted), ``loss_mask``,
+    ``position_ids`` and the attention fields (NOTE [ Megatron rows ] in
+    :mod:`~dataorder.llm.packing.batch_styles`).
 
     Raises:
         TypeError: If an argument has the wrong type.
@@ -200,7 +242,14 @@ class PackedDataset:
             than ``seq_len`` tokens), naming the row.
     """
 
-    def __init__(self, token_source: TokenSource | Sequence[Any], seq_len: int, *, pad_id: int = 0):
+    def __init__(
+        self,
+        token_source: TokenSource | Sequence[Any],
+        seq_len: int,
+        *,
+        pad_id: int = 0,
+        style: str | HFStyle | MegatronStyle = "hf",
+    ):
         if not isinstance(token_source, TokenSource):
             if isinstance(token_source, str | bytes) or not isinstance(token_source, Sequence):
                 fail(
@@ -215,20 +264,35 @@ class PackedDataset:
         self.source: TokenSource = token_source
         self.seq_len = check_int("seq_len", seq_len, min_value=1, max_value=MAX_SEQ_LEN)
         self.pad_id = check_int("pad_id", pad_id, min_value=-(2**63), max_value=2**63 - 1)
+        self.style: HFStyle | MegatronStyle = batch_style(style)
+        if isinstance(self.style, MegatronStyle) and self.pad_id < 0:
+            # Megatron's model embeds every slot, padding too (GPTDataset maps its pad to 0)
+            fail("pad_id", "a token id >= 0 with a Megatron style (padding is embedded)", pad_id)
 
     @classmethod
     def from_megatron(
-        cls, prefix: str | os.PathLike[str], seq_len: int, *, pad_id: int = 0
+        cls,
+        prefix: str | os.PathLike[str],
+        seq_len: int,
+        *,
+        pad_id: int = 0,
+        style: str | HFStyle | MegatronStyle = "hf",
     ) -> PackedDataset:
         """Tokens from a Megatron indexed dataset (``prefix.idx`` / ``prefix.bin``)."""
-        return cls(MegatronTokens(prefix), seq_len, pad_id=pad_id)
+        return cls(MegatronTokens(prefix), seq_len, pad_id=pad_id, style=style)
 
     @classmethod
     def from_arrow(
-        cls, data: Any, seq_len: int, *, column: str = "input_ids", pad_id: int = 0
+        cls,
+        data: Any,
+        seq_len: int,
+        *,
+        column: str = "input_ids",
+        pad_id: int = 0,
+        style: str | HFStyle | MegatronStyle = "hf",
     ) -> PackedDataset:
         """Tokens from the list column ``column`` of an HF dataset or a pyarrow table."""
-        return cls(ArrowTokens(data, column), seq_len, pad_id=pad_id)
+        return cls(ArrowTokens(data, column), seq_len, pad_id=pad_id, style=style)
 
     def __repr__(self) -> str:
         return (
@@ -238,22 +302,29 @@ class PackedDataset:
 
     def arrays(self, row: Sequence[tuple[int, int, int]]) -> dict[str, npt.NDArray[Any]]:
         """``dataset[row]`` as numpy arrays (no torch)."""
+        return self.style.arrays(self.layout(row))
+
+    def layout(self, row: Sequence[tuple[int, int, int]]) -> RowLayout:
+        """The row's tokens in its ``seq_len`` slots (checked against the source)."""
         spans = self._check(row)
         s = self.seq_len
         ids = np.full(s, self.pad_id, dtype=np.int64)
         pos = np.zeros(s, dtype=np.int64)
         doc = np.full(s, -1, dtype=np.int32)
+        ends: list[int] = []
+        after: list[int | None] = []
         at = 0
         for k, (d, a, b) in enumerate(spans):
             n = b - a
-            ids[at : at + n] = self._token_ids(d, a, b)
+            more = self.style.reads_next and b < self.source.length(d)
+            tokens = self._token_ids(d, a, b + 1 if more else b)
+            ids[at : at + n] = tokens[:n]
             pos[at : at + n] = np.arange(n)
             doc[at : at + n] = k
             at += n
-        labels = ids.copy()
-        labels[doc < 0] = IGNORE_INDEX
-        labels[pos == 0] = IGNORE_INDEX  # the first token of every span (and padding)
-        return {"input_ids": ids, "position_ids": pos, "document_ids": doc, "labels": labels}
+            ends.append(at)
+            after.append(int(tokens[n]) if more else None)
+        return RowLayout(ids, pos, doc, tuple(ends), tuple(after), self.pad_id)
 
     def _token_ids(self, d: int, a: int, b: int) -> npt.NDArray[Any]:
         """Tokens ``[a, b)`` of document ``d``, checked to be ``b - a`` int64 token ids (a float
@@ -302,9 +373,11 @@ class PackedDataset:
         return spans
 
     @staticmethod
-    def collate(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """Stack a micro-batch of ``dataset[row]`` dicts into ``(B, seq_len)`` tensors and add the
-        FlashAttention variable-length fields over the flattened ``B * seq_len`` tokens:
+    def collate(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Stack a micro-batch of ``dataset[row]`` dicts into ``(B, seq_len)`` tensors.
+
+        Items of the ``"hf"`` style also get the FlashAttention variable-length fields over the
+        flattened ``B * seq_len`` tokens:
 
         * ``cu_seqlens`` (int32, 1-D): the start of every segment and the end of the last. A
           segment is a span, or a row's padding (one segment of its own, so the segments cover
@@ -312,27 +385,27 @@ class PackedDataset:
           padding attends only to padding and its labels are -100);
         * ``max_seqlen`` (a Python int): the longest segment.
 
-        Raises:
-            ValueError: If ``items`` is empty.
-        """
-        import torch
+        Items of a Megatron style (they hold ``tokens``) are stacked by
+        :meth:`~dataorder.llm.packing.batch_styles.MegatronStyle.collate` (with ``cu_seqlens``:
+        ``packed_seq_params`` added); :attr:`collate_fn` is the dataset's own.
 
-        if not items:
-            fail("items", "a non-empty micro-batch", list(items))
-        keys, shapes = ("input_ids", "position_ids", "document_ids", "labels"), set()
-        for i, item in enumerate(items):
-            if not isinstance(item, Mapping) or not all(k in item for k in keys):
-                fail(f"items[{i}]", f"a dict of {', '.join(keys)} (dataset[row])", item, TypeError)
-            shapes.add(tuple(tuple(getattr(item[k], "shape", ())) for k in keys))
-        if len(shapes) != 1:
-            fail("items", "rows of one seq_len (dataset[row] of one PackedDataset)", sorted(shapes))
-        out: dict[str, Any] = {k: torch.stack([item[k] for item in items]) for k in items[0]}
-        doc = out["document_ids"]
-        b, s = doc.shape
-        starts = torch.ones(b, s, dtype=torch.bool)
-        starts[:, 1:] = doc[:, 1:] != doc[:, :-1]
-        edges = torch.nonzero(starts.reshape(-1)).reshape(-1)
-        cu = torch.cat([edges, torch.tensor([b * s])]).to(torch.int32)
-        out["cu_seqlens"] = cu
-        out["max_seqlen"] = int((cu[1:] - cu[:-1]).max())
-        return out
+        Raises:
+            ValueError: If ``items`` is empty or of several ``seq_len``.
+            TypeError: If an item is not a ``dataset[row]`` dict.
+        """
+        if items and isinstance(items[0], Mapping) and "tokens" in items[0]:
+            first = items[0]
+            attention = (
+                "thd"
+                if "cu_seqlens" in first
+                else "mask"
+                if "attention_mask" in first
+                else "causal"
+            )
+            return MegatronStyle(attention=attention).collate(items)  # type: ignore[arg-type]
+        return HFStyle().collate(items)
+
+    @property
+    def collate_fn(self) -> Any:
+        """The ``collate`` of this dataset's style: ``DataLoader(ds, collate_fn=ds.collate_fn)``."""
+        return self.style.collate

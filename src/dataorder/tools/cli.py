@@ -26,12 +26,22 @@ or with ``--plain``); no layout cuts a cell (NOTE [ Tables are never cut ] in
 :mod:`dataorder.tools.output`).
 
 A user error prints one line, ``dataorder: error: ...``, and exits with status 2, without a
-traceback (``--traceback`` shows it); a demo whose checks fail exits with 1.
+traceback (``--traceback`` shows it); a demo whose checks fail exits with 1. A reader that stops
+early (``dataorder buckets | head -1``) is no error: exit 0, nothing on stderr
+(NOTE [ A closed pipe is no error ]).
+
+NOTE [ A closed pipe is no error ]
+    When the reader of stdout exits (``head -1``), the next write raises BrokenPipeError. The
+    command had nothing left to say to anyone, so it exits with 0 and says nothing. As the Python
+    docs' recipe (``signal`` module, "Note on SIGPIPE") does, stdout is then pointed at
+    ``os.devnull``, so that the interpreter's final flush of the buffered rest does not raise
+    again at exit. It is handled once, in :func:`main`, for every command.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, Protocol
@@ -118,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Output(sys.stdout, plain=args.plain)
     try:
         status: int = args.func(args, out)
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+    except BrokenPipeError:  # NOTE [ A closed pipe is no error ]
+        _quiet_stdout()
+        return 0
     except _USER_ERRORS as err:
         if args.traceback:
             raise
@@ -127,3 +141,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("dataorder: interrupted", file=sys.stderr)
         return 130
     return status
+
+
+def _quiet_stdout() -> None:
+    """Point stdout's descriptor at ``os.devnull``: what is still buffered for a reader that has
+    gone is dropped at exit, without a second BrokenPipeError (NOTE [ A closed pipe is no
+    error ])."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)

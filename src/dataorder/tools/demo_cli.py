@@ -23,7 +23,13 @@ from dataorder.tools.demo_config import (
     MeshShape,
     check_demo_world,
 )
-from dataorder.tools.output import EXIT_CHECKS_FAILED, Output, float_arg, int_arg
+from dataorder.tools.output import (
+    EXIT_CHECKS_FAILED,
+    Output,
+    check_output_dir,
+    float_arg,
+    int_arg,
+)
 
 __all__ = ["add_parser", "print_report", "report_table", "run"]
 
@@ -170,6 +176,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
     from dataorder.tools.demo import DemoError, run_demo
 
     config = _config(args)
+    check_output_dir(args.out, "--out")  # before any process starts
     if not args.json:
         out.line(
             f"dataorder demo: {config.first_mesh.world} processes on mesh ({config.first_mesh}), "

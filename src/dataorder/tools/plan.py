@@ -21,7 +21,7 @@ import argparse
 import warnings
 from typing import Any
 
-from dataorder.tools.output import Output, float_arg, int_arg, resolution_arg
+from dataorder.tools.output import Output, check_output_file, float_arg, int_arg, resolution_arg
 
 __all__ = ["add_parser", "run"]
 
@@ -125,6 +125,9 @@ def _check_args(args: argparse.Namespace, manifest: Any) -> None:
         raise ValueError(f"--video plans a video manifest; {args.manifest} is an image manifest")
     if args.write_manifest and not args.fit:
         raise ValueError("--write-manifest writes the fitted set's manifest: add --fit")
+    for flag, path in (("--png", args.png), ("--write-manifest", args.write_manifest)):
+        if path:
+            check_output_file(path, flag)
 
 
 def run(args: argparse.Namespace, out: Output) -> int:

@@ -10,7 +10,13 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
-from dataorder.tools.output import Output, add_calculator_args, calculator_from_args, int_arg
+from dataorder.tools.output import (
+    Output,
+    add_calculator_args,
+    calculator_from_args,
+    check_output_file,
+    int_arg,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -79,6 +85,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
     if not os.path.isdir(args.directory):
         raise ValueError(f"DIR must be an existing directory; got DIR={args.directory!r}")
+    check_output_file(args.output, "--output")  # before the scan, not after it
     calc = calculator_from_args(args)
     what = "clips" if args.video else "images"
     progress = _progress(args, what)
@@ -93,7 +100,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
         manifest = scan_images(args.directory, calc, workers=args.workers, progress=progress)
     if len(manifest) == 0:
         raise _nothing_readable(args, manifest, unassigned)
-    write_manifest(manifest, args.output)
+    try:
+        write_manifest(manifest, args.output)
+    except OSError as err:  # named as given, not as the temporary file written first
+        raise OSError(err.errno, err.strerror, args.output) from None
     used = int((manifest.bucket_counts() > 0).sum())
     out.line(
         f"scanned {len(manifest)} {what} into {used} of {len(manifest.buckets)} buckets; "

@@ -8,6 +8,14 @@ NOTE [ Tables are never cut ]
     for rich to keep a character of every column (fewer than :data:`RICH_COLUMN_WIDTH` columns
     of it per table column: rich's last resort then squeezes a column to its padding and drops
     its cells) gets the plain layout too, whose long lines the terminal wraps but never cuts.
+
+NOTE [ Tables fold between columns ]
+    A table wider than the terminal is not squeezed (rich would break ``768x134 / 4`` and the
+    header ``bucket`` into ``buck/et``): its columns are laid out in groups, each as wide as its
+    widest cell, each group as wide as the terminal allows, the first column (the row's key:
+    the id, the sampler, the rank) repeated in every group, one table after the other. Only a
+    column that does not fit beside the key alone wraps its cells, at spaces first
+    (:func:`column_groups`).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 __all__ = [
+    "COLUMN_GAP",
     "EXIT_CHECKS_FAILED",
     "EXIT_USAGE",
     "INT64_MAX",
@@ -32,6 +41,7 @@ __all__ = [
     "calculator_from_args",
     "check_output_dir",
     "check_output_file",
+    "column_groups",
     "cut_value",
     "float_arg",
     "int_arg",
@@ -47,7 +57,11 @@ EXIT_USAGE = 2
 EXIT_CHECKS_FAILED = 1
 #: Terminal columns per table column below which a table is laid out plain, not by rich
 #: (NOTE [ Tables are never cut ]; rich 15 lost cells of the demo table from 3.3 a column).
+#: With tables folded between columns (NOTE [ Tables fold between columns ]), a group holds the
+#: key and at least one column, so a terminal narrower than twice this is laid out plain.
 RICH_COLUMN_WIDTH = 4
+#: Spaces between two columns of a table, plain or rich.
+COLUMN_GAP = 2
 
 
 def _is_terminal(stream: IO[str]) -> bool:
@@ -116,10 +130,16 @@ class Output:
 
     def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
         cells = [[str(c) for c in row] for row in rows]
-        if self.console is not None and self.console.width >= RICH_COLUMN_WIDTH * len(columns):
-            self._rich_table(title, columns, cells)
-            return
         widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+        if self.console is not None and self.console.width >= RICH_COLUMN_WIDTH * 2:
+            # rich pads the table's two edges by a space each
+            groups = column_groups(widths, self.console.width - 2)
+            for k, group in enumerate(groups):
+                part = title if k == 0 else "(continued)"
+                self._rich_table(
+                    part, [columns[i] for i in group], [[r[i] for i in group] for r in cells]
+                )
+            return
 
         def fmt(row: Sequence[str]) -> str:
             parts = [
@@ -138,20 +158,22 @@ class Output:
         from rich import box
         from rich.table import Table
 
-        # no vertical rules: as compact as the plain layout, so wide tables fit a terminal
+        # no vertical rules: as compact as the plain layout, so wide tables fit a terminal; the
+        # title is a line of its own, which the terminal wraps but rich would fold to the table
+        self.line(title)
         table = Table(
-            title=title,
-            title_justify="left",
             box=box.SIMPLE_HEAD,
             show_edge=False,
             collapse_padding=True,
         )
+        widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+        fits = sum(widths) + COLUMN_GAP * (len(widths) - 1) + 2 <= self.console.width
         for i, name in enumerate(columns):
-            # a cell too wide for its column wraps, and a word too long folds: never "…"
-            if _numeric(cells, i):
-                table.add_column(name, justify="right", overflow="fold")
-            else:
-                table.add_column(name, justify="left", overflow="fold")
+            justify = "right" if _numeric(cells, i) else "left"
+            if fits:  # NOTE [ Tables fold between columns ]: no cell or header is broken
+                table.add_column(name, justify=justify, no_wrap=True, min_width=widths[i])
+            else:  # one column wider than the terminal: wrap at spaces, fold a longer word
+                table.add_column(name, justify=justify, overflow="fold")
         for row in cells:
             table.add_row(*row)
         self.console.print(table)
@@ -165,6 +187,24 @@ class Output:
 
     def json(self, value: object) -> None:
         print(json.dumps(value, indent=1, default=str), file=self.stream)
+
+
+def column_groups(widths: Sequence[int], width: int) -> list[list[int]]:
+    """Column indices in groups that each fit ``width`` terminal columns at their natural
+    ``widths`` (:data:`COLUMN_GAP` between columns), the first column (the row's key) leading
+    every group (NOTE [ Tables fold between columns ]). A column that does not fit beside the key
+    alone is a group by itself (with the key), whose cells then wrap.
+    """
+    groups: list[list[int]] = []
+    current, used = [0], widths[0] if widths else 0
+    for i in range(1, len(widths)):
+        if len(current) > 1 and used + COLUMN_GAP + widths[i] > width:
+            groups.append(current)
+            current, used = [0], widths[0]
+        current.append(i)
+        used += COLUMN_GAP + widths[i]
+    groups.append(current)
+    return groups
 
 
 def _numeric(cells: Sequence[Sequence[str]], column: int) -> bool:

@@ -169,7 +169,7 @@ class Output:
         widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
         fits = sum(widths) + COLUMN_GAP * (len(widths) - 1) + 2 <= self.console.width
         for i, name in enumerate(columns):
-            justify = "right" if _numeric(cells, i) else "left"
+            justify: Any = "right" if _numeric(cells, i) else "left"
             if fits:  # NOTE [ Tables fold between columns ]: no cell or header is broken
                 table.add_column(name, justify=justify, no_wrap=True, min_width=widths[i])
             else:  # one column wider than the terminal: wrap at spaces, fold a longer word

@@ -173,10 +173,11 @@ def _config(args: argparse.Namespace) -> DemoConfig:
 
 def run(args: argparse.Namespace, out: Output) -> int:
     """Run ``dataorder demo``; 0 if every check passed, :data:`EXIT_CHECKS_FAILED` if not."""
-    from dataorder.tools.demo import DemoError, run_demo
+    from dataorder.tools.demo import DemoError, require_demo_extras, run_demo
 
     config = _config(args)
     check_output_dir(args.out, "--out")  # before any process starts
+    require_demo_extras()
     if not args.json:
         out.line(
             f"dataorder demo: {config.first_mesh.world} processes on mesh ({config.first_mesh}), "

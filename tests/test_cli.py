@@ -354,7 +354,8 @@ def test_inspect_megatron_state_shows_position_and_next_batches(
     two = MegatronPretrainingRandomSampler(100, 2, 1, 2, seed=9)
     two.load_state_dict(state)
     assert report["next"][1]["items"] == next(iter(two))
-    assert "elastic" in report["fields"]["shown on"]
+    assert report["cursor"]["elastic_resume"] is True
+    assert report["cursor"]["data_parallel_size"] == 2
 
 
 def test_inspect_finds_the_state_inside_a_loader_state(

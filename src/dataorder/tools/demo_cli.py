@@ -75,7 +75,8 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
             "make a classic mistake on purpose and watch the checks fail: 'global-world' builds "
             "the samplers with the global rank and world size, 'no-resume' restarts without "
             "loading the checkpoint, 'skip-batches' restarts from the checkpoint's model but "
-            "skips as many batches as each rank had read instead of loading the data order"
+            "skips as many batches as each rank had read instead of loading the data order "
+            "(default: none, the job done right)"
         ),
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")

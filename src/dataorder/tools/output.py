@@ -383,7 +383,7 @@ def add_calculator_args(p: argparse.ArgumentParser, *, upscale: bool, video: boo
         "--max-pixels",
         type=int_arg(1, MAX_PIXELS),
         default=None,
-        help="an explicit pixel budget instead of --preset",
+        help="an explicit pixel budget instead of --preset (default: the preset's)",
     )
     p.add_argument(
         "--quantization",

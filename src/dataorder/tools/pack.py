@@ -75,7 +75,8 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
         "--long-documents",
         default="truncate",
         choices=LONG_DOCUMENTS,
-        help="with --split never: what happens to a document longer than --seq-len",
+        help="with --split never: what happens to a document longer than --seq-len "
+        "(default: truncate)",
     )
     p.add_argument(
         "--window",
@@ -96,7 +97,10 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
         help="Arrow/parquet list column of token ids (default: input_ids)",
     )
     p.add_argument(
-        "--num-replicas", type=int_arg(1, MAX_DP_SIZE), default=None, help="data-parallel size R"
+        "--num-replicas",
+        type=int_arg(1, MAX_DP_SIZE),
+        default=None,
+        help="data-parallel size R (default: no steps shown)",
     )
     p.add_argument(
         "--batch-size",
@@ -104,7 +108,9 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
         default=None,
         help="rows per rank per step B (a mixture: R x B is its global batch; default 1)",
     )
-    p.add_argument("--png", default=None, help="write a histogram of row fill to this PNG")
+    p.add_argument(
+        "--png", default=None, help="write a histogram of row fill to this PNG (default: none)"
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     return p
 

@@ -184,7 +184,7 @@ def _given(args: argparse.Namespace, schedule: Any) -> dict[str, tuple[Any, str]
     return {
         "dataset": (_bucket_dataset(args), "--manifest MANIFEST or --sizes CSV"),
         "lengths": (
-            _lengths(args),
+            getattr(args, "lengths_read", None),
             "--lengths FILE (a .npy, a Megatron .idx or an Arrow/parquet file)",
         ),
         "sizes": (args.source_sizes, "--source-sizes N,N,..."),
@@ -382,6 +382,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
     path = Path(args.state)
     raw = read_states(path)
     schedule = _schedule(args)  # a bad --schedule is a usage error before anything is shown
+    args.lengths_read = _lengths(args)  # and so is a bad --lengths
     found = find_sampler_states(raw)
     if not found:
         raise ValueError(

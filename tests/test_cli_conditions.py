@@ -127,15 +127,17 @@ PRINTING: list[tuple[str, Callable[[dict[str, Path]], list[str]]]] = [
 ]
 
 
-@pytest.fixture
+@contextlib.contextmanager
 def closed_pipe(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.TextIOWrapper]:
     """``sys.stdout`` a real pipe whose reader has gone: the next write to it fails with EPIPE
-    (Python ignores SIGPIPE, so as BrokenPipeError)."""
+    (Python ignores SIGPIPE, so as BrokenPipeError). Entered in the test's body: pytest sets
+    its own capture of stdout again between a fixture's setup and the test."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     stream = io.TextIOWrapper(io.FileIO(write_end, "w"), encoding="utf-8")
-    monkeypatch.setattr(sys, "stdout", stream)
-    yield stream
+    with monkeypatch.context() as patch:
+        patch.setattr(sys, "stdout", stream)
+        yield stream
     with contextlib.suppress(OSError):  # a regression leaves bytes buffered for the gone reader
         stream.close()
 
@@ -145,11 +147,13 @@ def test_every_command_into_a_pipe_whose_reader_stopped(
     row: str,
     argv: Callable[[dict[str, Path]], list[str]],
     files: dict[str, Path],
-    closed_pipe: io.TextIOWrapper,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code = cli.main(argv(files))
-    assert (code, capsys.readouterr().err) == (0, ""), row
+    with closed_pipe(monkeypatch) as stdout:
+        code = cli.main(argv(files))
+        assert (code, capsys.readouterr().err) == (0, ""), row
+        stdout.flush()  # what the interpreter does at exit: nothing is left for the gone reader
 
 
 def test_a_real_pipe_into_head_exits_0_silently() -> None:

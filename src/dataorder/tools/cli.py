@@ -114,9 +114,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: The arguments (default: ``sys.argv[1:]``).
 
     Returns:
-        0 on success, :data:`EXIT_USAGE` for a user error, :data:`EXIT_CHECKS_FAILED` when the
+        0 on success and when the reader of stdout stopped early (NOTE [ A closed pipe is no
+        error ]), :data:`EXIT_USAGE` for a user error, :data:`EXIT_CHECKS_FAILED` when the
         demo's checks fail.
     """
+    try:
+        status = _run(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+    except BrokenPipeError:  # NOTE [ A closed pipe is no error ]
+        _quiet_stdout()
+        return 0
+    return status
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -128,10 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Output(sys.stdout, plain=args.plain)
     try:
         status: int = args.func(args, out)
-        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
-    except BrokenPipeError:  # NOTE [ A closed pipe is no error ]
-        _quiet_stdout()
-        return 0
+    except BrokenPipeError:  # an OSError, but no user error: main() handles it
+        raise
     except _USER_ERRORS as err:
         if args.traceback:
             raise

@@ -126,7 +126,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
         check_output_file(args.png, "--png")  # before the packing, not after it
     if len(corpora) > 1:
         return _run_mixture(args, out, corpora)
-    with working(f"packing {corpora[0][1]} into rows of {args.seq_len:,} tokens"):
+    with working(f"packing {Path(corpora[0][1]).name} into rows of {args.seq_len:,} tokens"):
         plan = _plan(args, corpora[0][1])
         figures = _figures(plan, args, corpora[0][1])
         fill = plan.fill_histogram() if args.png else None

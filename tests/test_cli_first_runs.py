@@ -224,3 +224,29 @@ def test_scan_json_gives_counts_as_numbers(
     assert 1 <= report["buckets_used"] <= 3 < report["buckets"]
     assert report["errors"][0][0].endswith("broken.png")
     assert manifest.is_file()
+
+
+# -- the demo's plot: each sample once, read off the figure --
+def test_each_once_counts_what_the_plot_bands_show() -> None:
+    from dataorder.tools.plots import ScheduleBatch, each_once
+
+    rows = [
+        ScheduleBatch("s", 0, 0, 2, 0, 4, (0, 1)),
+        ScheduleBatch("s", 0, 1, 2, 0, 4, (2, None), padding=1),
+        ScheduleBatch("s", 1, 0, 1, 4, 2, (3, 3)),  # 3 twice
+        ScheduleBatch("s", 1, 0, 1, 6, 2, (1, 4)),  # 1 again, after the restart
+    ]
+    state, counts, extra = each_once(rows, size=7)  # 5 and 6 never read
+    assert state.tolist() == [0, 2, 0, 2, 1, 3, 3]
+    assert counts.tolist() == [2, 1, 2, 2]
+    assert extra == 2
+
+
+def test_the_schedule_png_shows_each_once_beside_the_samples(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from dataorder.tools.plots import ScheduleBatch, plot_schedule
+
+    rows = [ScheduleBatch("a", 0, r, 2, 4 * s, 4, (4 * s + r, 4 * s + r + 2)) for s in range(3)
+            for r in range(2)]  # fmt: skip
+    path = plot_schedule(rows, tmp_path / "s.png", declared={"a": (12, 0, 0)})
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

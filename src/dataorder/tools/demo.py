@@ -293,7 +293,8 @@ def run_demo(
             f"dataorder demo: ({config.first_mesh}) -> ({config.mesh}), "
             f"global batch {config.global_batch_size}"
         )
-        plot_schedule(schedule, png, title=title)
+        declared = {r.name: (r.dataset_size, r.dropped, r.padded) for r in results}
+        plot_schedule(schedule, png, title=title, declared=declared)
         outputs["plot"] = str(png)
     seconds["total"] = round(time.perf_counter() - start, 2)
     report = DemoReport(config=config, results=results, seconds=seconds, outputs=outputs)

@@ -15,15 +15,20 @@ Subcommands:
   padded samples, steps (:mod:`dataorder.diffusion.sampler.stats`); ``--fit`` adds a bucket set
   fitted to the manifest, beside its own (:mod:`dataorder.diffusion.fit.images`; for a video
   manifest, ``--video --fit``: :mod:`dataorder.diffusion.fit.video`);
-* ``dataorder pack LENGTHS --seq-len 8192``: what packing a corpus into rows does (padding,
-  split documents, rows and steps) and a PNG of row fill (:mod:`dataorder.tools.pack`);
-* ``dataorder inspect STATE.json``: what a saved sampler state means, and the next batch.
+* ``dataorder pack LENGTHS --seq-len 8192``: what packing a corpus (or weighted corpora,
+  ``W1 LENGTHS1 W2 LENGTHS2``) into rows does (length percentiles, padding, split documents,
+  rows and steps) and a PNG of row fill (:mod:`dataorder.tools.pack`);
+* ``dataorder inspect STATE``: what a saved sampler state means (a JSON file, a ``.pt`` file or
+  a DCP checkpoint folder), and the next batch.
 
 Each subcommand is a module with ``add_parser(subparsers, parents)`` and ``run(args, out)``,
 registered by one line in :data:`COMMANDS`. Tables use rich in a terminal when it is installed
 (``pip install 'dataorder[cli]'``) and aligned plain text otherwise (in a pipe, a file, a CI log,
 or with ``--plain``); no layout cuts a cell (NOTE [ Tables are never cut ] in
-:mod:`dataorder.tools.output`).
+:mod:`dataorder.tools.output`), and a table wider than the terminal folds between its columns
+(NOTE [ Tables fold between columns ]). Output paths are checked before any work
+(:func:`~dataorder.tools.output.check_output_file`); long work shows progress on a terminal's
+stderr only (NOTE [ Progress goes to a terminal's stderr ]).
 
 A user error prints one line, ``dataorder: error: ...``, and exits with status 2, without a
 traceback (``--traceback`` shows it); a demo whose checks fail exits with 1. A reader that stops

@@ -511,14 +511,17 @@ class BucketEpoch:
         if k >= plan.num_runs:
             unit = "buckets" if one_run_each else f"runs ({buckets})"
             return f"after the last of {plan.num_runs} {unit} of epoch {epoch}"
-        row = int(plan.buckets[k])
-        bucket = f"bucket {row} ({self.table.shape_name(row)})"
-        taken = f"{progress['consumed']} of its {int(plan.segments.n[k])} positions taken"
+        row, n = int(plan.buckets[k]), int(plan.segments.n[k])
+        taken = f"{progress['consumed']} positions taken"
         if one_run_each:
-            return f"{bucket}, the {_ordinal(k + 1)} of {used} in epoch {epoch}'s order: {taken}"
+            return (
+                f"bucket {row} ({self.table.shape_name(row)}, {n} samples), the "
+                f"{_ordinal(k + 1)} of {used} in epoch {epoch}'s order: {taken}"
+            )
         return (
-            f"{bucket}: run {k + 1} of {plan.num_runs} in epoch {epoch}'s order (a run is "
-            f"consecutive steps of one bucket; {buckets}): {taken}"
+            f"bucket {row} ({self.table.shape_name(row)}, {n} samples in this run): run "
+            f"{k + 1} of {plan.num_runs} in epoch {epoch}'s order (a run is consecutive steps "
+            f"of one bucket; {buckets}): {taken}"
         )
 
     def progress_at(self, step: int) -> dict[str, int]:

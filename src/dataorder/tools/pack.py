@@ -187,7 +187,9 @@ def read_lengths(path: str, column: str = "input_ids") -> Any:
     from dataorder.llm.packing.lengths import DocumentLengths
 
     p = Path(path)
-    if p.is_dir():
+    known = (".idx", ".bin", ".npy", ".parquet", ".arrow", ".feather", ".ipc")
+    # a folder named like a file is refused by from_file, as any special file is
+    if p.is_dir() and ((p / "state.json").is_file() or p.suffix.lower() not in known):
         table = _saved_dataset(p)
         _check_column(table.schema, column, path)
         return DocumentLengths.from_arrow(table, column)

@@ -189,13 +189,23 @@ OUTPUTS: list[tuple[str, Callable[[dict[str, Path], str], list[str]], str]] = [
     ("demo --out", lambda f, o: ["demo", "--out", o], "dataorder.tools.demo.run_phase"),
 ]  # fmt: skip
 
-#: Paths no user can write as a file (or, for ``demo --out``, as a folder), relative to a
-#: scratch folder: ``(form, path, applies to demo --out)``.
-UNWRITABLE = [
-    ("missing folder", "no-such-folder/out.x", False),
-    ("a folder", ".", False),
-    ("under a regular file", "a-file/out.x", True),
-    ("a regular file as the folder", "a-file", True),
+#: Paths no user can write, relative to a scratch folder that holds a regular file ``a-file``:
+#: ``(form, path)``. A file option is refused each of the first three; ``demo --out`` (a folder,
+#: created when missing) the last two.
+UNWRITABLE_FILES = [
+    ("missing folder", "no-such-folder/out.x"),
+    ("a folder", "."),
+    ("under a regular file", "a-file/out.x"),
+]
+UNWRITABLE_FOLDERS = [
+    ("under a regular file", "a-file/out.x"),
+    ("a regular file as the folder", "a-file"),
+]
+#: The table: every output option crossed with every path it must refuse.
+OUTPUT_ROWS = [
+    pytest.param(row, argv, work, form, path, id=f"{row}-{form}")
+    for row, argv, work in OUTPUTS
+    for form, path in (UNWRITABLE_FOLDERS if row.startswith("demo") else UNWRITABLE_FILES)
 ]
 
 
@@ -215,25 +225,18 @@ def _forbid(monkeypatch: pytest.MonkeyPatch, target: str) -> None:
     monkeypatch.setattr(owner, name, reached)
 
 
-@pytest.mark.parametrize(("form", "path", "for_demo"), UNWRITABLE, ids=[u[0] for u in UNWRITABLE])
-@pytest.mark.parametrize(("row", "argv", "work"), OUTPUTS, ids=[o[0] for o in OUTPUTS])
+@pytest.mark.parametrize(("row", "argv", "work", "form", "path"), OUTPUT_ROWS)
 def test_every_output_option_refuses_an_unwritable_path_before_the_work(
     row: str,
     argv: Callable[[dict[str, Path], str], list[str]],
     work: str,
     form: str,
     path: str,
-    for_demo: bool,
     files: dict[str, Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    is_demo = row.startswith("demo")
-    if is_demo and not for_demo:
-        pytest.skip("a missing folder is created, and a folder is what --out asks for")
-    if not is_demo and form == "a regular file as the folder":
-        pytest.skip("a regular file is a writable output file")
     (tmp_path / "a-file").write_text("x")
     monkeypatch.chdir(tmp_path)
     _forbid(monkeypatch, work)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from dataorder.tools.demo_checks import CHECKS
 from dataorder.tools.demo_cli import print_report, report_table
 from dataorder.tools.demo_config import SAMPLERS, DemoConfig, DemoReport, SamplerResult
 from dataorder.tools.demo_data import load_image_sizes
-from dataorder.tools.output import RICH_COLUMN_WIDTH, Output
+from dataorder.tools.output import RICH_COLUMN_WIDTH, Output, column_groups
 
 ELLIPSIS = "…"
 
@@ -191,3 +192,65 @@ def test_buckets_through_a_real_pipe() -> None:
             line.startswith(f"{b['id']} {b['frames']} {w}x{h} ") and line.endswith(f" {size}")
             for line in lines
         ), b
+
+
+# -- tables fold between columns (NOTE [ Tables fold between columns ]) ------------------------
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+#: A video plan's columns, and a cell with spaces in it: what 0.3.0 broke at 80 columns
+#: (``768x134 / 4``, ``buck/et``, ``fram/es``).
+_VIDEO_PLAN_HEAD = ["id", "bucket", "frames", "clips", "crop % mean", "crop % p95",
+                    "trim % mean", "trim % p95", "upscaled", "batch", "steps", "dropped",
+                    "padded"]  # fmt: skip
+
+
+def _whole_on_a_line(text: str, cells: list[str]) -> list[str]:
+    """The cells that no line of ``text`` holds whole (a cell broken across lines)."""
+    lines = _ANSI.sub("", text).splitlines()
+    return [c for c in cells if not any(c in line for line in lines)]
+
+
+@pytest.mark.parametrize("width", [80, 60, 40])
+def test_a_wide_table_folds_between_columns_never_inside_a_cell(width: int) -> None:
+    pytest.importorskip("rich")
+    from rich.console import Console
+
+    rows = [[7, "768x134 / 4", 81, 1000, "12.3", "45.6", "1.0", "2.0", 3, 4, 5, 6, 7],
+            [103, "1280x720", 1, 12, "0.0", "0.0", "0.0", "0.0", 0, 16, 1, 0, 4]]  # fmt: skip
+    stream = _Terminal()
+    out = Output(stream, plain=False)
+    out.console = Console(file=stream, width=width, highlight=False)
+    out.table("a video plan", _VIDEO_PLAN_HEAD, rows)
+    text = _ANSI.sub("", stream.getvalue())
+    assert _whole_on_a_line(text, [*_VIDEO_PLAN_HEAD, *(str(c) for r in rows for c in r)]) == []
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+    # the key leads every group of columns: each row's id once per group
+    groups = text.count("(continued)") + 1
+    assert groups > 1
+    assert len(re.findall(r"^ *768x134 / 4|^ *7 ", text, re.MULTILINE)) == groups
+
+
+def test_plan_in_an_80_column_terminal_breaks_no_cell(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, manifest: Path
+) -> None:
+    pytest.importorskip("rich")
+    monkeypatch.setenv("COLUMNS", "80")
+    argv = ["plan", str(manifest), "--num-replicas", "64", "--batch-size", "8", "--fit"]
+    plan = json.loads(run(capsys, *argv, "--json"))
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    assert main(argv) == 0
+    text = terminal.getvalue()
+    cells = ["id", "bucket", "images", "crop % mean", "crop % p95", "upscaled", "dropped"]
+    cells.append(f"{manifest}: {int(plan['overall']['images'])} images")  # a long title
+    for b in plan["buckets"]:
+        w, h = b["resolution"]
+        cells += [f"{w}x{h}", str(b["images"])]
+    assert _whole_on_a_line(text, cells) == []
+
+
+def test_column_groups_keep_the_key_and_fit_the_width() -> None:
+    assert column_groups([2, 5, 5, 5], 80) == [[0, 1, 2, 3]]
+    assert column_groups([2, 5, 5, 5], 16) == [[0, 1, 2], [0, 3]]
+    assert column_groups([2, 50, 5], 20) == [[0, 1], [0, 2]]  # too wide alone: its own group
+    assert column_groups([3], 1) == [[0]]

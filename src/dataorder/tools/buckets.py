@@ -36,7 +36,8 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
         "--batch-size",
         type=int_arg(1, MAX_BATCH_SIZE),
         default=None,
-        help="with --video: the per-rank batch at the full budget; show each bucket's",
+        help="with --video: the per-rank batch at the full budget; show each bucket's "
+        "(default: not shown)",
     )
     p.add_argument("--json", action="store_true", help="print the buckets as JSON")
     return p

@@ -15,23 +15,38 @@ Subcommands:
   padded samples, steps (:mod:`dataorder.diffusion.sampler.stats`); ``--fit`` adds a bucket set
   fitted to the manifest, beside its own (:mod:`dataorder.diffusion.fit.images`; for a video
   manifest, ``--video --fit``: :mod:`dataorder.diffusion.fit.video`);
-* ``dataorder pack LENGTHS --seq-len 8192``: what packing a corpus into rows does (padding,
-  split documents, rows and steps) and a PNG of row fill (:mod:`dataorder.tools.pack`);
-* ``dataorder inspect STATE.json``: what a saved sampler state means, and the next batch.
+* ``dataorder pack LENGTHS --seq-len 8192``: what packing a corpus (or weighted corpora,
+  ``W1 LENGTHS1 W2 LENGTHS2``) into rows does (length percentiles, padding, split documents,
+  rows and steps) and a PNG of row fill (:mod:`dataorder.tools.pack`);
+* ``dataorder inspect STATE``: what a saved sampler state means (a JSON file, a ``.pt`` file or
+  a DCP checkpoint folder), and the next batch.
 
 Each subcommand is a module with ``add_parser(subparsers, parents)`` and ``run(args, out)``,
 registered by one line in :data:`COMMANDS`. Tables use rich in a terminal when it is installed
 (``pip install 'dataorder[cli]'``) and aligned plain text otherwise (in a pipe, a file, a CI log,
 or with ``--plain``); no layout cuts a cell (NOTE [ Tables are never cut ] in
-:mod:`dataorder.tools.output`).
+:mod:`dataorder.tools.output`), and a table wider than the terminal folds between its columns
+(NOTE [ Tables fold between columns ]). Output paths are checked before any work
+(:func:`~dataorder.tools.output.check_output_file`); long work shows progress on a terminal's
+stderr only (NOTE [ Progress goes to a terminal's stderr ]).
 
 A user error prints one line, ``dataorder: error: ...``, and exits with status 2, without a
-traceback (``--traceback`` shows it); a demo whose checks fail exits with 1.
+traceback (``--traceback`` shows it); a demo whose checks fail exits with 1. A reader that stops
+early (``dataorder buckets | head -1``) is no error: exit 0, nothing on stderr
+(NOTE [ A closed pipe is no error ]).
+
+NOTE [ A closed pipe is no error ]
+    When the reader of stdout exits (``head -1``), the next write raises BrokenPipeError. The
+    command had nothing left to say to anyone, so it exits with 0 and says nothing. As the Python
+    docs' recipe (``signal`` module, "Note on SIGPIPE") does, stdout is then pointed at
+    ``os.devnull``, so that the interpreter's final flush of the buffered rest does not raise
+    again at exit. It is handled once, in :func:`main`, for every command.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, Protocol
@@ -104,9 +119,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: The arguments (default: ``sys.argv[1:]``).
 
     Returns:
-        0 on success, :data:`EXIT_USAGE` for a user error, :data:`EXIT_CHECKS_FAILED` when the
+        0 on success and when the reader of stdout stopped early (NOTE [ A closed pipe is no
+        error ]), :data:`EXIT_USAGE` for a user error, :data:`EXIT_CHECKS_FAILED` when the
         demo's checks fail.
     """
+    try:
+        status = _run(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+    except BrokenPipeError:  # NOTE [ A closed pipe is no error ]
+        _quiet_stdout()
+        return 0
+    return status
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -118,6 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Output(sys.stdout, plain=args.plain)
     try:
         status: int = args.func(args, out)
+    except BrokenPipeError:  # an OSError, but no user error: main() handles it
+        raise
     except _USER_ERRORS as err:
         if args.traceback:
             raise
@@ -127,3 +155,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("dataorder: interrupted", file=sys.stderr)
         return 130
     return status
+
+
+def _quiet_stdout() -> None:
+    """Point stdout's descriptor at ``os.devnull``: what is still buffered for a reader that has
+    gone is dropped at exit, without a second BrokenPipeError (NOTE [ A closed pipe is no
+    error ])."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)

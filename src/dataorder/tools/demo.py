@@ -66,6 +66,7 @@ phase has a deadline: past it, its processes are killed and :class:`DemoError` s
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shlex
@@ -94,6 +95,7 @@ from dataorder.tools.demo_samplers import DEMO_SAMPLERS
 __all__ = [
     "BUGS",
     "CHECKS",
+    "DEMO_EXTRAS",
     "SAMPLERS",
     "DemoConfig",
     "DemoError",
@@ -101,12 +103,49 @@ __all__ = [
     "MeshShape",
     "SamplerResult",
     "check_demo_world",
+    "demo_can_plot",
     "inspect_commands",
     "load_image_sizes",
     "load_tokens",
+    "require_demo_extras",
     "run_demo",
     "write_inspect_files",
 ]
+
+#: NOTE [ The demo's extras are checked before any process starts ]
+#:     The core install is numpy and torch; the demo's loaders are torchdata's
+#:     ``StatefulDataLoader`` and its plot is matplotlib's. A missing torchdata found inside the
+#:     job's processes surfaces as a spawn traceback per process and a SIGTERM warning per
+#:     sibling, so the parent imports it first and refuses in one line naming the extra; a
+#:     missing matplotlib only costs the PNG, which is skipped and named.
+#: Modules the demo's processes cannot run without, and the extra that installs each.
+DEMO_EXTRAS: dict[str, str] = {"torchdata.stateful_dataloader": "torchdata"}
+
+
+def require_demo_extras() -> None:
+    """Import what the demo's processes need, in this process, before any starts (NOTE [ The
+    demo's extras are checked before any process starts ]).
+
+    Raises:
+        ImportError: Naming the extra to install, e.g. ``pip install 'dataorder[torchdata]'``.
+    """
+    for module, extra in DEMO_EXTRAS.items():
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise ImportError(
+                f"dataorder demo needs {module.partition('.')[0]} ({module} does not import "
+                f"here); install it with: pip install 'dataorder[{extra}]'"
+            ) from None
+
+
+def demo_can_plot() -> bool:
+    """Whether matplotlib imports, so that ``schedule.png`` can be drawn."""
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError:
+        return False
+    return True
 
 
 def write_inspect_files(config: DemoConfig, ckpt: str | os.PathLike[str]) -> list[Path]:
@@ -205,12 +244,15 @@ def run_demo(
         config: What to run; default ``DemoConfig()``.
         out: Output directory (created; earlier results in it are replaced).
         log: Called with one line per stage (e.g. ``print``); default: silent.
-        plot: Write ``schedule.png`` (needs matplotlib).
+        plot: Write ``schedule.png`` (needs matplotlib: without it, the PNG is skipped and
+            ``log`` says so).
 
     Returns:
         The :class:`DemoReport`; ``report.ok`` says whether every check passed.
 
     Raises:
+        ImportError: If torchdata is missing (NOTE [ The demo's extras are checked before any
+            process starts ]).
         DemoError: If a process failed or a phase timed out.
         ValueError: If ``out`` exists and is not a directory, or a mesh has more processes than
             this machine may start (:func:`~dataorder.tools.demo_config.max_demo_processes`).
@@ -218,7 +260,12 @@ def run_demo(
     config = config or DemoConfig()
     check_demo_world(config.first_mesh, "first_mesh")  # before any process starts
     check_demo_world(config.mesh, "mesh")
+    require_demo_extras()
     say = log or (lambda _line: None)
+    if plot and not demo_can_plot():
+        plot = False
+        say("schedule.png will not be drawn: matplotlib is not installed "
+            "(pip install 'dataorder[plots]')")  # fmt: skip
     root = Path(out)
     ckpt = _fresh_output(root)
     start = time.perf_counter()
@@ -246,7 +293,8 @@ def run_demo(
             f"dataorder demo: ({config.first_mesh}) -> ({config.mesh}), "
             f"global batch {config.global_batch_size}"
         )
-        plot_schedule(schedule, png, title=title)
+        declared = {r.name: (r.dataset_size, r.dropped, r.padded) for r in results}
+        plot_schedule(schedule, png, title=title, declared=declared)
         outputs["plot"] = str(png)
     seconds["total"] = round(time.perf_counter() - start, 2)
     report = DemoReport(config=config, results=results, seconds=seconds, outputs=outputs)

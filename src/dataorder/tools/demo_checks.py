@@ -115,6 +115,7 @@ class SamplerRun:
                 samples=shown,
                 padding=own["padding"][step],
                 bucket=own["buckets"][step],
+                unit=self.rule.unit,
             )
         )
 

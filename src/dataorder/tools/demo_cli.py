@@ -23,7 +23,13 @@ from dataorder.tools.demo_config import (
     MeshShape,
     check_demo_world,
 )
-from dataorder.tools.output import EXIT_CHECKS_FAILED, Output, float_arg, int_arg
+from dataorder.tools.output import (
+    EXIT_CHECKS_FAILED,
+    Output,
+    check_output_dir,
+    float_arg,
+    int_arg,
+)
 
 __all__ = ["add_parser", "print_report", "report_table", "run"]
 
@@ -69,7 +75,8 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
             "make a classic mistake on purpose and watch the checks fail: 'global-world' builds "
             "the samplers with the global rank and world size, 'no-resume' restarts without "
             "loading the checkpoint, 'skip-batches' restarts from the checkpoint's model but "
-            "skips as many batches as each rank had read instead of loading the data order"
+            "skips as many batches as each rank had read instead of loading the data order "
+            "(default: none, the job done right)"
         ),
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -167,9 +174,11 @@ def _config(args: argparse.Namespace) -> DemoConfig:
 
 def run(args: argparse.Namespace, out: Output) -> int:
     """Run ``dataorder demo``; 0 if every check passed, :data:`EXIT_CHECKS_FAILED` if not."""
-    from dataorder.tools.demo import DemoError, run_demo
+    from dataorder.tools.demo import DemoError, require_demo_extras, run_demo
 
     config = _config(args)
+    check_output_dir(args.out, "--out")  # before any process starts
+    require_demo_extras()
     if not args.json:
         out.line(
             f"dataorder demo: {config.first_mesh.world} processes on mesh ({config.first_mesh}), "

@@ -1,8 +1,16 @@
-"""``dataorder inspect STATE.json``: what a saved sampler state means, and the next batch.
+"""``dataorder inspect STATE``: what a saved sampler state means, and the next batch.
+
+STATE is a JSON file, a ``torch.save`` file (``.pt``/``.pth``, read with ``weights_only=True``:
+tensors, dicts, lists, ints and strings, never arbitrary pickled objects) or a
+``torch.distributed.checkpoint`` folder (its ``.metadata`` read by ``FileSystemReader`` in this
+one process, and only the entries of the dataorder states in it loaded: an
+:class:`~dataorder.integrations.dcp.OrderState` saves ``<key>.sampler.format``,
+``<key>.sampler.epoch``, ...; never the model's tensors), :func:`read_states`.
 
 The state is found wherever it sits (alone, inside a torchdata loader state, inside a training
 checkpoint), the sampler that wrote it rebuilds itself from it (``from_state``), says where its
-cursor is (``describe_progress``) and what each rank reads next (``batch_at``).
+cursor is (``describe_progress``) and what each rank reads next (``batch_at``). The text report
+and the ``--json`` one hold the same facts; in JSON every count is a number (:func:`report_json`).
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ import argparse
 import json
 import math
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +36,7 @@ from dataorder.tools.output import (
     resolution_arg,
 )
 
-__all__ = ["add_parser", "read_json", "run"]
+__all__ = ["add_parser", "read_dcp_states", "read_json", "read_states", "report_json", "run"]
 
 
 def _int_list(text: str) -> list[int]:
@@ -64,11 +73,16 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
         help="what a saved sampler state means, and the next batch",
         description=(
             "Explain a sampler state (a sampler's state_dict() or a StatefulDataLoader state "
-            "saved as JSON): kind, epoch, position, layout, config; and, when the sampler can "
-            "be rebuilt, the next batch on each rank."
+            "saved as JSON or with torch.save, or the OrderState inside a "
+            "torch.distributed.checkpoint folder): kind, epoch, position, layout, config; and, "
+            "when the sampler can be rebuilt, the next batch on each rank."
         ),
     )
-    p.add_argument("state", metavar="STATE.json")
+    p.add_argument(
+        "state",
+        metavar="STATE",
+        help="a .json file, a torch.save .pt/.pth file, or a DCP checkpoint folder",
+    )
     _add_layout_args(p)
     p.add_argument(
         "--count",
@@ -90,25 +104,28 @@ def _add_layout_args(p: argparse.ArgumentParser) -> None:
         "--rank",
         type=int_arg(0, MAX_DP_SIZE - 1),
         default=None,
-        help="show only this rank's next batch",
+        help="show only this rank's next batch (default: every rank up to 8; else 0, 1, 2, last)",
     )
     p.add_argument(
         "--num-replicas",
         type=int_arg(1, MAX_DP_SIZE),
         default=None,
-        help="show the next batches on this data-parallel size (an elastic resume)",
+        help="show the next batches on this data-parallel size, an elastic resume (default: the "
+        "saved layout's)",
     )
     p.add_argument(
         "--micro-batch-size",
         type=int_arg(1, MAX_BATCH_SIZE),
         default=None,
-        help="Megatron: another micro-batch size",
+        help="Megatron: another micro-batch size (default: the saved layout's)",
     )
 
 
 def _add_given_args(p: argparse.ArgumentParser) -> None:
     """What a state does not hold and its sampler needs to be rebuilt (:func:`_given`)."""
-    p.add_argument("--manifest", default=None, help="bucket sampler: the dataset's manifest")
+    p.add_argument(
+        "--manifest", default=None, help="bucket sampler: the dataset's manifest (default: none)"
+    )
     p.add_argument(
         "--lengths",
         metavar="FILE",
@@ -116,20 +133,26 @@ def _add_given_args(p: argparse.ArgumentParser) -> None:
         help=(
             "packed sampler: the documents' lengths, a Megatron .idx/.bin or prefix, a .npy, or "
             "a .parquet/.arrow file with an input_ids list column (the demo writes "
-            "packed.lengths.npy beside packed.json)"
+            "packed.lengths.npy beside packed.json); a save_to_disk folder as dataorder pack "
+            "reads it (default: none)"
         ),
+    )
+    p.add_argument(
+        "--column",
+        default="input_ids",
+        help="with --lengths: the Arrow/parquet list column of token ids (default: input_ids)",
     )
     p.add_argument(
         "--source-sizes",
         type=_int_list,
         default=None,
-        help="blended sampler: samples in each source, e.g. 1000,500,250",
+        help="blended sampler: samples in each source, e.g. 1000,500,250 (default: none)",
     )
     p.add_argument(
         "--weights",
         type=_float_list,
         default=None,
-        help="blended sampler: the weights it was built with, e.g. 0.5,0.3,0.2",
+        help="blended sampler: the weights it was built with, e.g. 0.5,0.3,0.2 (default: none)",
     )
     p.add_argument(
         "--schedule",
@@ -138,13 +161,13 @@ def _add_given_args(p: argparse.ArgumentParser) -> None:
         help=(
             "blended sampler built with a MixtureSchedule: a JSON file of its entries, "
             '[[start, [w, ...]], [start, {"ramp": [[u, ...], [v, ...]]}], ...] '
-            "(MixtureSchedule.to_json(); the demo writes one beside mixture.json)"
+            "(MixtureSchedule.to_json(); the demo writes one beside mixture.json; default: none)"
         ),
     )
     p.add_argument(
         "--sizes",
         default=None,
-        help="bucket sampler: a CSV of width,height rows (with --preset etc.)",
+        help="bucket sampler: a CSV of width,height rows (with --preset etc.; default: none)",
     )
     add_calculator_args(p, upscale=False)
     p.add_argument(
@@ -161,7 +184,7 @@ def _given(args: argparse.Namespace, schedule: Any) -> dict[str, tuple[Any, str]
     return {
         "dataset": (_bucket_dataset(args), "--manifest MANIFEST or --sizes CSV"),
         "lengths": (
-            _lengths(args),
+            getattr(args, "lengths_read", None),
             "--lengths FILE (a .npy, a Megatron .idx or an Arrow/parquet file)",
         ),
         "sizes": (args.source_sizes, "--source-sizes N,N,..."),
@@ -179,10 +202,10 @@ def _lengths(args: argparse.Namespace) -> Any:
     ``DocumentLengths.from_file`` reads the file, or None."""
     if args.lengths is None:
         return None
-    from dataorder.llm.packing.lengths import DocumentLengths
+    from dataorder.tools.pack import read_lengths
 
     try:
-        return DocumentLengths.from_file(args.lengths)
+        return read_lengths(args.lengths, args.column)
     except (ValueError, TypeError) as err:
         raise ValueError(f"--lengths {args.lengths}: {err}") from None
 
@@ -249,6 +272,96 @@ def read_json(path: Path) -> Any:
         raise ValueError(f"{path}: cannot read it as JSON: {err}") from None
 
 
+#: Suffixes of a ``torch.save`` file.
+TORCH_SUFFIXES = (".pt", ".pth")
+
+
+def read_states(path: Path) -> Any:
+    """What ``dataorder inspect`` searches for sampler states: the JSON document, the
+    ``torch.save`` object, or a DCP folder's dataorder states (:func:`read_dcp_states`).
+
+    Raises:
+        ValueError: If the file cannot be read as its kind (named).
+        OSError: If it cannot be read at all.
+    """
+    if path.is_dir():
+        if not (path / ".metadata").is_file():
+            raise ValueError(
+                f"STATE {str(path)!r} is a folder without .metadata: give a state file (.json, "
+                ".pt) or a torch.distributed.checkpoint folder"
+            )
+        return read_dcp_states(path)
+    if path.suffix.lower() in TORCH_SUFFIXES:
+        return _read_torch(path)
+    return read_json(path)
+
+
+def _read_torch(path: Path) -> Any:
+    """A ``torch.save`` file, loaded with ``weights_only=True`` on the CPU (no arbitrary
+    unpickling: a state is ints and strings)."""
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as err:
+        raise ValueError(
+            f"{path} cannot be read by torch.load(weights_only=True): {one_line(err)}"
+        ) from None
+
+
+def read_dcp_states(folder: Path) -> dict[str, dict[str, Any]]:
+    """The dataorder states inside a ``torch.distributed.checkpoint`` folder, by where they sit
+    (``"data.sampler"``), read in this one process.
+
+    DCP flattens a state's keys under its app-state key (an
+    :class:`~dataorder.integrations.dcp.OrderState` under ``"data"`` saves
+    ``data.sampler.format``, ``data.sampler.config.seed``, ...) and stores each as a small
+    pickled entry beside the tensors. The metadata names them; the ``.format`` entries are loaded
+    first, and only under those that say ``dataorder.state`` is the rest of the state loaded:
+    no tensor and no other entry is read.
+
+    Raises:
+        ValueError: If the folder is no readable DCP checkpoint.
+    """
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+
+    from dataorder.core.state import STATE_FORMAT
+
+    try:
+        metadata = FileSystemReader(str(folder)).read_metadata()
+    except Exception as err:  # torch raises many kinds for a bad folder
+        raise ValueError(f"{folder} is not a readable DCP checkpoint: {one_line(err)}") from None
+    entries = [
+        k for k, v in metadata.state_dict_metadata.items() if isinstance(v, BytesStorageMetadata)
+    ]
+
+    def load(keys: list[str]) -> dict[str, Any]:
+        values: dict[str, Any] = dict.fromkeys(keys)
+        if keys:
+            try:
+                with warnings.catch_warnings():  # "assuming ... a single process": it is
+                    warnings.simplefilter("ignore", UserWarning)
+                    dcp_load(values, storage_reader=FileSystemReader(str(folder)), no_dist=True)
+            except Exception as err:  # as above
+                raise ValueError(f"{folder}: DCP cannot load {keys[0]}: {one_line(err)}") from None
+        return values
+
+    formats = load([k for k in entries if k.endswith(".format")])
+    prefixes = [k[: -len(".format")] for k, v in formats.items() if v == STATE_FORMAT]
+    values = load([k for k in entries if any(k.startswith(f"{p}.") for p in prefixes)])
+    states: dict[str, dict[str, Any]] = {}
+    for prefix in prefixes:
+        # the longest prefix wins: a state inside another's keys is impossible (keys are flat)
+        states[prefix] = {
+            k[len(prefix) + 1 :]: v for k, v in values.items() if k.startswith(f"{prefix}.")
+        }
+    return states
+
+
 def _schedule(args: argparse.Namespace) -> Any:
     """``--schedule FILE``: the blend's MixtureSchedule (``MixtureSchedule.to_json``), or None."""
     if args.schedule is None:
@@ -267,17 +380,19 @@ def _schedule(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace, out: Output) -> int:
     """Explain every sampler state in the file, and show the next batches."""
     path = Path(args.state)
-    raw = read_json(path)
+    raw = read_states(path)
     schedule = _schedule(args)  # a bad --schedule is a usage error before anything is shown
+    args.lengths_read = _lengths(args)  # and so is a bad --lengths
     found = find_sampler_states(raw)
     if not found:
         raise ValueError(
             f"{path} holds no dataorder sampler state (a dict with "
-            '"format": "dataorder.state", alone or inside a loader state)'
+            '"format": "dataorder.state", alone, inside a loader state or a checkpoint)'
         )
     reports = [_inspect_one(where, state, args, schedule) for where, state in found]
     if args.json:
-        out.json(reports if len(reports) > 1 else reports[0])
+        data = [report_json(r) for r in reports]
+        out.json(data if len(data) > 1 else data[0])
     else:
         for report in reports:
             out.fields(f"{path}: {report['fields']['found at']}", list(report["fields"].items()))
@@ -296,12 +411,20 @@ def run(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def _order_free(config: dict[str, object], layout: dict[str, object]) -> list[str]:
+    """Config fields a state records as 0 because the order does not depend on them, while its
+    layout holds their real value (a Megatron state's ``config.data_parallel_size=0`` beside
+    ``layout.data_parallel_size=4``): shown as such, never as a size of 0."""
+    return [k for k, v in config.items() if v == 0 and k in layout]
+
+
 def _state_fields(where: str, state: dict[str, Any]) -> dict[str, object]:
     """What the state says by itself: where it was found, its kind, cursor, layout and config,
     and whether its fingerprint still matches the config."""
     from dataorder.core.state import config_fingerprint, split_state
 
     config, layout, progress = split_state(state)
+    free = _order_free(config, layout)
     fields: dict[str, object] = {
         "found at": where,
         "kind": str(state.get("kind")),
@@ -309,8 +432,13 @@ def _state_fields(where: str, state: dict[str, Any]) -> dict[str, object]:
         "epoch": state.get("epoch"),
         "progress": ", ".join(f"{k}={v}" for k, v in progress.items()),
         "layout": ", ".join(f"{k}={v}" for k, v in layout.items()) or "-",
-        "config": ", ".join(f"{k}={v}" for k, v in config.items()),
+        "config": ", ".join(f"{k}={v}" for k, v in config.items() if k not in free),
     }
+    if free:
+        fields["not in the order"] = (
+            f"{', '.join(free)} (recorded as 0: the order is the same at any value; the saved "
+            "layout above has the run's)"
+        )
     intact = state.get("fingerprint") == config_fingerprint(config)  # type: ignore[arg-type]
     fields["fingerprint"] = (
         f"{state.get('fingerprint')} (matches the config)"
@@ -318,6 +446,35 @@ def _state_fields(where: str, state: dict[str, Any]) -> dict[str, object]:
         else f"{state.get('fingerprint')} DOES NOT match the config: edited or corrupted"
     )
     return fields
+
+
+def report_json(report: dict[str, Any]) -> dict[str, Any]:
+    """The ``--json`` form of one state's report: the same facts as the text, every count a
+    number (the text's ``"consumed=32"`` is ``{"consumed": 32}``), every sentence kept as text
+    under a name of its own."""
+    from dataorder.core.state import config_fingerprint, split_state
+
+    state = report["state"]
+    config, layout, progress = split_state(state)
+    free = _order_free(config, layout)
+    return {
+        "found_at": report["fields"]["found at"],
+        "kind": state.get("kind"),
+        "version": state.get("version"),
+        "epoch": state.get("epoch"),
+        "progress": progress,
+        "layout": layout,
+        "config": {k: v for k, v in config.items() if k not in free},
+        "not_in_the_order": free,
+        "fingerprint": state.get("fingerprint"),
+        "fingerprint_matches": state.get("fingerprint") == config_fingerprint(config),  # type: ignore[arg-type]
+        "cursor": report["cursor"],
+        "next": report["next"],
+        "next_what": report["next_what"],
+        "note": report["note"] or None,
+        "error": report["error"] or None,
+        "state": state,
+    }
 
 
 def _context(
@@ -345,16 +502,34 @@ def _next_rows(
     context: dict[str, Any],
     args: argparse.Namespace,
     fields: dict[str, object],
+    cursor: dict[str, Any],
 ) -> list[dict[str, Any]]:
     """The next batch of each rank shown, from the sampler rebuilt from ``state``; where its
-    cursor is goes into ``fields``."""
+    cursor is goes into ``fields`` (as text) and ``cursor`` (as numbers)."""
     probe = cls.from_state(state, **context)  # ValueError naming what does not match
     samplers = {
         r: cls.from_state(state, rank=r, **context)
         for r in _inspect_ranks(args, probe.topology.dp_size)
     }
-    fields.update(probe.describe_progress())
-    if args.num_replicas or args.micro_batch_size:
+    lines = probe.describe_progress()
+    fields.update(lines)
+    epoch, step = probe.upcoming()
+    cursor.update(
+        {
+            "epoch": epoch,
+            "steps_done": step,
+            "steps_per_epoch": probe.epoch_plan(epoch).num_steps,
+            "steps_left": probe.remaining,
+            "steps_are": probe.schema.steps,
+            "data_parallel_size": probe.topology.dp_size,
+            "described": dict(lines),
+        }
+    )
+    consumed = getattr(probe, "consumed_samples", None)
+    if type(consumed) is int:
+        cursor["consumed_samples"] = consumed
+    cursor["elastic_resume"] = bool(args.num_replicas or args.micro_batch_size)
+    if cursor["elastic_resume"]:
         size = probe.topology.dp_size
         fields["shown on"] = f"{size} ranks (an elastic resume of the saved layout)"
     rows = []
@@ -373,6 +548,7 @@ def _inspect_one(
     config, layout, _progress = split_state(state)
     fields = _state_fields(where, state)
     next_rows: list[dict[str, Any]] = []
+    cursor: dict[str, Any] = {}
     note = error = ""
     cls = dataorder.samplers().get(kind)
     what = "batch" if cls is None or cls.schema.batching.batched else f"{args.count} indices"
@@ -386,12 +562,13 @@ def _inspect_one(
         if missing:
             note = f"next batch: not shown; a {kind} sampler needs " + "; ".join(missing)
         else:
-            next_rows = _next_rows(cls, state, context, args, fields)
+            next_rows = _next_rows(cls, state, context, args, fields, cursor)
     except (ValueError, TypeError, KeyError) as err:
         # KeyError: a config field this dataorder does not know, from an edited state
         error = f"cannot rebuild the {kind} sampler from this state: {err}"
     return {
         "fields": fields,
+        "cursor": cursor,
         "next": next_rows,
         "next_what": what,
         "note": note,

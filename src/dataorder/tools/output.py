@@ -8,17 +8,30 @@ NOTE [ Tables are never cut ]
     for rich to keep a character of every column (fewer than :data:`RICH_COLUMN_WIDTH` columns
     of it per table column: rich's last resort then squeezes a column to its padding and drops
     its cells) gets the plain layout too, whose long lines the terminal wraps but never cuts.
+
+NOTE [ Tables fold between columns ]
+    A table wider than the terminal is not squeezed (rich would break ``768x134 / 4`` and the
+    header ``bucket`` into ``buck/et``): its columns are laid out in groups, each as wide as its
+    widest cell, each group as wide as the terminal allows, the first column (the row's key:
+    the id, the sampler, the rank) repeated in every group, one table after the other. Only a
+    column that does not fit beside the key alone wraps its cells, at spaces first
+    (:func:`column_groups`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
-from collections.abc import Callable, Sequence
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 __all__ = [
+    "COLUMN_GAP",
     "EXIT_CHECKS_FAILED",
     "EXIT_USAGE",
     "INT64_MAX",
@@ -26,11 +39,16 @@ __all__ = [
     "Output",
     "add_calculator_args",
     "calculator_from_args",
+    "check_output_dir",
+    "check_output_file",
+    "column_groups",
     "cut_value",
     "float_arg",
     "int_arg",
     "one_line",
     "resolution_arg",
+    "stderr_is_terminal",
+    "working",
 ]
 
 #: Exit status of a user error (bad argument, unreadable file): argparse's convention.
@@ -39,12 +57,54 @@ EXIT_USAGE = 2
 EXIT_CHECKS_FAILED = 1
 #: Terminal columns per table column below which a table is laid out plain, not by rich
 #: (NOTE [ Tables are never cut ]; rich 15 lost cells of the demo table from 3.3 a column).
+#: With tables folded between columns (NOTE [ Tables fold between columns ]), a group holds the
+#: key and at least one column, so a terminal narrower than twice this is laid out plain.
 RICH_COLUMN_WIDTH = 4
+#: Spaces between two columns of a table, plain or rich.
+COLUMN_GAP = 2
 
 
 def _is_terminal(stream: IO[str]) -> bool:
     isatty = getattr(stream, "isatty", None)
     return bool(isatty is not None and isatty())
+
+
+def stderr_is_terminal() -> bool:
+    """Whether stderr is a terminal: progress is shown there, and only there (NOTE [ Progress
+    goes to a terminal's stderr ])."""
+    return _is_terminal(sys.stderr)
+
+
+@contextlib.contextmanager
+def working(what: str, stream: IO[str] | None = None) -> Iterator[None]:
+    """Show that ``what`` is under way while the block runs, on stderr, only if it is a terminal.
+
+    NOTE [ Progress goes to a terminal's stderr ]
+        Long work (packing 10^7 documents, fitting or scanning 10^6 items) says that it works,
+        so that a user does not wait on a silent terminal; it says so on stderr, never on
+        stdout (whose text is the command's answer, read by scripts), and not at all when
+        stderr is not a terminal (a pipe, a file, a CI log), where a live line is noise. With
+        rich (``pip install 'dataorder[cli]'``) it is a spinner with the time elapsed, removed
+        when the work ends; without it, one line before and one after.
+    """
+    stream = sys.stderr if stream is None else stream
+    if not _is_terminal(stream):
+        yield
+        return
+    try:
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    except ImportError:
+        start = time.perf_counter()
+        print(f"{what} ...", file=stream, flush=True)
+        yield
+        print(f"{what}: {time.perf_counter() - start:.1f} s", file=stream, flush=True)
+        return
+    console = Console(file=stream, highlight=False)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        progress.add_task(what, total=None)
+        yield
 
 
 class Output:
@@ -70,10 +130,16 @@ class Output:
 
     def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
         cells = [[str(c) for c in row] for row in rows]
-        if self.console is not None and self.console.width >= RICH_COLUMN_WIDTH * len(columns):
-            self._rich_table(title, columns, cells)
-            return
         widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+        if self.console is not None and self.console.width >= RICH_COLUMN_WIDTH * 2:
+            # rich pads the table's two edges by a space each
+            groups = column_groups(widths, self.console.width - 2)
+            for k, group in enumerate(groups):
+                part = title if k == 0 else "(continued)"
+                self._rich_table(
+                    part, [columns[i] for i in group], [[r[i] for i in group] for r in cells]
+                )
+            return
 
         def fmt(row: Sequence[str]) -> str:
             parts = [
@@ -92,20 +158,22 @@ class Output:
         from rich import box
         from rich.table import Table
 
-        # no vertical rules: as compact as the plain layout, so wide tables fit a terminal
+        # no vertical rules: as compact as the plain layout, so wide tables fit a terminal; the
+        # title is a line of its own, which the terminal wraps but rich would fold to the table
+        self.line(title)
         table = Table(
-            title=title,
-            title_justify="left",
             box=box.SIMPLE_HEAD,
             show_edge=False,
             collapse_padding=True,
         )
+        widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+        fits = sum(widths) + COLUMN_GAP * (len(widths) - 1) + 2 <= self.console.width
         for i, name in enumerate(columns):
-            # a cell too wide for its column wraps, and a word too long folds: never "…"
-            if _numeric(cells, i):
-                table.add_column(name, justify="right", overflow="fold")
-            else:
-                table.add_column(name, justify="left", overflow="fold")
+            justify: Any = "right" if _numeric(cells, i) else "left"
+            if fits:  # NOTE [ Tables fold between columns ]: no cell or header is broken
+                table.add_column(name, justify=justify, no_wrap=True, min_width=widths[i])
+            else:  # one column wider than the terminal: wrap at spaces, fold a longer word
+                table.add_column(name, justify=justify, overflow="fold")
         for row in cells:
             table.add_row(*row)
         self.console.print(table)
@@ -119,6 +187,24 @@ class Output:
 
     def json(self, value: object) -> None:
         print(json.dumps(value, indent=1, default=str), file=self.stream)
+
+
+def column_groups(widths: Sequence[int], width: int) -> list[list[int]]:
+    """Column indices in groups that each fit ``width`` terminal columns at their natural
+    ``widths`` (:data:`COLUMN_GAP` between columns), the first column (the row's key) leading
+    every group (NOTE [ Tables fold between columns ]). A column that does not fit beside the key
+    alone is a group by itself (with the key), whose cells then wrap.
+    """
+    groups: list[list[int]] = []
+    current, used = [0], widths[0] if widths else 0
+    for i in range(1, len(widths)):
+        if len(current) > 1 and used + COLUMN_GAP + widths[i] > width:
+            groups.append(current)
+            current, used = [0], widths[0]
+        current.append(i)
+        used += COLUMN_GAP + widths[i]
+    groups.append(current)
+    return groups
 
 
 def _numeric(cells: Sequence[Sequence[str]], column: int) -> bool:
@@ -297,7 +383,7 @@ def add_calculator_args(p: argparse.ArgumentParser, *, upscale: bool, video: boo
         "--max-pixels",
         type=int_arg(1, MAX_PIXELS),
         default=None,
-        help="an explicit pixel budget instead of --preset",
+        help="an explicit pixel budget instead of --preset (default: the preset's)",
     )
     p.add_argument(
         "--quantization",
@@ -335,6 +421,49 @@ def add_calculator_args(p: argparse.ArgumentParser, *, upscale: bool, video: boo
             default=None,
             help="with --video: the largest upscale of a clip, e.g. 3/2 (the default) or none",
         )
+
+
+# -- output paths ----------------------------------------------------------------------------------
+def check_output_file(path: str | os.PathLike[str], flag: str) -> None:
+    """Refuse an output file that cannot be written, before any work: its folder missing or not
+    a folder, the path a folder, or either not writable. The message names the path as given
+    (never a temporary file beside it), after ``flag``.
+
+    Raises:
+        ValueError: If ``path`` cannot be written.
+    """
+    given = os.fspath(path)
+    shown = f"{flag}={cut_value(given)}"
+    if os.path.isdir(given):
+        raise ValueError(f"{flag} must name a file, not a folder; got {shown}")
+    folder = os.path.dirname(given) or "."
+    if not os.path.isdir(folder):
+        what = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise ValueError(f"{flag} must be in an existing folder; got {shown} ({folder!r} {what})")
+    if not os.access(folder, os.W_OK | os.X_OK) or (
+        os.path.exists(given) and not os.access(given, os.W_OK)
+    ):
+        raise ValueError(f"{flag} must be a path this user may write; got {shown}")
+
+
+def check_output_dir(path: str | os.PathLike[str], flag: str) -> None:
+    """Refuse an output folder that cannot be made or written, before any work: the path an
+    existing file, or its nearest existing parent not a writable folder.
+
+    Raises:
+        ValueError: If ``path`` cannot be used as an output folder.
+    """
+    given = os.fspath(path)
+    shown = f"{flag}={cut_value(given)}"
+    if os.path.exists(given) and not os.path.isdir(given):
+        raise ValueError(f"{flag} must be a folder; got {shown} (a file)")
+    existing = os.path.abspath(given)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ValueError(f"{flag} must be a folder; got {shown} ({existing!r} is a file)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} must be a folder this user may write; got {shown}")
 
 
 def one_line(err: BaseException) -> str:

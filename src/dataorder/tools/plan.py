@@ -21,7 +21,14 @@ import argparse
 import warnings
 from typing import Any
 
-from dataorder.tools.output import Output, float_arg, int_arg, resolution_arg
+from dataorder.tools.output import (
+    Output,
+    check_output_file,
+    float_arg,
+    int_arg,
+    resolution_arg,
+    working,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -93,7 +100,9 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
         default=(512, 512),
         help="where --batch-size applies with --dynamic-batch-size (default: 512x512)",
     )
-    p.add_argument("--png", default=None, help="write a plot of the plan to this PNG")
+    p.add_argument(
+        "--png", default=None, help="write a plot of the plan to this PNG (default: none)"
+    )
     p.add_argument(
         "--fit",
         action="store_true",
@@ -110,7 +119,7 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
         "--write-manifest",
         metavar="PATH",
         default=None,
-        help="with --fit: write the manifest re-bucketed by the fitted set",
+        help="with --fit: write the manifest re-bucketed by the fitted set (default: none)",
     )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     return p
@@ -125,6 +134,9 @@ def _check_args(args: argparse.Namespace, manifest: Any) -> None:
         raise ValueError(f"--video plans a video manifest; {args.manifest} is an image manifest")
     if args.write_manifest and not args.fit:
         raise ValueError("--write-manifest writes the fitted set's manifest: add --fit")
+    for flag, path in (("--png", args.png), ("--write-manifest", args.write_manifest)):
+        if path:
+            check_output_file(path, flag)
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
@@ -134,19 +146,22 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
     manifest = read_manifest(args.manifest)
     _check_args(args, manifest)
+    what = f"{len(manifest):,} {'clips' if manifest.is_video else 'images'}"
     # The sampler itself says what an epoch is: steps, drops and padding on this layout.
-    sampler, caught = _sampler(manifest, args)
-    calc = manifest.calculator_object()
-    stats = bucket_stats(
-        manifest,
-        num_replicas=args.num_replicas,
-        batch_size=_batch_sizes(manifest, calc, args),
-        drop_last=args.drop_last,
-    )
+    with working(f"planning an epoch of {what}"):
+        sampler, caught = _sampler(manifest, args)
+        calc = manifest.calculator_object()
+        stats = bucket_stats(
+            manifest,
+            num_replicas=args.num_replicas,
+            batch_size=_batch_sizes(manifest, calc, args),
+            drop_last=args.drop_last,
+        )
     plan = (len(sampler), sampler.samples_dropped, sampler.samples_padded)
     fitted: _Fitted | _VideoFitted | None = None
     if args.fit:
-        fitted = (_VideoFitted if manifest.is_video else _Fitted).build(manifest, calc, args)
+        with working(f"fitting a bucket set to {what}"):
+            fitted = (_VideoFitted if manifest.is_video else _Fitted).build(manifest, calc, args)
     if args.json:
         out.json(_as_json(args, stats, plan, fitted))
         return 0

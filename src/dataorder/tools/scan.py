@@ -10,7 +10,14 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
-from dataorder.tools.output import Output, add_calculator_args, calculator_from_args, int_arg
+from dataorder.tools.output import (
+    Output,
+    add_calculator_args,
+    calculator_from_args,
+    check_output_file,
+    int_arg,
+    stderr_is_terminal,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -29,14 +36,25 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
     p.add_argument("directory", metavar="DIR")
     p.add_argument("-o", "--output", required=True, metavar="MANIFEST", help="manifest to write")
     add_calculator_args(p, upscale=True, video=True)
-    p.add_argument("--workers", type=int_arg(1), default=None, help="reader threads")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--workers",
+        type=int_arg(1),
+        default=None,
+        help="reader threads (default: min(32, 4 x the CPU count))",
+    )
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (it is shown only when stderr is a terminal)",
+    )
+    p.add_argument("--json", action="store_true", help="print what was scanned as JSON")
     return p
 
 
 def _progress(args: argparse.Namespace, what: str) -> Any:
-    """What the scan reports its progress with: False, rich's bar, or plain lines."""
-    if args.no_progress:
+    """What the scan reports its progress with: False, rich's bar, or plain lines; only on a
+    terminal's stderr (NOTE [ Progress goes to a terminal's stderr ])."""
+    if args.no_progress or not stderr_is_terminal():
         return False
     try:
         import rich  # noqa: F401  (the scan draws the bar with it)
@@ -79,6 +97,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
     if not os.path.isdir(args.directory):
         raise ValueError(f"DIR must be an existing directory; got DIR={args.directory!r}")
+    check_output_file(args.output, "--output")  # before the scan, not after it
     calc = calculator_from_args(args)
     what = "clips" if args.video else "images"
     progress = _progress(args, what)
@@ -93,14 +112,35 @@ def run(args: argparse.Namespace, out: Output) -> int:
         manifest = scan_images(args.directory, calc, workers=args.workers, progress=progress)
     if len(manifest) == 0:
         raise _nothing_readable(args, manifest, unassigned)
-    write_manifest(manifest, args.output)
+    try:
+        write_manifest(manifest, args.output)
+    except OSError as err:  # named as given, not as the temporary file written first
+        raise OSError(err.errno, err.strerror, args.output) from None
     used = int((manifest.bucket_counts() > 0).sum())
+    if args.json:
+        out.json(_as_json(args, manifest, unassigned, used))
+        return 0
     out.line(
         f"scanned {len(manifest)} {what} into {used} of {len(manifest.buckets)} buckets; "
         f"wrote {args.output}"
     )
     _report_left_out(out, manifest.errors, unassigned)
     return 0
+
+
+def _as_json(args: argparse.Namespace, manifest: Any, unassigned: Any, used: int) -> dict[str, Any]:
+    """``dataorder scan --json``: what was written and what was left out, counts as numbers."""
+    return {
+        "manifest": str(args.output),
+        "directory": str(args.directory),
+        "kind": "clips" if args.video else "images",
+        "scanned": len(manifest),
+        "buckets_used": used,
+        "buckets": len(manifest.buckets),
+        "unassigned": dict(unassigned or {}),
+        "unreadable": len(manifest.errors) - sum((unassigned or {}).values()),
+        "errors": [[str(path), str(reason)] for path, reason in manifest.errors],
+    }
 
 
 def _report_left_out(out: Output, errors: list[Any], unassigned: Any) -> None:

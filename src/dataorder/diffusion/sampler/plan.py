@@ -449,6 +449,12 @@ class KeyedBucketOrder:
         return None
 
 
+def _ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``21st``."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 @dataclass(frozen=True, eq=False)
 class BucketEpoch:
     """The :class:`~dataorder.core.cursor.EpochPlan` of a bucket sampler: its
@@ -495,15 +501,27 @@ class BucketEpoch:
             ) from None
 
     def describe(self, progress: Mapping[str, int], epoch: int) -> str:
-        """Where ``progress`` stands in ``epoch``, in buckets."""
+        """Where ``progress`` stands in ``epoch``, in buckets: the bucket read now, and, where
+        a bucket is read in several runs (the interleaved order), which run of how many."""
         plan, k = self.plan, progress["bucket"]
+        used = len(set(plan.buckets.tolist()))
+        in_set = len(plan.bucket_sizes)
+        buckets = f"{used} of the set's {in_set} buckets hold samples"
+        one_run_each = plan.num_runs == used
         if k >= plan.num_runs:
-            return f"after the last of {plan.num_runs} buckets of epoch {epoch}"
-        row = int(plan.buckets[k])
+            unit = "buckets" if one_run_each else f"runs ({buckets})"
+            return f"after the last of {plan.num_runs} {unit} of epoch {epoch}"
+        row, n = int(plan.buckets[k]), int(plan.segments.n[k])
+        taken = f"{progress['consumed']} positions taken"
+        if one_run_each:
+            return (
+                f"bucket {row} ({self.table.shape_name(row)}, {n} samples), the "
+                f"{_ordinal(k + 1)} of {used} in epoch {epoch}'s order: {taken}"
+            )
         return (
-            f"bucket {k + 1} of {plan.num_runs} in epoch {epoch}'s order (row {row}, "
-            f"{self.table.shape_name(row)}, {int(plan.segments.n[k])} samples): "
-            f"{progress['consumed']} positions taken"
+            f"bucket {row} ({self.table.shape_name(row)}, {n} samples in this run): run "
+            f"{k + 1} of {plan.num_runs} in epoch {epoch}'s order (a run is consecutive steps "
+            f"of one bucket; {buckets}): {taken}"
         )
 
     def progress_at(self, step: int) -> dict[str, int]:

@@ -6,9 +6,9 @@ chains of buckets: the nearest-bucket rule, the dynamic programme :func:`_solve`
 size, NOTE [ waste telescopes ]; :meth:`AspectProgramme.frontier` gives its least crop for every
 number of falls at once) or its relaxation (a batch size per bucket, NOTE [ dynamic G ]).
 :func:`choose_buckets` is the image fit's search: the nearest rule when it already fits, else the
-programme or :func:`_lagrangian`. :func:`_threshold` places a short exact fraction in each chosen
-gap. The video fit (:mod:`dataorder.diffusion.fit.video`) runs one programme per group of frame
-counts.
+programme or :func:`_lagrangian`. :func:`threshold_between` places a short exact fraction in each
+chosen gap. The video fit (:mod:`dataorder.diffusion.fit.video`) runs one programme per group of
+frame counts.
 
 NOTE [ waste telescopes ]
     Let ``P_k`` be the number of images below threshold ``k`` (``P_0 = 0``, ``P_K = N``) and
@@ -65,6 +65,7 @@ __all__ = [
     "check_global_batch_size",
     "check_least_waste",
     "choose_buckets",
+    "threshold_between",
     "waste_budget",
 ]
 
@@ -78,7 +79,9 @@ _DENSE_CELLS = 1 << 22  # ... takes the dense pass if its table has at most this
 
 #: ``(candidate, end)`` of each bucket of a chain, ascending in aspect ratio.
 Chain = list[tuple[int, int]]
-_SHORTCUT = True  # the tests turn it off to run the dynamic programme on every instance
+#: The tests turn it off to run the dynamic programme on every instance, the plain way (no
+#: least-cost chain read off the bins, one limit at a time in :func:`_sparse_pass`).
+_SHORTCUT = True
 
 
 # -- the programme ------------------------------------------------------------------------------
@@ -226,6 +229,7 @@ class ChainProgramme:
         }
         self.per_cand = [mods[int(gc)] for gc in gs]
         self.uniform = bool((gs == gs[0]).all())
+        self.keep_all, self.min_count = drop and keep_all, min_count
 
     @property
     def num_images(self) -> int:
@@ -256,6 +260,51 @@ class ChainProgramme:
             counts, _ = self.bucket_waste(chain)
             return not bool((counts < self.gs[[c for c, _ in chain]]).any())
         return True
+
+    def least_cost_chain(self, cost: FloatArray) -> tuple[Chain, int] | None:
+        """The chain of least cost whatever it wastes, and its falls of the residue, without the
+        dynamic programme where it is plain: when every bin's cheapest candidate is cheaper than
+        every other that may hold it, and those choices make a chain the rules allow. It is
+        then the only chain of that cost (any other puts some bin on a dearer candidate), so
+        :meth:`solve` with ``lam=0.0`` finds the same. None where that does not hold (or the
+        shortcut is off)."""
+        if not _SHORTCUT or self.num_bins == 0:
+            return None
+        s = self.num_bins
+        step = np.diff(cost, axis=1)
+        pos = np.arange(s)
+        holds = (pos[None, :] >= self.first_start[:, None]) & (
+            pos[None, :] < self.last_end[:, None]
+        )
+        step = np.where(holds, step, np.inf)
+        best = np.argmin(step, axis=0)
+        low = step[best, pos]
+        step[best, pos] = np.inf
+        if not bool(np.isfinite(low).all()) or bool((step.min(axis=0) <= low).any()):
+            return None
+        if bool((np.diff(best) < 0).any()):  # candidates ascend along a chain
+            return None
+        cut = np.flatnonzero(np.diff(best)) + 1
+        begins, ends = np.concatenate(([0], cut)), np.concatenate((cut, [s]))
+        cands = best[begins]
+        if (
+            bool((begins > self.below[cands]).any())
+            or bool((ends < self.above[cands]).any())
+            or bool((begins < self.first_start[cands]).any())
+            or bool((ends > self.last_end[cands]).any())
+        ):
+            return None
+        counts = self.prefix[ends] - self.prefix[begins]
+        least = self.gs[cands] if self.keep_all else np.ones(cands.size, dtype=np.int64)
+        if self.min_count is not None:
+            least = np.full(cands.size, self.min_count, dtype=np.int64)
+        if bool((counts < least).any()):
+            return None
+        falls = 0
+        if self.uniform:
+            sigma = self.per_cand[0].sigma
+            falls = int((sigma[ends] < sigma[begins]).sum())
+        return [(int(c), int(e)) for c, e in zip(cands.tolist(), ends.tolist(), strict=True)], falls
 
     def solve(
         self, cost: FloatArray, rows: int, w_max: int, lam: float | None = None
@@ -440,7 +489,7 @@ class AspectProgramme(ChainProgramme):
                 (wa, ha), (wb, hb) = self.cands[chosen[k]], self.cands[chosen[k + 1]]
                 lo, hi = max(lo, Fraction(wa, ha)), min(hi, Fraction(wb, hb))
                 mid = math.sqrt(self.ratio[chosen[k]] * self.ratio[chosen[k + 1]])
-                out.append(_threshold(lo, hi, mid))
+                out.append(threshold_between(lo, hi, mid))
         return tuple(out)
 
 
@@ -700,6 +749,8 @@ def _forward(
         lims = np.unique(np.concatenate((lim_r, lim_f)))
         if lims.size > _DENSE_LIMITS and rows * (hi + 1 - first) * rc.n_ranks <= _DENSE_CELLS:
             _dense_pass(f, base, rc, ut, lim_r, lim_f, exact, rows, lam_v, first)
+        elif _SHORTCUT and rows * lims.size * rc.n_ranks <= _DENSE_CELLS:
+            _segment_pass(f, base, rc, ut, lim_r, lim_f, lims, exact, rows, lam_v)
         else:
             _sparse_pass(f, base, rc, ut, lim_r, lim_f, lims, exact, rows, lam_v)
         f += cost[c, lo:]
@@ -758,6 +809,51 @@ def _sparse_pass(
                 f[1:, cols] = np.minimum(f[1:, cols], gt[:-1, ut[cols]])
             else:
                 f[:, cols] = np.minimum(f[:, cols], gt[:, ut[cols]] + lam_v * rc.g)
+
+
+def _segment_pass(
+    f: FloatArray,
+    base: FloatArray,
+    rc: _Residues,
+    ut: IntArray,
+    lim_r: IntArray,
+    lim_f: IntArray,
+    lims: IntArray,
+    exact: bool,
+    rows: int,
+    lam_v: FloatArray,
+) -> None:
+    """:func:`_sparse_pass`'s answers in a fixed number of array passes: the starts cut into
+    segments at the limits, one ``(rows, segments, ranks)`` table of per-rank minima, running
+    minima over segments (the starts up to each limit) and over ranks (a minimum is exact, so
+    the answers are the same, whatever the order)."""
+    lims = lims[lims >= 0]
+    if lims.size == 0:
+        return
+    k, ranks = int(lims.size), rc.n_ranks
+    top = int(lims[-1])
+    cell = np.searchsorted(lims, np.arange(top + 1), side="left") * ranks + rc.u[: top + 1]
+    order = np.argsort(cell, kind="stable")
+    sorted_cell = cell[order]
+    first = np.flatnonzero(np.concatenate(([True], sorted_cell[1:] != sorted_cell[:-1])))
+    flat = np.full((rows, k * ranks), np.inf)
+    flat[:, sorted_cell[first]] = np.minimum.reduceat(base[:, order], first, axis=1)
+    table = flat.reshape(rows, k, ranks)
+    np.minimum.accumulate(table, axis=1, out=table)  # the starts up to each limit
+    ends = np.flatnonzero(lim_r >= 0)
+    if ends.size:
+        le = np.minimum.accumulate(table, axis=2)  # ranks <= r: no fall
+        at = np.searchsorted(lims, lim_r[ends])
+        f[:, ends] = np.minimum(f[:, ends], le[:, at, ut[ends]])
+    ends = np.flatnonzero(lim_f >= 0)
+    if ends.size and (rows > 1 or not exact):
+        gt = np.full_like(table, np.inf)  # ranks > r: a fall
+        gt[:, :, :-1] = np.minimum.accumulate(table[:, :, ::-1], axis=2)[:, :, ::-1][:, :, 1:]
+        found = gt[:, np.searchsorted(lims, lim_f[ends]), ut[ends]]
+        if exact:
+            f[1:, ends] = np.minimum(f[1:, ends], found[:-1])
+        else:
+            f[:, ends] = np.minimum(f[:, ends], found + lam_v * rc.g)
 
 
 def _dense_pass(
@@ -883,7 +979,7 @@ def _simplest(lo: Fraction, hi: Fraction | None, lo_closed: bool, hi_closed: boo
     return n + 1 / y
 
 
-def _threshold(lo: Fraction, hi: Fraction, target: float) -> tuple[int, int]:
+def threshold_between(lo: Fraction, hi: Fraction, target: float) -> tuple[int, int]:
     """A short fraction in ``[lo, hi)``: within ``2**-20`` of ``target`` if the gap holds it,
     else the shortest. Every fraction in the gap assigns the fitted images alike; near the
     log-midpoint of the two buckets, unseen images in the gap get their nearest bucket. Terms

@@ -164,6 +164,32 @@ def test_the_least_waste_reported_is_at_most_the_presets() -> None:
         )
 
 
+@pytest.mark.parametrize(("cost", "drop"), [(True, True), (False, False)])
+def test_the_programmes_shortcuts_change_no_fit(
+    monkeypatch: pytest.MonkeyPatch, cost: bool, drop: bool
+) -> None:
+    """The least trim read off the bins and the sparse pass in segments are the dynamic
+    programme's own answers: the same set with them and without."""
+    import dataorder.diffusion.fit.programme as FP
+
+    w, h, f = clips(1500, 7)
+    g: Any = COST.global_batch_size(8, 1) if cost else 16
+
+    def fit() -> VF.VideoFitResult:
+        return VF.fit_video_to_data(w, h, f, COST, global_batch_size=g, drop_last=drop,
+                                    max_waste=0.02)  # fmt: skip
+
+    fast = fit()
+    monkeypatch.setattr(FP, "_SHORTCUT", False)
+    plain = fit()
+    assert fast.bucket_set.config() == plain.bucket_set.config()
+    assert fast.counts.tolist() == plain.counts.tolist()
+    assert (fast.mean_crop_loss, fast.mean_trim_loss) == (
+        plain.mean_crop_loss,
+        plain.mean_trim_loss,
+    )
+
+
 # -- what the fitted calculator does ------------------------------------------------------------
 
 

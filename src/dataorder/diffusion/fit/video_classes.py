@@ -381,13 +381,18 @@ def checked_batch(global_batch_size: Any, shape_info: Callable[[int, int, int], 
     """``(frames, w, h) -> G`` from ``global_batch_size`` (an int, or a callable of the bucket
     dict ``shape_info(w, h, frames)``), each value checked to be a positive int of at most
     ``2**31``, the largest batch the fit plans
-    (:func:`~dataorder.diffusion.fit.programme.check_global_batch_size`), before any work."""
+    (:func:`~dataorder.diffusion.fit.programme.check_global_batch_size`), before any work. A
+    callable is asked about each bucket once."""
     if not callable(global_batch_size):
         g = check_global_batch_size("global_batch_size", global_batch_size)
         return lambda f, w, h: g
 
+    asked: dict[tuple[int, int, int], int] = {}  # each bucket once per fit (the bands share)
+
     def one(f: int, w: int, h: int) -> int:
-        value = global_batch_size(shape_info(w, h, f))
-        return check_global_batch_size(f"global_batch_size({w}x{h}x{f}f)", value)
+        if (f, w, h) not in asked:
+            value = global_batch_size(shape_info(w, h, f))
+            asked[(f, w, h)] = check_global_batch_size(f"global_batch_size({w}x{h}x{f}f)", value)
+        return asked[(f, w, h)]
 
     return one

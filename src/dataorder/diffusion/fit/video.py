@@ -174,7 +174,8 @@ def fit_video_to_data(
             does that: :func:`~dataorder.diffusion.buckets.video_frames.resample_frame_counts`).
         base: A calculator of generated buckets (a preset, say): its token budget, VAE
             compression, patch, legal frame counts, quantization and ``max_upscale`` are kept,
-            and its buckets are always among the candidates.
+            and its own set, as it is, is always a candidate (NOTE [ the preset is a
+            candidate ] in :mod:`dataorder.diffusion.fit.video_choice`).
         global_batch_size: ``G`` = per-rank batch x data-parallel ranks, or a callable of the
             bucket (a dict as ``base.shape_info`` gives: ``frames``, ``resolution``,
             ``tokens`` ...) that gives each bucket its own, e.g.

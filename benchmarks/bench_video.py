@@ -28,7 +28,11 @@ Sections:
    batches: crop, trim, samples dropped or padded by the sampler's own partition, steps, the
    spread of per-step cost, the share of the data's content an epoch trains, and the fit's
    time; the curve of loss against ``max_waste``; the fitted set on clips it was not fitted to;
-   the time to fit 10^6 clips.
+   the time to fit 10^6 clips, of that population and of another (``device_population``:
+   phone, camera and cinema aspect ratios alike, long sides 640-3840, log-normal durations at
+   16 fps).
+
+    python benchmarks/bench_video.py --fit-time   # section 4.5 only (10^6 clips, 64 x 1)
 """
 
 from __future__ import annotations
@@ -563,10 +567,60 @@ def bench_fitted(
     return "\n\n".join(parts) + note
 
 
+#: The second population of section 4.5: ``(w, h)`` ratios of phones (both orientations),
+#: cameras and cinema, drawn alike.
+DEVICE_RATIOS = ((9, 16), (9, 19.5), (9, 20), (3, 4), (4, 3), (3, 2), (16, 9), (1, 1), (1.85, 1),
+                 (2.39, 1), (2.76, 1))  # fmt: skip
+
+
+def device_population(n: int, seed: int) -> tuple[Ints, Ints, Ints]:
+    """``n`` clips unlike ``generate_clips``: phone, camera and cinema aspect ratios alike, long
+    sides uniform in 640-3840 (even), log-normal durations (median 4 s, sigma 1.2) at 16 fps."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    ratios = np.array([a / b for a, b in DEVICE_RATIOS])[rng.integers(0, len(DEVICE_RATIOS), n)]
+    long_side = 2 * rng.integers(320, 1921, n)
+    short = np.maximum(2, 2 * np.rint(long_side / np.maximum(ratios, 1 / ratios) / 2))
+    w = np.where(ratios >= 1, long_side, short).astype(np.int64)
+    h = np.where(ratios >= 1, short, long_side).astype(np.int64)
+    f = np.maximum(1, np.rint(16 * rng.lognormal(np.log(4.0), 1.2, n))).astype(np.int64)
+    return w, h, f
+
+
+def bench_fit_time(n: int, layouts: tuple[tuple[int, int], ...], repeats: int) -> str:
+    """Seconds to fit ``n`` clips of two populations (drop_last, cost-model batches, 1 %)."""
+    base = fit_base()
+    rows = []
+    for label, (w, h, f) in (
+        ("generate_clips.clip_population", GEN.clip_population(n, seed=2)),
+        ("device_population", device_population(n, seed=2)),
+    ):
+        for ranks, per_rank in layouts:
+            g = base.global_batch_size(ranks, per_rank)
+
+            def run(w: Ints = w, h: Ints = h, f: Ints = f, g: Any = g) -> object:
+                return fit_or_least(w, h, f, base, g, True, 0.01)
+
+            t = best_of(repeats, run)
+            fit, _, note = fit_or_least(w, h, f, base, g, True, 0.01)
+            rows.append([label, f"{ranks} x {per_rank}", f"{fit.num_buckets}",
+                         _pct(fit.waste_share), _pct(fit.mean_loss), f"{t:.2f}", note])  # fmt: skip
+    return (
+        f"### 4.5 Time to fit N = {n:,} clips of two populations (drop_last, cost-model batches, "
+        f"max_waste 1 %, best of {repeats})\n\n"
+        + table(
+            ["population", "R x b", "buckets", "dropped %", "crop + trim %", "fit s", "note"], rows
+        )
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--smoke", action="store_true", help="tiny inputs, for CI")
+    parser.add_argument("--fit-time", action="store_true", help="only section 4.5")
     args = parser.parse_args(argv)
+    if args.fit_time:
+        print(bench_fit_time(1_000_000, ((64, 1),), 3))
+        return
     n, subset, files, big_frames, waste = (
         (50_000, 500, 8, 6, (20_000,))
         if args.smoke
@@ -587,6 +641,8 @@ def main(argv: list[str] | None = None) -> None:
     print(bench_waste(waste) + "\n")
     print("## 4. Bucket sets fitted to the clips and the job\n")
     print(bench_fitted(fitted_sizes, curve, timing_n, layouts) + "\n")
+    print(bench_fit_time(*((3_000, ((8, 2),), 1) if args.smoke else (1_000_000, ((64, 1),), 3)))
+          + "\n")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -139,6 +139,57 @@ def test_too_few_clips_for_one_batch_says_so() -> None:
         VF.fit_video_to_data(w, h, f, BASE, global_batch_size=512)
 
 
+NINE = (  # seven 3:1 clips, one a little squarer, one small portrait no landscape shape may take
+    [1500] * 7 + [2980, 301],
+    [500] * 7 + [1008, 580],
+    [81] * 9,
+)
+
+
+@pytest.mark.parametrize("max_waste", [0.5, 0.9, 0.99])
+def test_clips_the_preset_buckets_with_little_waste_are_fitted(max_waste: float) -> None:
+    """The preset wastes 1 of these 9 clips (8 in one bucket, the portrait alone); every class
+    structure of whole batches the search lists has a class no batch fills."""
+    calc = VideoBucketCalculator.fit_to_data(
+        *NINE, global_batch_size=8, max_waste=max_waste, preset="wan2.1-480p"
+    )
+    counts = np.bincount(calc.assign(*NINE), minlength=len(calc))
+    assert int((counts % 8).sum()) <= 1
+
+
+def test_the_least_waste_reported_is_at_most_the_presets() -> None:
+    with pytest.raises(ValueError, match=r"the least waste .* \(1 of n=9 clips .* dropped\)"):
+        VideoBucketCalculator.fit_to_data(
+            *NINE, global_batch_size=8, max_waste=0.1, preset="wan2.1-480p"
+        )
+
+
+@pytest.mark.parametrize(("cost", "drop"), [(True, True), (False, False)])
+def test_the_programmes_shortcuts_change_no_fit(
+    monkeypatch: pytest.MonkeyPatch, cost: bool, drop: bool
+) -> None:
+    """The least trim read off the bins and the sparse pass in segments are the dynamic
+    programme's own answers: the same set with them and without."""
+    import dataorder.diffusion.fit.programme as FP
+
+    w, h, f = clips(1500, 7)
+    g: Any = COST.global_batch_size(8, 1) if cost else 16
+
+    def fit() -> VF.VideoFitResult:
+        return VF.fit_video_to_data(w, h, f, COST, global_batch_size=g, drop_last=drop,
+                                    max_waste=0.02)  # fmt: skip
+
+    fast = fit()
+    monkeypatch.setattr(FP, "_SHORTCUT", False)
+    plain = fit()
+    assert fast.bucket_set.config() == plain.bucket_set.config()
+    assert fast.counts.tolist() == plain.counts.tolist()
+    assert (fast.mean_crop_loss, fast.mean_trim_loss) == (
+        plain.mean_crop_loss,
+        plain.mean_trim_loss,
+    )
+
+
 # -- what the fitted calculator does ------------------------------------------------------------
 
 

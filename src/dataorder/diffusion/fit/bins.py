@@ -40,6 +40,7 @@ __all__ = [
     "Split",
     "bin_images",
     "candidate_splits",
+    "extreme_ratio",
     "gap_bounds",
     "ratio_range",
 ]
@@ -380,7 +381,7 @@ class _CellSplits:
 # -- the gaps between bins ----------------------------------------------------------------------
 
 
-def _extreme(w: IntArray, h: IntArray, largest: bool) -> Fraction:
+def extreme_ratio(w: IntArray, h: IntArray, largest: bool) -> Fraction:
     """The exact largest (or smallest) ``W / H`` among images of equal float ratio."""
     i = 0
     while True:
@@ -420,7 +421,7 @@ def gap_bounds(
     for gi, b in enumerate(wanted):
         a, e = int(starts[gi]), ends[gi]
         at = np.flatnonzero(xs[a:e] == top[gi]) + a
-        low_of[b] = _extreme(ws[at], hs[at], largest=True)
+        low_of[b] = extreme_ratio(ws[at], hs[at], largest=True)
         at = np.flatnonzero(xs[a:e] == bottom[gi]) + a
-        high_of[b] = _extreme(ws[at], hs[at], largest=False)
+        high_of[b] = extreme_ratio(ws[at], hs[at], largest=False)
     return [(low_of[int(bins.keep[t - 1])], high_of[int(bins.keep[t])]) for t in positions]

@@ -83,12 +83,7 @@ import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
 from dataorder.diffusion.buckets.lookup import as_size_arrays
-from dataorder.diffusion.buckets.video_set import (
-    VIDEO_FIT_VERSION,
-    FittedVideoSet,
-    VideoBand,
-    VideoClass,
-)
+from dataorder.diffusion.buckets.video_set import VIDEO_FIT_VERSION, FittedVideoSet
 from dataorder.diffusion.fit.bins import IntArray
 from dataorder.diffusion.fit.candidates import DEFAULT_MIN_SHARE, check_share, clip_digest
 from dataorder.diffusion.fit.programme import waste_budget
@@ -101,6 +96,7 @@ from dataorder.diffusion.fit.video_bands import (
     fit_bands,
     picks_loss,
 )
+from dataorder.diffusion.fit.video_choice import SetChoice, choice_of_picks, preset_choice
 from dataorder.diffusion.fit.video_classes import checked_batch
 
 __all__ = [
@@ -178,7 +174,8 @@ def fit_video_to_data(
             does that: :func:`~dataorder.diffusion.buckets.video_frames.resample_frame_counts`).
         base: A calculator of generated buckets (a preset, say): its token budget, VAE
             compression, patch, legal frame counts, quantization and ``max_upscale`` are kept,
-            and its buckets are always among the candidates.
+            and its own set, as it is, is always a candidate (NOTE [ the preset is a
+            candidate ] in :mod:`dataorder.diffusion.fit.video_choice`).
         global_batch_size: ``G`` = per-rank batch x data-parallel ranks, or a callable of the
             bucket (a dict as ``base.shape_info`` gives: ``frames``, ``resolution``,
             ``tokens`` ...) that gives each bucket its own, e.g.
@@ -251,22 +248,24 @@ def fit_video_to_data(
         n,
         dict(zip(legal, typical, strict=True)),
     )
-    found = None
+    found: tuple[list[BandPick], int] | None = None
     key = (fk, wk, hk)
     shared: dict[Any, Any] = {}
     for layout in band_layouts(spans, fk, legal, typical):
         spec = BandSpec.of(layout, legal, key, typical, shared)
         tried = fit_bands(spec, args)
-        if tried is None:
-            continue
-        if found is None or (found[1] > w_max, picks_loss(found[0]), found[1]) > (
-            tried[1] > w_max,
-            picks_loss(tried[0]),
-            tried[1],
-        ):
+        if tried is not None and (found is None or _rank(tried, w_max) < _rank(found, w_max)):
             found = tried
-    if found is None or found[1] > w_max:
-        least = n if found is None else found[1]
+    # the calculator's own buckets are always a candidate (NOTE [ the preset is a candidate ])
+    chosen = [] if found is None else [choice_of_picks(found[0])]
+    own_set = preset_choice(
+        (wk, hk, fk), ids[ok], base.resolutions, base.bucket_frames, batch, drop, fine
+    )
+    if own_set is not None:
+        chosen.append(own_set)
+    best = min(chosen, key=lambda c: _rank(c, w_max), default=None)
+    if best is None or best.waste > w_max:
+        least = n if best is None else best.waste
         what = "dropped" if drop else "padded"
         if least >= n:  # not a budget problem: too few clips for the global batches
             fail(
@@ -292,8 +291,20 @@ def fit_video_to_data(
         "min_share": min_share,
         "max_candidates": limit,
     }
-    picks, _ = found
-    return _result(picks, base, summary, fine, int((ids == -1).sum()), int((ids == -2).sum()))
+    return _result(best, base, summary, fine, int((ids == -1).sum()), int((ids == -2).sum()))
+
+
+def _rank(candidate: SetChoice | tuple[list[BandPick], int], w_max: int) -> tuple[bool, int, int]:
+    """How candidates compare: one that meets the budget before one that does not; among those
+    that meet it the least loss, then the least waste; among the others the least waste, then
+    the least loss (the least waste found is the one the error reports)."""
+    if isinstance(candidate, SetChoice):
+        waste, loss = candidate.waste, candidate.loss
+    else:
+        waste, loss = candidate[1], picks_loss(candidate[0])
+    if waste <= w_max:
+        return False, loss, waste
+    return True, waste, loss
 
 
 def _most_common(sizes: list[int]) -> int:
@@ -304,50 +315,24 @@ def _most_common(sizes: list[int]) -> int:
 
 
 def _result(
-    picks: list[BandPick],
+    choice: SetChoice,
     base: VideoCalculator,
     summary: dict[str, Any],
     fine: float,
     short: int,
     small: int,
 ) -> VideoFitResult:
-    """The chosen structures and options as a fitted set and its figures."""
-    made: list[VideoBand] = []
-    starts: list[tuple[int, int, int]] = []
-    for p in picks:
-        classes = []
-        for k, o in zip(p.classes, p.options, strict=True):
-            groups = k.time.groups(o.chain)
-            keys = [t for _, t, _, _ in groups]
-            if k.first is not None:  # its shortest clips go to the band below
-                keys[0] = max(k.first, (groups[0][0], 1, 1))
-            classes.append(
-                VideoClass(
-                    p.band.space.cands[k.cand], tuple(f for f, _, _, _ in groups), tuple(keys)
-                )
-            )
-        made.append(VideoBand(classes, p.prog.thresholds(p.band.w, p.band.h, p.chain)))
-        if p.band.start is not None and made[:-1]:
-            starts.append(p.band.start)
-    rule = FittedVideoSet(made, starts)
+    """The chosen set as a fitted set and its figures."""
+    rule = choice.rule()
     size = len(rule.buckets())
     counts = np.zeros(size, dtype=np.int64)
     sizes = np.zeros(size, dtype=np.int64)
-    crop = trim = exiled = 0
-    for b, p in enumerate(picks):
-        for j, (k, o) in enumerate(zip(p.classes, p.options, strict=True)):
-            n_k, _ = k.time.prog.bucket_waste(o.chain)
-            for (f, _, _, _), (cand, _), m in zip(
-                k.time.groups(o.chain), o.chain, n_k.tolist(), strict=True
-            ):
-                i = rule.bucket_id(b, j, f)
-                counts[i], sizes[i] = m, int(k.time.prog.gs[cand])
-            crop += k.crop
-            trim += k.time.trim(o.chain)
-            exiled += 0 if k.whole else int(n_k.sum())
+    for (b, j, f), (m, g) in choice.buckets.items():
+        i = rule.bucket_id(b, j, f)
+        counts[i], sizes[i] = m, g
     if summary["global_batch_size"] is None:  # a callable: the buckets' own, by id
         summary["global_batch_size"] = sizes.tolist()
-    rule = FittedVideoSet(made, starts, summary)
+    rule = FittedVideoSet(choice.bands, choice.starts, summary)
     drop = bool(summary["drop_last"])
     per_bucket = counts % sizes if drop else (-counts) % sizes
     n = int(summary["num_clips"])
@@ -366,10 +351,10 @@ def _result(
         too_small=small,
         max_waste=float(summary["max_waste"]),
         drop_last=drop,
-        mean_crop_loss=crop / fine / n,
-        mean_trim_loss=trim / fine / n,
-        exiled=exiled,
-        structures=sum(len(p.band.structures) for p in picks),
+        mean_crop_loss=choice.crop / fine / n,
+        mean_trim_loss=choice.trim / fine / n,
+        exiled=choice.exiled,
+        structures=choice.structures,
         summary=summary,
     )
 
@@ -396,9 +381,12 @@ class VideoFitResult:
         drop_last: Whether remainders are dropped (else padded).
         mean_crop_loss: Mean crop loss over the ``n`` clips (fixed point, to 1e-9).
         mean_trim_loss: Mean trim loss, the share of frames cut (to 1e-9).
-        exiled: Clips of classes that cannot fill one global batch at any frame count (all
-            dropped, counted in the waste); 0 unless that is unavoidable.
-        structures: Class structures tried, over all bands.
+        exiled: Clips of buckets dropped whole (counted in the waste): of classes that cannot
+            fill one global batch at any frame count, 0 unless that is unavoidable; or, when the
+            set is the calculator's own (NOTE [ the preset is a candidate ] in
+            :mod:`dataorder.diffusion.fit.video_choice`), of its buckets of fewer than ``G``.
+        structures: Class structures tried for the chosen set, over all bands (0 when the set
+            is the calculator's own).
         summary: What the set was fitted to, as ``config()["bucket_set"]["fit"]`` records it:
             ``version``, ``num_clips``, ``clip_digest``, ``global_batch_size`` (an int, or the
             buckets' ``G`` in id order), ``max_waste``, ``drop_last``, ``keep_every_clip``,

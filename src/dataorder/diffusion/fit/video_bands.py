@@ -183,8 +183,8 @@ def fit_bands(spec: BandSpec, args: FitSettings) -> tuple[list[BandPick], int] |
     hand down, so the bands are fitted from the longest down, twice: the first descent shares
     the budget in proportion to the clips and gives every band's front; the second shares it,
     band by band, exactly between the band's own front and the first descent's fronts of the
-    bands below it (the least total loss). The better fitting of the two; if neither fits, a
-    descent that takes the least waste everywhere."""
+    bands below it (the least total loss). The better fitting of the two; if neither fits, the
+    least waste of those two and a descent that takes the least waste everywhere."""
     first = descend(spec, args, None)
     if first is None:
         return None
@@ -193,7 +193,9 @@ def fit_bands(spec: BandSpec, args: FitSettings) -> tuple[list[BandPick], int] |
     fitting = [t for t in (first, second) if t is not None and t[1] <= args.w_max]
     if fitting:
         return min(fitting, key=lambda t: (picks_loss(t[0]), t[1]))
-    return descend(spec, args, [])
+    least = descend(spec, args, [])
+    tried = [t for t in (first, second, least) if t is not None]
+    return min(tried, key=lambda t: (t[1], picks_loss(t[0])))
 
 
 def picks_loss(picks: list[BandPick]) -> int:

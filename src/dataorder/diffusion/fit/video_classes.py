@@ -291,17 +291,22 @@ def chain_options(
             found.append(Option(int(waste.sum()), int(chain_cost(cost, chain)), chain))
 
     big = prog.waste_bound()
-    add(prog.solve(cost, 1, big, lam=0.0))  # the least trim
+    plain = prog.least_cost_chain(cost)  # the least trim without the programme, if plain
+    add(prog.solve(cost, 1, big, lam=0.0) if plain is None else plain[0])  # the least trim
     if least:
         return found
     if prog.uniform:
         g = int(prog.gs[0])
         rho = int(prog.per_cand[0].sigma[-1])
         rows = min(max(0, (w_max - rho) // g), MAX_FALLS) + 1
-        frontier = prog.frontier(cost, rows, rho + g * (rows + 1))
+        # rows from the least trim's falls on hold nothing better than the least trim: their
+        # waste is no less and their trim more (it is the only chain of least trim)
+        falls = rows if plain is None else min(rows, plain[1])
+        frontier = prog.frontier(cost, falls, rho + g * (rows + 1)) if falls else []
         for _, _, chain in frontier:
             add(chain)
-        if not frontier or frontier[0][0] > 0:  # no chain without a fall: the least, exactly
+        first = frontier[0][0] if frontier else (falls if falls < rows else None)
+        if first is None or first > 0:  # no chain without a fall: the least, exactly
             add(prog.least_waste_chain(big))
     else:
         add(prog.least_waste_chain(big))  # whatever the budget, so the least is reachable
@@ -376,13 +381,18 @@ def checked_batch(global_batch_size: Any, shape_info: Callable[[int, int, int], 
     """``(frames, w, h) -> G`` from ``global_batch_size`` (an int, or a callable of the bucket
     dict ``shape_info(w, h, frames)``), each value checked to be a positive int of at most
     ``2**31``, the largest batch the fit plans
-    (:func:`~dataorder.diffusion.fit.programme.check_global_batch_size`), before any work."""
+    (:func:`~dataorder.diffusion.fit.programme.check_global_batch_size`), before any work. A
+    callable is asked about each bucket once."""
     if not callable(global_batch_size):
         g = check_global_batch_size("global_batch_size", global_batch_size)
         return lambda f, w, h: g
 
+    asked: dict[tuple[int, int, int], int] = {}  # each bucket once per fit (the bands share)
+
     def one(f: int, w: int, h: int) -> int:
-        value = global_batch_size(shape_info(w, h, f))
-        return check_global_batch_size(f"global_batch_size({w}x{h}x{f}f)", value)
+        if (f, w, h) not in asked:
+            value = global_batch_size(shape_info(w, h, f))
+            asked[(f, w, h)] = check_global_batch_size(f"global_batch_size({w}x{h}x{f}f)", value)
+        return asked[(f, w, h)]
 
     return one

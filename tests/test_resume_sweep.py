@@ -9,8 +9,8 @@ The sweep crosses
   0, 1 or 2 workers), and two loads in a row (an earlier state, then the one saved);
 * the sampler families of the contract tables (Megatron single, random, sharded, NeMo and
   Megatron-LM orders; blends with constant weights and with a mixture schedule; buckets
-  sequential, interleaved, dynamic, NeMo's, video fitted; torch's per-index order; packed rows
-  under ``overflow`` and ``never``, and a packed mixture);
+  sequential, interleaved, dynamic, NeMo's, image and video fitted; torch's per-index order;
+  packed rows under ``overflow`` and ``never``, and a packed mixture);
 * the checkpoint: at step 0, mid-epoch, after the last step of epoch 0, and after
   ``set_epoch(1)`` before its first batch;
 * the layout it resumes on: the same data-parallel size, a smaller and a larger one.
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import BatchSampler
@@ -44,6 +45,8 @@ import test_contract_distributed as distributed_cases
 import test_contract_megatron as megatron_cases
 import test_contract_packed as packed_cases
 from dataorder.core.batching import coverage, read_spans
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 from dataorder.integrations.common import consumed_state
 from dataorder.integrations.dcp import OrderState
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler
@@ -94,6 +97,20 @@ def _packed(name: str, given: dict[str, Any]) -> Family:
     return Family(case, given)
 
 
+def _image_fitted() -> Family:
+    """Images in a bucket set fitted to them for global batches of 2 (``fit_to_data``)."""
+    rng = np.random.default_rng(7)
+    sizes = np.array([(1024, 768), (768, 1024), (1024, 1024), (1920, 1080), (640, 480)])
+    w, h = sizes[rng.integers(0, len(sizes), 24)].T
+    calc = MultiTierBucketCalculator.fit_to_data(w, h, global_batch_size=2, max_waste=0.1)
+    ds = BaseMultiresolutionDataset.from_sizes(w, h, calc)
+    make = bucket_cases.make(ds, base_batch_size=1, seed=2)
+    return Family(
+        SamplerCase(name="image-fitted-drop", make=make, dataset_size=24, dp_size=2),
+        {"dataset": ds},
+    )
+
+
 def _megatron_lm(rank: int, world: int) -> Any:
     return MegatronPretrainingRandomSampler(
         24, 2, rank, world, compat="megatron", data_sharding=False
@@ -118,6 +135,7 @@ FAMILIES: dict[str, Family] = {
         _bucket("many-keep-dynamic"),
         _bucket("small-nemo-keep"),
         _bucket("video-fitted-drop"),
+        _image_fitted(),
         Family(
             SamplerCase(
                 name="torch-shuffle-pad",

@@ -58,8 +58,8 @@ class _Backward(_Forward):
         return (n - 1 - p - self.seed - epoch) % n
 
 
-def _tally(sampler: Any) -> Scalar:
-    return int(sampler.progress["consumed"]) % 7
+def _tally(sampler: Any, epoch: int, progress: Mapping[str, int]) -> Scalar:
+    return int(progress["consumed"]) % 7
 
 
 def _check_tally(sampler: Any, value: object, epoch: int, progress: Any, layout: Any) -> None:

@@ -503,7 +503,7 @@ GOOD: dict[str, Any] = {
         (
             {"consumed_samples": 6},
             ValueError,
-            "consumed_samples must be a run-wide count on a micro-batch block boundary",
+            "consumed_samples must be on a step boundary of this layout",
         ),
     ],
 )

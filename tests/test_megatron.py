@@ -226,8 +226,10 @@ BASE = {
         (
             {"consumed_samples": 6},
             ValueError,
-            "consumed_samples must be on a block boundary: whole epochs of 8 positions plus a "
-            "multiple of micro_batch_size x data_parallel_size = 4; got consumed_samples=6",
+            "consumed_samples must be on a step boundary of this layout (micro_batch_size=2, "
+            "data_parallel_size=2): 6 falls inside a step (epoch 0 starts at count 0 here, and "
+            "consumed=6 is not a position this layout reaches: it takes blocks of "
+            "per_rank x dp_size = 2 x 2 = 4 up to 8 positions); got consumed_samples=6",
         ),
     ],
 )

@@ -195,8 +195,10 @@ class Extra:
 
     Attributes:
         name: The state key.
-        save: Its value for the sampler's cursor; None leaves it out of the state (a sampler
-            configured without what it records).
+        save: ``save(sampler, epoch, progress)``: its value with the sampler's cursor at
+            ``(epoch, progress)`` (a state is written for any position, not only the live
+            cursor's: :meth:`~dataorder.core.cursor.CursorSampler.state_after`); None leaves it
+            out of the state (a sampler configured without what it records).
         check: Called on load with the saved value, after the rest of the state was checked;
             raises ValueError naming ``state[name]``.
         required: Whether a state without it is refused (else it is checked when present); or
@@ -204,7 +206,7 @@ class Extra:
     """
 
     name: str
-    save: Callable[[Any], Scalar | None]
+    save: Callable[[Any, int, Mapping[str, int]], Scalar | None]
     check: ExtraCheck
     required: bool | Callable[[Any], bool] = True
 
@@ -483,18 +485,18 @@ class AssembledSampler(CursorSampler[T_co]):
         mode = self._current_mode()
         return self.schema.extras, () if mode is None else mode.extras
 
-    def state_dict(self) -> dict[str, Scalar]:
-        """The cursor as a flat, JSON-serialisable dict (:mod:`dataorder.core.state`), with the
-        declared extra keys."""
+    def _state_at(self, epoch: int, progress: Mapping[str, int]) -> dict[str, Scalar]:
+        """The state with the cursor at ``(epoch, progress)`` (:mod:`dataorder.core.state`),
+        with the declared extra keys; what ``state_dict()`` writes at the cursor."""
         own, strategy = self._extras()
         state = build_state(
             self.state_kind,
-            epoch=self._epoch,
+            epoch=epoch,
             config=self.order_config(),
-            progress=self._position,
+            progress=progress,
             layout=self.layout_info(),
         )
-        saved = [(e.name, e.save(self)) for e in own]
+        saved = [(e.name, e.save(self, epoch, progress)) for e in own]
         if any(value is not None for _, value in saved):
             last = self.progress_keys[-1]
             out: dict[str, Scalar] = {}
@@ -504,7 +506,7 @@ class AssembledSampler(CursorSampler[T_co]):
                     out.update((k, v) for k, v in saved if v is not None)
             state = out
         for e in strategy:
-            extra = e.save(self)
+            extra = e.save(self, epoch, progress)
             if extra is not None:
                 state[e.name] = extra
         return state
@@ -519,10 +521,19 @@ class AssembledSampler(CursorSampler[T_co]):
             ValueError: If it is not a state of this sampler and configuration, a declared key
                 is missing or refused, or a foreign checkpoint needs another compat mode.
         """
-        if not isinstance(state_dict, Mapping):
-            raise TypeError(f"state_dict must be a dict; got {type(state_dict).__name__}")
-        if "format" not in state_dict and self._load_foreign(state_dict):
+        foreign = self._foreign_position(state_dict)
+        if foreign is not None:
+            self._place(*foreign, loaded=True)
             return
+        epoch, progress = self._resolve_state(state_dict)
+        self._apply_state(epoch, progress)
+
+    def _resolve_state(self, state_dict: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
+        """Where ``state_dict`` (ours, or a foreign checkpoint a compat mode loads) puts the
+        cursor, checked as :meth:`load_state_dict` checks it; nothing changes."""
+        foreign = self._foreign_position(state_dict)
+        if foreign is not None:
+            return foreign
         own, strategy = self._extras()
         state = self._without_repeated_layout(state_dict)
         saved = {}
@@ -540,7 +551,15 @@ class AssembledSampler(CursorSampler[T_co]):
             for extra in (*own, *strategy):
                 if extra.name in saved:
                     extra.check(self, saved[extra.name], epoch, progress, layout)
-        self._apply_state(epoch, progress)
+        return epoch, progress
+
+    def _foreign_position(self, state_dict: object) -> tuple[int, dict[str, int]] | None:
+        """Where a foreign checkpoint puts the cursor; None if ``state_dict`` is not one."""
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict must be a dict; got {type(state_dict).__name__}")
+        if "format" in state_dict:
+            return None
+        return self._load_foreign(state_dict)
 
     def _without_repeated_layout(self, state: Mapping[Any, Any]) -> dict[Any, Any]:
         """A copy of ``state`` without the ``layout.*`` fields its configuration records too
@@ -557,11 +576,11 @@ class AssembledSampler(CursorSampler[T_co]):
                 del out[key]
         return out
 
-    def _load_foreign(self, state: Mapping[str, Any]) -> bool:
-        """Load another library's checkpoint, if ``state`` is one; False if it is not."""
+    def _load_foreign(self, state: Mapping[str, Any]) -> tuple[int, dict[str, int]] | None:
+        """Where another library's checkpoint puts the cursor, if ``state`` is one; else None."""
         modes = self.schema.modes
         if modes is None:
-            return False
+            return None
         current = self._current_mode()
         for mode in modes.modes:
             for foreign in mode.foreign:
@@ -572,10 +591,8 @@ class AssembledSampler(CursorSampler[T_co]):
                         f"{foreign.what} ({dict(state)!r}) continues {mode.summary}: build this "
                         f"sampler with {modes.arg}={mode.name!r} to load it"
                     )
-                epoch, progress = foreign.place(self, state)
-                self._place(epoch, progress, loaded=True)
-                return True
-        return False
+                return foreign.place(self, state)
+        return None
 
     @classmethod
     def from_state(

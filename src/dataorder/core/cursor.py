@@ -74,14 +74,15 @@ from __future__ import annotations
 
 import abc
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from dataorder._validate import check_int
+from dataorder._validate import check_int, fail
 from dataorder.core.state import MAX_EPOCH, Scalar, build_state, parse_state
 
-__all__ = ["CursorBatchSampler", "CursorSampler", "EpochPlan"]
+__all__ = ["CursorBatchSampler", "CursorSampler", "EpochPlan", "RunCount"]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -127,6 +128,58 @@ class EpochPlan(Protocol[T_co]):
     def batches(self, rank: int, start: int, stop: int) -> Sequence[T_co]:
         """``rank``'s batches of steps ``start .. stop - 1``."""
         ...
+
+
+# NOTE [ The run-wide count ]
+#     A run-wide count (Megatron's ``consumed_samples``, what Megatron-LM, NeMo and the samplers'
+#     ``consumed_samples`` property report) is the number of positions, padding included, the
+#     run has taken since its start: each finished epoch adds the positions it has *on the layout
+#     that ran it*. One implementation reads such a count, :meth:`CursorSampler.count_position`,
+#     for every sampler that takes ``consumed_samples=``; a sampler says only where its epochs
+#     start (:class:`RunCount`). The count is read on this sampler's layout, and it means one
+#     position whatever layout counted it when
+#
+#     * the epochs start at the same counts on every layout the sampler continues on (a blend's
+#       epochs are stretches of the run; an epoch that ends on whole global batches every
+#       layout divides; an order whose configuration pins the layout, so no other layout
+#       continues it), or
+#     * the count falls inside the first epoch (every layout reads the same positions there; a
+#       count past a layout's dropped tail starts the next epoch, and a layout that drops less
+#       reads that tail first: nothing trained is lost or repeated).
+#
+#     Otherwise (``drop_last=True`` without a global batch size: an epoch is ``n - n mod M``
+#     positions; ``drop_last=False``: ``n`` rounded up to ``M``) a count past the first epoch
+#     does not say where the run is: 12 after epoch 0 and one step of 4 x 1 ranks over 10
+#     samples is epoch 1 position 4, but epoch 1 position 2 on 2 x 1. Such a count is refused,
+#     naming the reason; the run's ``state_dict()`` records the epoch and has no such limit.
+#     A count must also fall on a step of this layout (a multiple of the block from its epoch's
+#     start): one inside a step is refused, saying where the epoch starts and why.
+
+
+@dataclass(frozen=True)
+class RunCount:
+    """Where a sampler's epochs start in a run-wide count (NOTE [ The run-wide count ]).
+
+    Attributes:
+        start: ``start(epoch)``: the run-wide count at the start of ``epoch`` on the sampler's
+            layout (non-decreasing; ``start(0) == 0``).
+        epoch_of: ``epoch_of(count)``: the epoch whose positions hold ``count``; a count that
+            ends an epoch is the start of the next one.
+        same_on_every_layout: Whether ``start`` is the same on every layout the sampler
+            continues on (then a count is exact in every epoch).
+        why: When it is not, why, for the refusal (``"an epoch is n - n mod M positions"``).
+    """
+
+    start: Callable[[int], int]
+    epoch_of: Callable[[int], int]
+    same_on_every_layout: bool
+    why: str = ""
+
+    @classmethod
+    def equal_epochs(cls, positions: int, *, same_on_every_layout: bool, why: str = "") -> RunCount:
+        """Epochs of ``positions`` positions each (a Megatron sampler's, one corpus's rows)."""
+        per = max(1, positions)
+        return cls(lambda e: e * positions, lambda c: c // per, same_on_every_layout, why)
 
 
 class CursorSampler(abc.ABC, Generic[T_co]):
@@ -188,6 +241,11 @@ class CursorSampler(abc.ABC, Generic[T_co]):
     @abc.abstractmethod
     def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> EpochPlan[T_co]:
         """Build the plan of ``epoch`` on ``layout`` (a dict like :meth:`layout_info`'s)."""
+
+    def _run_count(self) -> RunCount | None:
+        """How this sampler's epochs cut a run-wide count (NOTE [ The run-wide count ]); None
+        for a sampler that takes no run-wide count."""
+        return None
 
     def _chunk_steps(self) -> int:
         """Most steps evaluated together while iterating. A pass's first chunk is one step, then
@@ -390,13 +448,128 @@ class CursorSampler(abc.ABC, Generic[T_co]):
 
     def state_dict(self) -> dict[str, Scalar]:
         """Return the cursor as a flat, JSON-serialisable dict (see :mod:`dataorder.core.state`)."""
+        return self._state_at(self._epoch, self._position)
+
+    def _state_at(self, epoch: int, progress: Mapping[str, int]) -> dict[str, Scalar]:
+        """The state this sampler writes with its cursor at ``(epoch, progress)``."""
         return build_state(
             self.state_kind,
-            epoch=self._epoch,
+            epoch=epoch,
             config=self.order_config(),
-            progress=self._position,
+            progress=progress,
             layout=self.layout_info(),
         )
+
+    def _resolve_state(self, state_dict: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
+        """Where ``state_dict`` puts the cursor, checked as :meth:`load_state_dict` checks it;
+        nothing changes."""
+        return self._checked_state(state_dict)
+
+    def state_after(
+        self, state: Mapping[str, Any], steps: int, *, batch: int = 1
+    ) -> dict[str, Scalar]:
+        """The state ``steps`` batches after ``state``: pure, nothing is copied or moved.
+
+        What a loader's snapshot plus the batches it handed out since is (torchdata's
+        ``_steps_since_snapshot``; NOTE [ The consumed state ] in
+        :mod:`dataorder.integrations.common`). The steps are those of the pass that continues
+        ``state`` (NOTE [ The loop contract ]): a state at the end of its epoch continues in the
+        next epoch, from its start; a pass never crosses an epoch's end.
+
+        Args:
+            state: A state of this sampler (any layout it can continue on; also the foreign
+                checkpoints its compat mode loads).
+            steps: Batches handed out after ``state``, ``>= 0``.
+            batch: Items per batch, for a per-index sampler batched by a loader (``steps``
+                batches of ``batch`` items; the last batch of an epoch may be shorter).
+
+        Returns:
+            The state this sampler writes at that position (a new dict).
+
+        Raises:
+            ValueError: If ``state`` is refused (as :meth:`load_state_dict` refuses it), or
+                ``steps`` batches do not fit in what the pass has left.
+
+        >>> from dataorder.llm import MegatronPretrainingSampler
+        >>> s = MegatronPretrainingSampler(10, 2, 0, 1)
+        >>> s.state_after(s.state_dict(), 2)["consumed"]
+        4
+        """
+        steps = check_int("steps", steps, min_value=0)
+        batch = check_int("batch", batch, min_value=1)
+        epoch, progress = self._resolve_state(state)
+        plan = self.epoch_plan(epoch)
+        step = plan.step_of(progress)
+        if steps and step >= plan.num_steps and epoch < self.max_epoch:
+            epoch, step = epoch + 1, 0  # a state at its epoch's end: the next pass moves on
+            plan = self.epoch_plan(epoch)
+        left = plan.num_steps - step
+        if steps * batch > left and -(-left // batch) < steps:
+            fail(
+                "steps",
+                f"at most {-(-left // batch)} batches of {batch}: what the pass from the state "
+                f"has left in epoch {epoch} ({left} steps of this sampler)",
+                steps,
+            )
+        moved = plan.progress_at(step + min(steps * batch, left)) if steps else dict(progress)
+        return self._state_at(epoch, moved)
+
+    def count_position(
+        self, count: int, *, name: str = "consumed_samples"
+    ) -> tuple[int, dict[str, int]]:
+        """``(epoch, progress)`` where a run-wide count puts the cursor on this layout.
+
+        The one reading of ``consumed_samples=`` (NOTE [ The run-wide count ]); the cursor
+        does not move.
+
+        Args:
+            count: The run-wide count (positions the run has taken, padding included).
+            name: The argument's name, for messages.
+
+        Raises:
+            TypeError: If this sampler takes no run-wide count, or ``count`` is not an int.
+            ValueError: If ``count`` is negative, past the last epoch, past the first epoch
+                where epochs start at other counts on other layouts, or inside a step of this
+                layout; the message names ``name`` and says why.
+        """
+        runs = self._run_count()
+        if runs is None:
+            raise TypeError(f"{type(self).__name__} takes no run-wide count ({name}=)")
+        count = check_int(name, count, min_value=0)
+        epoch = runs.epoch_of(count)
+        if epoch > self.max_epoch:
+            fail(name, f"a count within {self.max_epoch + 1} epochs", count)
+        layout = ", ".join(f"{k}={v}" for k, v in self.layout_info().items())
+        if epoch and not runs.same_on_every_layout:
+            fail(
+                name,
+                f"inside the first epoch ({runs.start(1)} positions on this layout: {layout}) "
+                f"when the positions of an epoch depend on the layout ({runs.why}), which a "
+                f"bare count does not record: {count} is epoch {epoch} on this layout, but "
+                "another epoch or position on the layout that counted it (NOTE [ The run-wide "
+                "count ]: pass the run's state_dict() instead, which resumes exactly on any "
+                "layout, or set a global_batch_size whose epochs end on whole global batches)",
+                count,
+            )
+        first = runs.start(epoch)
+        progress = {self.progress_keys[0]: count - first}
+        try:
+            self.epoch_plan(epoch).step_of(progress, strict=True)
+        except ValueError as err:
+            fail(
+                name,
+                f"on a step boundary of this layout ({layout}): {count} falls inside a step "
+                f"(epoch {epoch} starts at count {first} here, and {err})",
+                count,
+            )
+        return epoch, progress
+
+    def _count_now(self) -> int:
+        """The run-wide count at the cursor (a sampler's ``consumed_samples``)."""
+        runs = self._run_count()
+        if runs is None:
+            raise TypeError(f"{type(self).__name__} takes no run-wide count")
+        return runs.start(self._epoch) + self._position[self.progress_keys[0]]
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Place the cursor where ``state_dict`` says; the next ``iter()`` continues from there.
@@ -411,7 +584,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
                 layout never reaches or this layout cannot continue from. The sampler is
                 unchanged when it raises.
         """
-        epoch, progress = self._checked_state(state_dict)
+        epoch, progress = self._resolve_state(state_dict)
         self._apply_state(epoch, progress)
 
     def _checked_state(self, state_dict: Mapping[str, Any]) -> tuple[int, dict[str, int]]:

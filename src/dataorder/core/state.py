@@ -217,6 +217,24 @@ def parse_state(
     if expected - present:
         raise ValueError(f"state is missing keys {sorted(expected - present)}")
     if state["fingerprint"] != config_fingerprint(cfg):
+        # Every field both sides record agrees, so the state's configuration had a field this
+        # sampler does not record, and it is gone: torch.distributed.checkpoint loads only the
+        # keys of the loading sampler's own state (its template) and drops the others. A
+        # labelled field this configuration leaves out is the one that can vanish that way.
+        dropped = [
+            label
+            for key, label in (labels or {}).items()
+            if key not in cfg and f"config.{key}" not in state
+        ]
+        if dropped:
+            raise ValueError(
+                "state is from another configuration: "
+                + " or ".join(dropped)
+                + " is not set here, and the state's fingerprint says its configuration set it "
+                "(every field both record agrees): its key was dropped before the state got "
+                "here, as torch.distributed.checkpoint drops the keys the loading sampler's own "
+                "state lacks (or the state was edited); build the sampler as the saved run did"
+            )
         raise ValueError(
             "state fingerprint does not match its configuration fields: the state was edited "
             "or written by an incompatible dataorder"

@@ -20,7 +20,6 @@ API (``state_dict``, ``load_state_dict``, ``set_epoch``, ``epoch``) and
 
 from __future__ import annotations
 
-import copy
 import importlib
 from collections.abc import Callable, Mapping
 from types import ModuleType
@@ -48,8 +47,10 @@ __all__ = [
 #     ``BatchSampler``); with workers it is the snapshot ``_snapshot._main_snapshot`` plus
 #     ``_steps_since_snapshot`` batches handed out after it (``snapshot_every_n_steps > 1``).
 #     Those steps are not in the snapshot: a restore from it alone replays them. So the helper
-#     refuses such a state unless it is given the sampler to count them with (a copy of it is
-#     placed at the snapshot and moved on by that many batches, never the live sampler).
+#     refuses such a state unless it is given the sampler to count them with, and counts them
+#     from the snapshot's own state (``sampler.state_after(snapshot, steps)``, a pure function
+#     of the state: the live sampler, whose loop may have moved to another epoch since, and its
+#     dataset, which may hold a lock or an open file, are never copied or touched).
 #     Stacks that checkpoint on snapshot steps (torchtitan passes ``snapshot_every_n_steps``
 #     equal to its checkpoint interval) never meet the refusal.
 
@@ -146,8 +147,8 @@ def sampler_state_from_loader_state(
     Args:
         loader_state: ``StatefulDataLoader.state_dict()``.
         sampler: The loader's dataorder sampler. Needed only for a state taken
-            ``_steps_since_snapshot > 0`` batches after its snapshot: a copy of it counts those
-            batches (the sampler itself is left alone).
+            ``_steps_since_snapshot > 0`` batches after its snapshot: it counts those batches
+            from the snapshot's state (``state_after``; the sampler is not copied or moved).
         batch_size: With ``sampler`` a per-index sampler: the loader's batch size (a step is
             that many items of the sampler; the last batch of an epoch may be shorter).
 
@@ -189,20 +190,11 @@ def sampler_state_from_loader_state(
 def _advance(
     sampler: Any, state: dict[str, Any], steps: int, batch_size: int | None
 ) -> dict[str, Any]:
-    """The state of a copy of ``sampler`` placed at ``state`` and moved on by ``steps`` batches."""
+    """The state ``steps`` loader batches after ``state``, counted from ``state`` itself."""
     per_step = 1 if is_batch_sampler(sampler) else batch_size
     if per_step is None:
         fail("batch_size", "the loader's batch size for a per-index sampler", batch_size)
-    probe = copy.deepcopy(sampler)  # a copy is a saved state; the live sampler is not touched
-    probe.load_state_dict(state)
-    items = iter(probe)
-    for _ in range(steps * per_step):
-        if next(items, _END) is _END:  # the epoch's last, shorter batch
-            break
-    return dict(probe.state_dict())
-
-
-_END = object()
+    return dict(sampler.state_after(state, steps, batch=per_step))
 
 
 def consumed_state(loader_or_sampler: object) -> dict[str, Any]:
@@ -210,7 +202,7 @@ def consumed_state(loader_or_sampler: object) -> dict[str, Any]:
 
     For a torchdata ``StatefulDataLoader``: the sampler state inside ``loader.state_dict()``
     (NOTE [ The consumed state ]; a state taken between worker snapshots is counted forward
-    with a copy of the sampler). For anything else (a sampler, or a plain ``DataLoader``, exact
+    from the snapshot's state). For anything else (a sampler, or a plain ``DataLoader``, exact
     only without workers): the sampler's own ``state_dict()``.
 
     The result is identical on every data-parallel rank.
@@ -228,22 +220,36 @@ def consumed_state(loader_or_sampler: object) -> dict[str, Any]:
 
 
 def restore(loader_or_sampler: object, state: Mapping[str, Any]) -> None:
-    """Place the loader's sampler at ``state`` and drop the loader's running iterator.
+    """Place the loader's sampler at ``state`` and drop what the loader would resume instead.
 
     A ``StatefulDataLoader`` whose ``state_dict()`` was called without a live iterator (DCP
     does, to build its load template) has started one, and with workers that iterator
     prefetches from the old position; it is dropped here, so the next ``iter(loader)`` starts
-    at ``state``. Loading is absolute: loading two states in a row leaves the second.
+    at ``state``. So is a loader state loaded before (``loader.load_state_dict(A)``), which the
+    loader's next ``iter()`` would otherwise apply over ``state``. Loading is absolute: two
+    loads in a row, of either kind, leave the second.
 
     Raises:
         ValueError: As the sampler's ``load_state_dict`` (another configuration, a corrupted
-            state), naming the field.
+            state), naming the field; nothing changes then.
     """
     sampler = find_sampler(loader_or_sampler)
+    sampler.state_after(dict(state), 0)  # refused here, before the loader is touched
     obj = loader_or_sampler
     if obj is not sampler and _has_state(obj) and _is_loader(obj):
-        obj.load_state_dict({})  # type: ignore[attr-defined]
+        _drop_pending_loader_state(obj)
     sampler.load_state_dict(dict(state))
+
+
+def _drop_pending_loader_state(loader: Any) -> None:
+    """Drop a ``StatefulDataLoader``'s running iterator and the state it would load next."""
+    loader.load_state_dict({})  # drops the iterator (a template's, with prefetching workers)
+    # torchdata 0.11's load_state_dict({}) returns before it clears ``next_iter_state``, the
+    # state a previous load_state_dict(A) left for the next iter() to apply: A would then win
+    # over the sampler state placed after it. Clearing it is what load_state_dict(B) itself
+    # does to A (it replaces it); a loader without the attribute has nothing pending.
+    if getattr(loader, "next_iter_state", None) is not None:
+        loader.next_iter_state = None
 
 
 def check_same_on_all_ranks(state: Mapping[str, Any], group: Any = None) -> None:

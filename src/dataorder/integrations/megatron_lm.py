@@ -212,9 +212,11 @@ class MapStyleData:
         )
 
         # A run-wide count means the same position on every layout when the epoch ends on
-        # whole global batches (NOTE [ consumed_samples ]); a ramp changes the global batch, so
-        # the count is then read on this layout, as Megatron reads it.
-        gbs = None if getattr(args, "rampup_batch_size", None) else args.global_batch_size
+        # whole global batches (NOTE [ consumed_samples ]); with a ramp too: the target global
+        # batch size only decides where the epoch ends (every layout of the ramp divides it),
+        # and without it a count past the first epoch would be refused, its epochs' lengths
+        # depending on the layout.
+        gbs = args.global_batch_size
         if self.compat == "megatron":
             return MegatronPretrainingRandomSampler(
                 len(ds),

@@ -41,7 +41,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from dataorder.integrations.common import consumed_state, import_peer, lazy_classes
+from dataorder.integrations.common import consumed_state, import_peer, lazy_classes, restore
 from dataorder.integrations.dcp import OrderState
 
 # DataorderLLMRecipe is made on first use (module __getattr__), so it is not in __all__
@@ -95,8 +95,9 @@ class LoaderSampler:
         return consumed_state(self.loader)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Place the sampler at ``state_dict`` (absolute: a second load wins)."""
-        self.inner.load_state_dict(state_dict)
+        """Place the sampler at ``state_dict`` (absolute: a second load wins, over the loader's
+        state too: :func:`~dataorder.integrations.common.restore`)."""
+        restore(self.loader, state_dict)
 
 
 class DistributedLoader(OrderState):

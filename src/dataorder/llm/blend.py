@@ -65,7 +65,7 @@ from dataorder.core.assembly import (
     recorded,
 )
 from dataorder.core.blockplan import BlockPlan
-from dataorder.core.cursor import CursorBatchSampler
+from dataorder.core.cursor import CursorBatchSampler, RunCount
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.partition import plan_epoch
 from dataorder.core.permutation import MAX_DOMAIN, PERMUTATION_VERSION
@@ -76,7 +76,13 @@ from dataorder.llm.mixture import Mixture, MixtureSchedule, WeightVector
 from dataorder.llm.placement import MicroBatchPlacement
 from dataorder.llm.schedule import BatchSizeSchedule
 
-__all__ = ["BATCH_SIZE_SCHEDULE", "MIXTURE_STATE", "BlendedSampler", "per_source_progress"]
+__all__ = [
+    "BATCH_SIZE_SCHEDULE",
+    "MIXTURE_STATE",
+    "BlendedSampler",
+    "blend_run_count",
+    "per_source_progress",
+]
 
 # Every construction the order depends on, in one field (the state stays within MAX_STATE_BYTES
 # with a long schedule tag, a 19-digit seed and a batch-size schedule digest).
@@ -139,12 +145,14 @@ def _check_trained(
     )
 
 
-def _trained_tag(sampler: Any) -> str | None:
+def _trained_tag(sampler: Any, epoch: int, progress: Mapping[str, int]) -> str | None:
     """``mixture``: the digest of the schedule through the end of the global batch under way
-    (NOTE [ Trained part of a schedule ]); None for a sampler without a schedule."""
+    at ``(epoch, progress)`` (NOTE [ Trained part of a schedule ]); None for a sampler without a
+    schedule."""
     if sampler.schedule is None:
         return None
-    fixed = sampler.order.quotas_fixed_through(sampler.consumed_samples)
+    at = sampler.order.epoch_bounds(epoch)[0] + progress["consumed"]
+    fixed = sampler.order.quotas_fixed_through(at)
     tag: str = sampler.schedule.trained_tag(fixed)
     return tag
 
@@ -170,6 +178,16 @@ BATCH_SIZE_SCHEDULE = Given(
     ),
     required=lambda config: isinstance(config.get("global_batch_size"), str),
 )
+
+
+def blend_run_count(order: BlendOrder) -> RunCount:
+    """The :class:`~dataorder.core.cursor.RunCount` of a sampler over ``order``: its epochs
+    are stretches of the run (NOTE [ Blended epochs ]), the same on every layout."""
+    return RunCount(
+        lambda epoch: order.epoch_bounds(epoch)[0],
+        lambda count: order.epoch_of(count)[0],
+        same_on_every_layout=True,
+    )
 
 
 def per_source_progress(counts: Sequence[int], sizes: Sequence[int], unit: str = "") -> str:
@@ -377,26 +395,14 @@ class BlendedSampler(
         )
         self._order = BlendOrder(self._sizes, self._mixture, self._batches, self._total, self._seed)
         self._stats: tuple[int, tuple[int, int]] | None = None
-        consumed_samples = check_int("consumed_samples", consumed_samples, min_value=0)
-        epoch, consumed = self._order.epoch_of(consumed_samples)
-        if epoch > self.max_epoch:
-            fail(
-                "consumed_samples",
-                f"a count within {self.max_epoch + 1} epochs of {self._total} samples",
-                consumed_samples,
-            )
-        plan = self.epoch_plan(epoch)  # validates this layout against the epoch's batches
-        try:
-            plan.step_of({"consumed": consumed}, strict=True)
-        except ValueError:
-            fail(
-                "consumed_samples",
-                "a run-wide count on a micro-batch block boundary: its epoch's start plus a "
-                f"multiple of micro_batch_size x data_parallel_size = {self._mbs * self._dp}",
-                consumed_samples,
-            )
-        if consumed_samples:
-            self._place(epoch, {"consumed": consumed}, loaded=True)
+        if check_int("consumed_samples", consumed_samples, min_value=0):
+            self._place(*self.count_position(consumed_samples), loaded=True)
+        else:
+            self.epoch_plan(0)  # validates this layout against the first epoch's batches
+
+    def _run_count(self) -> RunCount:
+        """A blend's epochs are stretches of the run's count, the same on every layout."""
+        return blend_run_count(self._order)
 
     # -- configuration, read-only ---------------------------------------------------------------
     @property
@@ -443,7 +449,7 @@ class BlendedSampler(
     @property
     def consumed_samples(self) -> int:
         """The run-wide count of samples consumed (Megatron's ``consumed_samples``)."""
-        return self._order.epoch_bounds(self._epoch)[0] + self._position["consumed"]
+        return self._count_now()
 
     def consumed_per_source(self, samples: int | None = None) -> npt.NDArray[np.int64]:
         """How many samples each source has contributed after ``samples`` run-wide samples.

@@ -21,22 +21,22 @@ peek, the end of an epoch) are :mod:`dataorder.core.cursor`'s NOTE [ The loop co
 
 NOTE [ consumed_samples ]
     ``consumed_samples=`` in the constructor is Megatron's run-wide count, ``epoch x P +
-    consumed``, where ``P`` is the number of positions in an epoch. With a
-    ``global_batch_size`` every layout a run may move to has a block that divides it, and:
+    consumed``, where ``P`` is the number of positions in an epoch, read as every sampler reads
+    one (NOTE [ The run-wide count ] in :mod:`dataorder.core.cursor`):
 
-    * if the epoch ends on whole global batches (``drop_last=True``, or
-      ``pad_samples_to_global_batch_size=True``, or a ``global_batch_size`` that divides
-      ``total_samples``), ``P`` is the same on all of them, and the count means the same position
-      on any ``micro_batch_size x data_parallel_size``: a restart is exact on any layout;
-    * otherwise (``drop_last=False`` padding only the last block) ``P`` depends on the layout
-      that counted, which a bare count does not say: a count past the first epoch is refused,
-      and inside it (where every layout agrees) it is exact.
+    * if the epoch ends on whole global batches (a ``global_batch_size`` with
+      ``drop_last=True``, or ``pad_samples_to_global_batch_size=True``, or one that divides
+      ``total_samples``), ``P`` is the same on every layout a run may move to, and the count
+      means the same position on any ``micro_batch_size x data_parallel_size``: a restart is
+      exact on any layout;
+    * so it is in an order whose configuration pins the layout (``compat="nemo"``,
+      ``compat="megatron"``: another layout is another order), read as Megatron reads it;
+    * otherwise ``P`` depends on the layout that counted, which a bare count does not say: a
+      count past the first epoch is refused, and inside it (where every layout agrees on what
+      was trained) it is exact.
 
-    Without a ``global_batch_size`` (Megatron's own samplers never get one; a batch-size ramp
-    lives in the training loop) the count is read on this sampler's layout, as Megatron does:
-    exact when the run keeps its ``micro_batch_size x data_parallel_size``. In every case a
-    ``state_dict()`` has none of these limits: it records the epoch and resumes exactly on any
-    layout that can continue it.
+    In every case a ``state_dict()`` has none of these limits: it records the epoch and resumes
+    exactly on any layout that can continue it.
 
 The samplers are micro-batch granular and know nothing of gradient accumulation: a global batch
 of ``G`` is ``G / M`` consecutive micro-batches on every rank, so a global batch size that changes
@@ -64,11 +64,10 @@ from dataorder.core.assembly import (
     recorded,
 )
 from dataorder.core.blockplan import BlockPlan
-from dataorder.core.cursor import CursorBatchSampler
+from dataorder.core.cursor import CursorBatchSampler, RunCount
 from dataorder.core.keys import MAX_SEED
 from dataorder.core.partition import EpochBlocks
 from dataorder.core.permutation import MAX_DOMAIN
-from dataorder.core.state import MAX_EPOCH
 from dataorder.core.topology import Topology
 from dataorder.llm.compat_megatron import MegatronLMOrder
 from dataorder.llm.compat_nemo import NemoOrder
@@ -236,41 +235,25 @@ class BaseMegatronSampler(
                 f"{what} when drop_last=True, or there is nothing to train",
                 total_samples,
             )
-        consumed_samples = check_int("consumed_samples", consumed_samples, min_value=0)
-        if consumed_samples:
-            self._place(*self._from_consumed_samples(consumed_samples), loaded=True)
+        if check_int("consumed_samples", consumed_samples, min_value=0):
+            self._place(*self.count_position(consumed_samples), loaded=True)
 
-    def _from_consumed_samples(self, consumed_samples: int) -> tuple[int, dict[str, int]]:
-        """``(epoch, progress)`` of Megatron's run-wide count (see NOTE [ consumed_samples ])."""
-        layout = self._blocks
-        epoch, consumed = divmod(consumed_samples, layout.total_positions)
-        if epoch > MAX_EPOCH:
-            fail(
-                "consumed_samples",
-                f"below {MAX_EPOCH + 1} epochs of {layout.total_positions} positions",
-                consumed_samples,
-            )
-        if epoch and self._epoch_length_varies_with_layout():
-            fail(
-                "consumed_samples",
-                f"inside the first epoch ({layout.total_positions} positions on this layout) "
-                "when the number of positions in an epoch depends on micro_batch_size x "
-                "data_parallel_size (see NOTE [ consumed_samples ]: pass the state_dict() of "
-                "the run instead, which resumes exactly on any layout, or set "
-                "global_batch_size with drop_last=True or pad_samples_to_global_batch_size=True)",
-                consumed_samples,
-            )
-        try:
-            layout.step_of(consumed, strict=True)
-        except ValueError:
-            fail(
-                "consumed_samples",
-                "on a block boundary: whole epochs of "
-                f"{layout.total_positions} positions plus a multiple of "
-                f"micro_batch_size x data_parallel_size = {layout.block_size}",
-                consumed_samples,
-            )
-        return epoch, {"consumed": consumed}
+    def _run_count(self) -> RunCount:
+        """Epochs of the same positions on this layout (NOTE [ consumed_samples ])."""
+        config = self._strategy.config()
+        pinned = bool(config.get("data_parallel_size")) and bool(config.get("micro_batch_size"))
+        varies = self._gbs is None or self._epoch_length_varies_with_layout()
+        if self._drop_last:
+            why = "drop_last=True without global_batch_size drops total_samples mod M"
+        elif self._gbs is None:
+            why = "drop_last=False pads total_samples up to a multiple of M"
+        else:
+            why = f"drop_last=False pads only the last block, not to global_batch_size={self._gbs}"
+        return RunCount.equal_epochs(
+            self._blocks.total_positions,
+            same_on_every_layout=pinned or not varies,
+            why=f"{why}, M = micro_batch_size x data_parallel_size",
+        )
 
     def _build_order(self, spec: EpochSpec) -> MegatronOrder:
         """The order of this sampler on the layout of ``spec`` (chosen once, at construction,
@@ -336,7 +319,7 @@ class BaseMegatronSampler(
     @property
     def consumed_samples(self) -> int:
         """Megatron's run-wide count: ``epoch x positions per epoch + consumed in the epoch``."""
-        return self._epoch * self._blocks.total_positions + self._position["consumed"]
+        return self._count_now()
 
     def __repr__(self) -> str:
         return (

@@ -58,8 +58,8 @@ class TorchOrder:
 #     two checkpoints.
 
 
-def _yielded(sampler: Any) -> Scalar:
-    return int(sampler.yielded)
+def _yielded(sampler: Any, epoch: int, progress: Mapping[str, int]) -> Scalar:
+    return int(progress["consumed"] // sampler.num_replicas)  # torchdata's attribute, at progress
 
 
 def _check_yielded(

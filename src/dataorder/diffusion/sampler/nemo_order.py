@@ -148,8 +148,8 @@ class NemoBucketOrder:
 #     as older ones did, still loads).
 
 
-def _batches_yielded(sampler: Any) -> Scalar:
-    return int(sampler.epoch_plan().step_of(sampler.progress))
+def _batches_yielded(sampler: Any, epoch: int, progress: Mapping[str, int]) -> Scalar:
+    return int(sampler.epoch_plan(epoch).step_of(progress))
 
 
 def _check_batches_yielded(

@@ -48,13 +48,18 @@ from dataorder.core.assembly import (
     recorded,
 )
 from dataorder.core.blockplan import BlockSteps
-from dataorder.core.cursor import CursorBatchSampler
+from dataorder.core.cursor import CursorBatchSampler, RunCount
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.partition import MAX_POSITIONS, EpochBlocks, plan_epoch
 from dataorder.core.permutation import PERMUTATION_VERSION
 from dataorder.core.state import Scalar, digest
 from dataorder.core.topology import Topology
-from dataorder.llm.blend import BATCH_SIZE_SCHEDULE, MIXTURE_STATE, per_source_progress
+from dataorder.llm.blend import (
+    BATCH_SIZE_SCHEDULE,
+    MIXTURE_STATE,
+    blend_run_count,
+    per_source_progress,
+)
 from dataorder.llm.blend_order import BLEND_VERSION, BlendOrder
 from dataorder.llm.mixture import Mixture, MixtureSchedule
 from dataorder.llm.orders import check_epoch_end, plan_megatron_epoch
@@ -526,9 +531,8 @@ class PackedSampler(
                 fail("lengths", "None with mixture= (the sources' lengths are in it)", "<given>")
             self._init_mixture(mixture, plan, global_batch_size, total_rows)
         self._stats: dict[int, tuple[int, int]] = {}
-        consumed_samples = check_int("consumed_samples", consumed_samples, min_value=0)
-        if consumed_samples:
-            self._place(*self._from_consumed(consumed_samples), loaded=True)
+        if check_int("consumed_samples", consumed_samples, min_value=0):
+            self._place(*self.count_position(consumed_samples), loaded=True)
 
     # -- construction -----------------------------------------------------------------------------
     def _init_one(self, global_batch_size: object, total_rows: object) -> None:
@@ -643,26 +647,20 @@ class PackedSampler(
             pad_samples_to_global_batch_size=self._pad,
         )
 
-    def _from_consumed(self, consumed_samples: int) -> tuple[int, dict[str, int]]:
-        """``(epoch, progress)`` of a run-wide count of rows."""
+    def _run_count(self) -> RunCount:
+        """One corpus: epochs of the same rows on this layout, as the Megatron samplers'
+        (NOTE [ The run-wide count ]); a mixture: stretches of the run, as a blend's."""
         if self.mixture is not None:
-            epoch, consumed = self.order.epoch_of(consumed_samples)
-        else:
-            epoch, consumed = divmod(
-                consumed_samples, self._one_layout(self._mbs, self._dp).total_positions
-            )
-        if epoch > self.max_epoch:
-            fail("consumed_samples", f"within {self.max_epoch + 1} epochs", consumed_samples)
-        try:
-            self.epoch_plan(epoch).step_of({"consumed": consumed}, strict=True)
-        except ValueError:
-            fail(
-                "consumed_samples",
-                "a run-wide count of rows on a block boundary of micro_batch_size x "
-                f"data_parallel_size = {self._mbs * self._dp}",
-                consumed_samples,
-            )
-        return epoch, {"consumed": consumed}
+            return blend_run_count(self.order)
+        whole = self._gbs is not None and (
+            self._drop_last or self._pad or self.plans[0].rows_per_epoch % self._gbs == 0
+        )
+        why = "the rows an epoch drops or pads depend on M = micro_batch_size x data_parallel_size"
+        return RunCount.equal_epochs(
+            self._one_layout(self._mbs, self._dp).total_positions,
+            same_on_every_layout=whole,
+            why=why,
+        )
 
     # -- configuration, read-only ---------------------------------------------------------------
     @property
@@ -728,10 +726,7 @@ class PackedSampler(
     @property
     def consumed_samples(self) -> int:
         """Rows consumed in the run (Megatron's ``consumed_samples``, in rows)."""
-        if self.mixture is not None:
-            return self.order.epoch_bounds(self._epoch)[0] + self._position["consumed"]
-        per_epoch = self._one_layout(self._mbs, self._dp).total_positions
-        return self._epoch * per_epoch + self._position["consumed"]
+        return self._count_now()
 
     def consumed_per_source(self, rows: int | None = None) -> IntArray:
         """With a mixture, the rows each source has given after ``rows`` run-wide rows."""

@@ -1,0 +1,441 @@
+"""Every way back into a run, crossed with every sampler family, checkpoint and layout.
+
+The sweep crosses
+
+* the ways back in: ``load_state_dict``, ``from_state``, a run-wide count (``consumed_samples=``,
+  read by :meth:`~dataorder.core.cursor.CursorSampler.count_position` as every constructor reads
+  it), :class:`~dataorder.integrations.dcp.OrderState` through ``dcp.save``/``dcp.load`` (one
+  process), a torchdata ``StatefulDataLoader`` state (``snapshot_every_n_steps`` 1, 2, 3, 5;
+  0, 1 or 2 workers), and two loads in a row (an earlier state, then the one saved);
+* the sampler families of the contract tables (Megatron single, random, sharded, NeMo and
+  Megatron-LM orders; blends with constant weights and with a mixture schedule; buckets
+  sequential, interleaved, dynamic, NeMo's, image and video fitted; torch's per-index order;
+  packed rows under ``overflow`` and ``never``, and a packed mixture);
+* the checkpoint: at step 0, mid-epoch, after the last step of epoch 0, and after
+  ``set_epoch(1)`` before its first batch;
+* the layout it resumes on: the same data-parallel size, a smaller and a larger one.
+
+The resumed loop is ``for e in range(sampler.epoch, 2): set_epoch(e); read the epoch``. The
+verdict: on the same layout, exactly what an uninterrupted run reads; on another, epoch 0
+repeats no more than the two layouts pad and skips no more than they drop, and epoch 1 is
+exactly the new layout's; or a ``ValueError`` that says why (another layout of an order that
+pins it, a position inside a step of the new layout, a run-wide count the layout makes
+ambiguous). A bare count records no layout, so an order that pins the layout (a state from
+another layout is refused) cannot tell a count from another layout: that one cell is not judged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import BatchSampler
+
+import test_contract_blend as blend_cases
+import test_contract_bucket_sampler as bucket_cases
+import test_contract_distributed as distributed_cases
+import test_contract_megatron as megatron_cases
+import test_contract_packed as packed_cases
+from dataorder.core.batching import coverage, read_spans
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
+from dataorder.integrations.common import consumed_state
+from dataorder.integrations.dcp import OrderState
+from dataorder.llm.megatron import MegatronPretrainingRandomSampler
+from dataorder.testing import SamplerCase
+from dataorder.testing.contract import run_epoch
+from stack_samplers import Items, collate_list
+
+
+@dataclass(frozen=True)
+class Family:
+    """A sampler case of a contract table, with what ``from_state`` must be given."""
+
+    case: SamplerCase
+    given: dict[str, Any] = field(default_factory=dict)
+    smaller: int = 1
+    larger: int = 4
+
+
+def _row(table: list[Any], name: str) -> tuple[Any, ...]:
+    return next(tuple(row) for row in table if row[0] == name)
+
+
+def _megatron(name: str) -> Family:
+    _, make, n, world, *_ = _row(megatron_cases.CASES, name)
+    return Family(SamplerCase(name=name, make=make, dataset_size=n, dp_size=world))
+
+
+def _bucket(name: str) -> Family:
+    _, ds, kw, world, *_ = _row(bucket_cases.CASES, name)
+    case = SamplerCase(
+        name=name, make=bucket_cases.make(ds, **kw), dataset_size=len(ds), dp_size=world
+    )
+    given = {"dataset": ds} | {k: v for k, v in kw.items() if k == "base_resolution"}
+    return Family(case, given)
+
+
+def _blend(name: str, weights: Any) -> Family:
+    _, make, sizes, world, *_ = _row(blend_cases.CASES, name)
+    case = SamplerCase(name=name, make=make, dataset_size=sum(sizes), dp_size=world)
+    return Family(case, {"sizes": sizes, "weights": weights})
+
+
+def _packed(name: str, given: dict[str, Any]) -> Family:
+    _, make, extents, world, _ = _row(packed_cases.CASES, name)
+    case = SamplerCase(
+        name=name, make=make, dataset_size=len(extents), dp_size=world, extents=extents
+    )
+    return Family(case, given)
+
+
+def _image_fitted() -> Family:
+    """Images in a bucket set fitted to them for global batches of 2 (``fit_to_data``)."""
+    rng = np.random.default_rng(7)
+    sizes = np.array([(1024, 768), (768, 1024), (1024, 1024), (1920, 1080), (640, 480)])
+    w, h = sizes[rng.integers(0, len(sizes), 24)].T
+    calc = MultiTierBucketCalculator.fit_to_data(w, h, global_batch_size=2, max_waste=0.1)
+    ds = BaseMultiresolutionDataset.from_sizes(w, h, calc)
+    make = bucket_cases.make(ds, base_batch_size=1, seed=2)
+    return Family(
+        SamplerCase(name="image-fitted-drop", make=make, dataset_size=24, dp_size=2),
+        {"dataset": ds},
+    )
+
+
+def _megatron_lm(rank: int, world: int) -> Any:
+    return MegatronPretrainingRandomSampler(
+        24, 2, rank, world, compat="megatron", data_sharding=False
+    )
+
+
+_, _TORCH, _TORCH_N, _TORCH_WORLD, *_ = _row(distributed_cases.CASES, "torch-shuffle-pad")
+
+FAMILIES: dict[str, Family] = {
+    f.case.name: f
+    for f in [
+        _megatron("single-drop"),
+        _megatron("single-gbs-pad"),
+        _megatron("random-keep"),
+        _megatron("sharded-drop"),
+        _megatron("nemo"),
+        Family(SamplerCase(name="megatron-lm", make=_megatron_lm, dataset_size=24, dp_size=2)),
+        _blend("two-sources", [3, 1]),
+        _blend("ramp-short-epochs", blend_cases.RAMPED),
+        _bucket("small-keep-shuffled"),
+        _bucket("small-interleaved-keep"),
+        _bucket("many-keep-dynamic"),
+        _bucket("small-nemo-keep"),
+        _bucket("video-fitted-drop"),
+        _image_fitted(),
+        Family(
+            SamplerCase(
+                name="torch-shuffle-pad",
+                make=_TORCH,
+                dataset_size=_TORCH_N,
+                dp_size=_TORCH_WORLD,
+                batched=False,
+            ),
+            smaller=2,
+            larger=6,
+        ),
+        _packed("overflow-keep", {"lengths": packed_cases.WEB}),
+        _packed("never-truncate", {"lengths": packed_cases.CODE}),
+        _packed("mixture", {"mixture": ([packed_cases.WEB, packed_cases.CODE], [2, 1])}),
+    ]
+}
+FAMILIES["many-keep-dynamic"] = Family(  # its table world is 8: resume on 4, 2 and 8
+    FAMILIES["many-keep-dynamic"].case, FAMILIES["many-keep-dynamic"].given, smaller=2, larger=8
+)
+
+POINTS = ("step-0", "mid-epoch", "last-step", "next-epoch-set")
+#: What a refusal must say: the field or rule that makes the layout unable to continue.
+REASON = re.compile(
+    r"data_parallel_size|micro_batch_size|num_replicas|inside the first epoch|step boundary|"
+    r"cannot resume|not a position|another configuration|cannot resume on another layout"
+)
+
+
+def _sizes(family: Family) -> list[int]:
+    world = family.case.dp_size
+    return sorted(
+        {
+            world,
+            max(1, family.smaller if family.smaller < world else world // 2),
+            family.larger if family.larger > world else 2 * world,
+        }
+    )
+
+
+def _unit(case: SamplerCase) -> int:
+    return 1 if case.batched else case.loader_batch_size
+
+
+@dataclass
+class Saved:
+    """A run on the saving layout stopped at a checkpoint."""
+
+    old: list[Any]
+    before: list[list[Any]]  # what each rank read of epoch 0
+    steps: int  # loader batches each rank read
+    next_epoch: bool  # the loop said set_epoch(1) after epoch 0
+
+
+def _run(case: SamplerCase, point: str) -> Saved:
+    world = case.dp_size
+    old = [case.make(r, world) for r in range(world)]
+    unit = _unit(case)
+    batches = -(-len(old[0]) // unit)
+    steps = {"step-0": 0, "mid-epoch": batches // 2}.get(point, batches)
+    for s in old:
+        s.set_epoch(0)
+    before = [run_epoch(s, limit=min(steps * unit, len(s))) for s in old]
+    if point == "next-epoch-set":
+        for s in old:
+            s.set_epoch(1)
+    return Saved(old, before, steps, point == "next-epoch-set")
+
+
+def _reads(case: SamplerCase, sampler: Any, items: list[Any]) -> tuple[int, int, int]:
+    """(units read, distinct units, padding slots) of ``items``."""
+    read = read_spans(case.rule(sampler), items)
+    k, a, b = read.spans
+    if k.size == 0:
+        return 0, 0, read.padding
+    c = coverage((k, a, b))
+    return c.units, c.distinct, read.padding
+
+
+def _epoch(case: SamplerCase, world: int, epoch: int) -> list[list[Any]]:
+    out = []
+    for r in range(world):
+        s = case.make(r, world)
+        s.set_epoch(epoch)
+        out.append(run_epoch(s))
+    return out
+
+
+def _counter(sampler: Any, case: SamplerCase, which: str) -> int:
+    rule = case.rule(sampler)
+    return int(getattr(sampler, rule.padded_counter if which == "padded" else rule.dropped_counter))
+
+
+def _judge(family: Family, saved: Saved, world: int, restore: Callable[[list[Any]], None]) -> str:
+    """Resume on ``world`` ranks through ``restore``; return "ok" or "refused", or fail."""
+    case = family.case
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            new = [case.make(r, world) for r in range(world)]
+    except ValueError:
+        return "no such layout"  # the configuration itself cannot be built on it
+    try:
+        restore(new)
+    except ValueError as err:
+        refusal = str(err)
+    else:
+        refusal = ""
+    if refusal:
+        assert REASON.search(refusal), f"{case.name}: a refusal that names no reason: {refusal}"
+        return "refused"
+    after: dict[int, list[list[Any]]] = {}
+    start = new[0].epoch
+    assert {s.epoch for s in new} == {start}, f"{case.name}: ranks disagree on the epoch"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for e in range(start, 2):
+            for s in new:
+                s.set_epoch(e)
+            after[e] = [run_epoch(s) for s in new]
+    assert start <= 1, f"{case.name}: resumed at epoch {start}"
+    fresh1 = _epoch(case, world, 1)
+    assert after[1] == fresh1, f"{case.name}: epoch 1 on {world} ranks is not the layout's own"
+    mine0 = [x for rank in saved.before for x in rank] + [
+        x for rank in after.get(0, []) for x in rank
+    ]
+    if world == case.dp_size:
+        whole = _epoch(case, world, 0)
+        got = [saved.before[r] + (after[0][r] if 0 in after else []) for r in range(world)]
+        assert got == whole, f"{case.name}: epoch 0 resumed on the same layout is not the run's"
+        return "ok"
+    units, distinct, _ = _reads(case, new[0], mine0)
+    repeated = units - distinct
+    padded = _counter(saved.old[0], case, "padded") + _counter(new[0], case, "padded")
+    dropped = _counter(saved.old[0], case, "dropped") + _counter(new[0], case, "dropped")
+    assert repeated <= padded, f"{case.name}: {repeated} repeated on {world} ranks (pads {padded})"
+    assert case.universe - distinct <= dropped, (
+        f"{case.name}: {case.universe - distinct} skipped on {world} ranks (drops {dropped})"
+    )
+    return "ok"
+
+
+# -- the ways back in ------------------------------------------------------------------------------
+def _load_each(state: dict[str, Any]) -> Callable[[list[Any]], None]:
+    def restore(new: list[Any]) -> None:
+        for s in new:
+            s.load_state_dict(state)
+
+    return restore
+
+
+def way_load_state_dict(family: Family, saved: Saved, tmp: Path) -> Callable[[list[Any]], None]:
+    return _load_each(saved.old[0].state_dict())
+
+
+def way_two_loads(family: Family, saved: Saved, tmp: Path) -> Callable[[list[Any]], None]:
+    early = family.case.make(0, family.case.dp_size)
+    next(iter(early), None)
+    first, last = early.state_dict(), saved.old[0].state_dict()
+
+    def restore(new: list[Any]) -> None:
+        for s in new:
+            with contextlib.suppress(ValueError):  # refused on this layout: the second wins
+                s.load_state_dict(first)
+            s.load_state_dict(last)
+
+    return restore
+
+
+def way_from_state(family: Family, saved: Saved, tmp: Path) -> Callable[[list[Any]], None]:
+    state = saved.old[0].state_dict()
+    cls = type(saved.old[0])
+
+    def restore(new: list[Any]) -> None:
+        world = len(new)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            new[:] = [
+                cls.from_state(state, rank=r, dp_size=world, **family.given) for r in range(world)
+            ]
+
+    return restore
+
+
+def way_count(family: Family, saved: Saved, tmp: Path) -> Callable[[list[Any]], None]:
+    count = saved.old[0].consumed_samples
+
+    def restore(new: list[Any]) -> None:
+        for s in new:
+            # what consumed_samples= does in every constructor that takes it
+            s._place(*s.count_position(count), loaded=True)
+
+    return restore
+
+
+def way_dcp(family: Family, saved: Saved, tmp: Path) -> Callable[[list[Any]], None]:
+    import torch.distributed.checkpoint as dcp
+
+    path = tmp / f"dcp-{family.case.name}-{len(list(tmp.iterdir()))}"
+    dcp.save({"data": OrderState(saved.old[0])}, checkpoint_id=str(path), no_dist=True)
+
+    def restore(new: list[Any]) -> None:
+        for s in new:  # every rank loads the one saved copy
+            dcp.load({"data": OrderState(s)}, checkpoint_id=str(path), no_dist=True)
+
+    return restore
+
+
+def _loader(case: SamplerCase, sampler: Any, workers: int, every: int) -> StatefulDataLoader:
+    kw: dict[str, Any] = {"num_workers": workers, "snapshot_every_n_steps": every}
+    if case.batched:
+        return StatefulDataLoader(
+            Items(10**6), batch_sampler=sampler, collate_fn=collate_list, **kw
+        )
+    sampler_of_batches = BatchSampler(sampler, case.loader_batch_size, False)
+    return StatefulDataLoader(
+        Items(), batch_sampler=sampler_of_batches, collate_fn=collate_list, **kw
+    )
+
+
+def way_loader(workers: int, every: int) -> Callable[[Family, Saved, Path], Any]:
+    def way(family: Family, saved: Saved, tmp: Path) -> Callable[[list[Any]], None]:
+        case = family.case
+        live = case.make(0, case.dp_size)  # rank 0's loader, run as the saving job ran it
+        loader = _loader(case, live, workers, every)
+        live.set_epoch(0)
+        batches = iter(loader)
+        for _ in range(saved.steps):
+            next(batches)
+        if saved.next_epoch:
+            assert next(batches, None) is None  # the loop ran the loader out
+            live.set_epoch(1)
+        state = consumed_state(loader)
+        del batches
+        return _load_each(state)
+
+    return way
+
+
+WAYS: dict[str, Callable[[Family, Saved, Path], Any]] = {
+    "load_state_dict": way_load_state_dict,
+    "from_state": way_from_state,
+    "consumed_samples": way_count,
+    "dcp": way_dcp,
+    "two-loads": way_two_loads,
+    **{
+        f"loader-w{w}-every{n}": way_loader(w, n)
+        for w in (0, 1, 2)
+        for n in ((1,) if w == 0 else (1, 2, 3, 5))
+    },
+}
+
+# The default run: every family through every way without worker processes, and the worker
+# ways on one family each (a loader with workers costs about a second to start); the rest is
+# marked slow.
+DEFAULT_WORKER_FAMILY = "random-keep"
+
+
+def _params() -> list[Any]:
+    out = []
+    for way in WAYS:
+        for name in FAMILIES:
+            if way == "consumed_samples" and not _counts(FAMILIES[name]):
+                continue  # a sampler that takes no run-wide count
+            slow = way.startswith(("loader-w1", "loader-w2")) and name != DEFAULT_WORKER_FAMILY
+            marks = [pytest.mark.slow] if slow else []
+            out.append(pytest.param(way, name, marks=marks, id=f"{way}-{name}"))
+    return out
+
+
+def _counts(family: Family) -> bool:
+    """Whether the family's sampler takes a run-wide count (``consumed_samples=``)."""
+    return hasattr(family.case.make(0, family.case.dp_size), "consumed_samples")
+
+
+def _pins_layout(family: Family, world: int) -> bool:
+    """Whether the family's order refuses a state from ``world`` ranks (it pins the layout)."""
+    case = family.case
+    state = case.make(0, case.dp_size).state_dict()
+    try:
+        case.make(0, world).load_state_dict(state)
+    except ValueError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize(("way", "name"), _params())
+def test_every_way_back_in_loses_and_repeats_nothing_or_says_why(
+    way: str, name: str, tmp_path: Path
+) -> None:
+    family = FAMILIES[name]
+    verdicts = []
+    for point in POINTS:
+        saved = _run(family.case, point)
+        restore = WAYS[way](family, saved, tmp_path)
+        for world in _sizes(family):
+            other = world != family.case.dp_size
+            if way == "consumed_samples" and other and _pins_layout(family, world):
+                continue  # a bare count cannot tell this layout's order from another's
+            verdict = _judge(family, saved, world, restore)
+            if world == family.case.dp_size and way != "consumed_samples":
+                assert verdict == "ok", f"{name}: refused on its own layout at {point}"
+            verdicts.append(verdict)
+    assert "ok" in verdicts

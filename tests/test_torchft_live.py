@@ -166,3 +166,20 @@ def test_every_family_survives_torchft_failures_exactly(
     assert report.committed_steps == 10
     assert report.failed_attempts >= 1
     assert len(set(report.units_per_step)) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(400)
+def test_the_torchft_example_runs_its_job_and_prints_exact_coverage(tmp_path: Path) -> None:
+    pytest.importorskip("torchft")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "torchft_ddp.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=360,
+        cwd=ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "coverage: exact" in proc.stdout

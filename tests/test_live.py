@@ -282,6 +282,13 @@ BAD: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("negative step (epoch)", lambda: _live_of().epoch_of(-2), ValueError, "got step=-2"),
     ("bool step", lambda: _live_of().items(True, 0, 1), TypeError, "got step=True"),
     (
+        "step past any run",
+        lambda: _live_of().items(2**62, 0, 1),
+        ValueError,
+        "step must be within 65536 epochs of the last epoch counted",
+    ),
+    ("step past int64", lambda: _live_of().epoch_of(2**70), ValueError, "step must be within"),
+    (
         "inner size not dividing",
         lambda: _live_of().items(0, 0, 1, 0, 3),
         ValueError,

@@ -49,7 +49,7 @@ from dataorder.core.batching import BatchRule, read_spans, rule_of
 from dataorder.core.cursor import CursorSampler, EpochPlan
 from dataorder.core.state import Scalar, config_fingerprint
 
-__all__ = ["LIVE_FORMAT", "MODES", "LiveBatches", "Share"]
+__all__ = ["LIVE_FORMAT", "MAX_EPOCHS_AHEAD", "MODES", "LiveBatches", "Share", "share_of"]
 
 T = TypeVar("T")
 
@@ -58,8 +58,10 @@ MODES: tuple[str, ...] = ("constant", "per_participant")
 #: The ``format`` a :meth:`LiveBatches.state_dict` records.
 LIVE_FORMAT = "dataorder.live"
 _VERSION = 1
-#: Epochs whose step counts are kept (ints only), and global batches whose units are kept.
+#: Global batches whose units are kept.
 _UNITS_CACHE = 8
+#: Epochs counted in one call at most (each builds the sampler's plan of that epoch once).
+MAX_EPOCHS_AHEAD = 2**16
 
 
 class Share(tuple[int, int]):
@@ -236,8 +238,19 @@ class LiveBatches(Generic[T]):
         self._stream_starts.append(self._stream_starts[-1] + n * self._dp)
 
     def _locate(self, starts: list[int], position: int) -> int:
-        """The epoch holding ``position`` of a run-wide count whose epoch starts are ``starts``."""
+        """The epoch holding ``position`` of a run-wide count whose epoch starts are ``starts``.
+
+        Epochs may differ in length (a blend's), so they are counted one by one, once; a
+        position more than :data:`MAX_EPOCHS_AHEAD` epochs past the last one counted is refused
+        rather than scanned (a run reaches it step by step).
+        """
+        limit = len(self._steps) + MAX_EPOCHS_AHEAD
         while starts[-1] <= position:
+            if len(self._steps) >= limit:
+                raise ValueError(
+                    f"step must be within {MAX_EPOCHS_AHEAD} epochs of the last epoch counted "
+                    f"(epoch {len(self._steps) - 1}, ending at {starts[-1]}); got step={position}"
+                )
             self._extend()
         return bisect.bisect_right(starts, position) - 1
 

@@ -97,7 +97,7 @@ def check_shares(live: LiveBatches[Any], events: list[tuple[int, bool, list[int]
 
 
 def check_items(
-    live: LiveBatches[Any], events: list[tuple[int, bool, list[int]]]
+    live: LiveBatches[Any], spare: LiveBatches[Any], events: list[tuple[int, bool, list[int]]]
 ) -> dict[str, int]:
     """The items trained in committed steps against the base order; a hot spare's items."""
     trained: list[Any] = []
@@ -105,8 +105,8 @@ def check_items(
     for step, committed, quorum in events:
         participants = len(quorum)
         got = [live.items(step, p, participants) for p in range(participants)]
-        if participants > 1:  # a spare takes the last rank's place: the same items
-            spare_mismatch += got[-1] != live.items(step, participants - 1, participants)
+        if participants > 1:  # a hot spare (its own process) takes the last rank's place
+            spare_mismatch += got[-1] != spare.items(step, participants - 1, participants)
         if committed:
             trained += [x for share in got for x in share]
     s = live.sampler
@@ -291,7 +291,7 @@ def main() -> int:
         for groups in (2, 3) if args.smoke else (2, 3, 8):
             family_live = LiveBatches(make(groups), **kw)
             events = trace(groups, item_steps, max(args.flip, 0.05), args.seed + 7 * groups)
-            got = check_items(family_live, events)
+            got = check_items(family_live, LiveBatches(make(groups), **kw), events)
             ok = not (got["mismatch"] or got["spare"])
             failed |= not ok
             print(

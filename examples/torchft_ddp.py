@@ -32,7 +32,7 @@ from torchft import Manager, ProcessGroupGloo
 from torchft.process_group import ReduceOp
 
 from dataorder.integrations.torchft import LiveLoader
-from dataorder.tools.demo_live import CONFIGS, build_live, run_job
+from dataorder.tools.demo_live import CONFIGS, build_live, run_job, wait_for_peers
 
 
 def features(item: list) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,6 +67,7 @@ def train(args: argparse.Namespace, store_port: int) -> None:
         use_async_quorum=False,  # a healing replica takes part in its first step
         quorum_timeout=timedelta(seconds=150),
     )
+    wait_for_peers(Path(args.out).parent, args.replica, args.replicas)  # the job starts together
     # The job's nominal layout, the same on every replica; a replica restarted with another is
     # refused when it heals. Nothing about the data is checkpointed.
     live = build_live(args.config)
@@ -114,6 +115,7 @@ def main() -> int:
     p.add_argument("--inner", type=int, default=1)
     p.add_argument("--die-at", type=int, default=-1)
     p.add_argument("--leave-at", type=int, default=-1)
+    p.add_argument("--replicas", type=int, default=3)
     args = p.parse_args()
     if args.replica is not None:
         store = dist.TCPStore("localhost", 0, is_master=True, wait_for_workers=False)

@@ -52,6 +52,7 @@ __all__ = [
     "replica_loop",
     "run_from_cli",
     "run_job",
+    "wait_for_peers",
 ]
 
 #: The nominal data-parallel size of every configuration (replica groups x inner ranks).
@@ -121,6 +122,20 @@ def _features(item: Any) -> Any:
 
 
 # -- one replica group ----------------------------------------------------------------------------
+def wait_for_peers(directory: Path, replica: int, replicas: int, timeout: float = 150.0) -> None:
+    """Say this replica is up (its ``Manager`` heartbeats), then wait until all ``replicas`` are:
+    otherwise the first two to import torch could run the whole job before the third joins
+    (a restarted replica finds every mark already there)."""
+    (directory / f"up_{replica}").touch()
+    deadline = time.monotonic() + timeout
+    while not all((directory / f"up_{r}").exists() for r in range(replicas)):
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"replica {replica}: the other replicas did not start in {timeout} s"
+            )
+        time.sleep(0.05)
+
+
 def replica_loop(
     *,
     config: str,
@@ -134,6 +149,7 @@ def replica_loop(
     leave_at: int,
     out: Path,
     num_workers: int = 0,
+    replicas: int = 3,
 ) -> None:
     """One rank of one replica group: the torchft loop of docs/integrations.md, recording what
     it trains. ``die_at``/``leave_at`` (-1: never) kill the process mid-step, or leave the job."""
@@ -165,6 +181,8 @@ def replica_loop(
         quorum_timeout=timedelta(seconds=150),  # a restarted replica imports torch first
         connect_timeout=timedelta(seconds=15),
     )
+    if inner_rank == 0:
+        wait_for_peers(out.parent, replica, replicas)
     live = build_live(config)
     extra: dict[str, Any] = (
         {"persistent_workers": True, "prefetch_factor": 2} if num_workers else {}
@@ -234,6 +252,7 @@ def _replica_main(args: argparse.Namespace) -> None:
                 leave_at=args.leave_at,
                 out=Path(args.out).with_suffix(f".{inner}.jsonl"),
                 num_workers=args.workers,
+                replicas=args.replicas,
             )
         except BaseException as err:  # reported by the exit code
             errors.append(err)
@@ -395,7 +414,7 @@ def run_job(
         f"at step {leave_at}"
     )
     workdir.mkdir(parents=True, exist_ok=True)
-    for old in [*workdir.glob("replica_*.jsonl"), *workdir.glob("replica_*.log")]:
+    for old in [*workdir.glob("replica_*.*"), *workdir.glob("up_*")]:
         old.unlink()
     lighthouse = LighthouseServer(
         bind="[::]:0", min_replicas=2, join_timeout_ms=2000, heartbeat_timeout_ms=3000
@@ -423,6 +442,8 @@ def run_job(
             str(leave_at if replica == 2 else -1),
             "--out",
             str(workdir / f"replica_{replica}"),
+            "--replicas",
+            str(replicas),
         ]
         log = (workdir / f"replica_{replica}.log").open("ab")  # a pipe could fill and block it
         try:
@@ -514,6 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--leave-at", type=int, default=-1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="out/demo_live")
+    p.add_argument("--replicas", type=int, default=3)
     args = p.parse_args(argv)
     if args.replica is not None:
         _replica_main(args)

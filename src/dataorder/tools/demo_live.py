@@ -365,6 +365,58 @@ def check_records(
     return report
 
 
+Start = Callable[[int, int], "subprocess.Popen[bytes]"]
+
+
+def _supervise(
+    start: Start,
+    die_at: int,
+    replicas: int,
+    workdir: Path,
+    timeout: float,
+    say: Callable[[str], None],
+) -> bool:
+    """Run the replicas to their end: restart replica 1 once when it is killed, fail on any
+    other exit than 0, kill every process past ``timeout``. Whether replica 1 was restarted."""
+    procs = {r: start(r, die_at if r == 1 else -1) for r in range(replicas)}
+    restarted = False
+    deadline = time.monotonic() + timeout
+    try:
+        while procs:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the torchft job did not finish within {timeout} s")
+            for r, proc in list(procs.items()):
+                code = proc.poll()
+                if code is None:
+                    continue
+                del procs[r]
+                if r == 1 and code == -signal.SIGKILL and not restarted:
+                    say(f"replica 1 killed in step {die_at}; restarting it")
+                    restarted = True
+                    procs[r] = start(r, -1)
+                elif code != 0:
+                    log = (workdir / f"replica_{r}.log").read_text(errors="replace")
+                    raise RuntimeError(f"replica {r} exited with {code}:\n{log[-3000:]}")
+            time.sleep(0.05)
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+    return restarted
+
+
+def _say_report(report: JobReport, unit: str, say: Callable[[str], None]) -> None:
+    say(
+        f"committed steps: {report.committed_steps}; {unit}s per step: "
+        f"{report.units_per_step}; participants per step: {report.quorum_sizes}; "
+        f"failed commits re-run: {report.failed_attempts}"
+    )
+    verdict = "exact (every committed position once, the global batch per step)"
+    say("coverage: " + (verdict if report.ok else "FAILED"))
+    for problem in report.problems:
+        say(f"  {problem}")
+
+
 def run_job(
     config: str = "megatron",
     *,
@@ -422,59 +474,28 @@ def run_job(
     cmd = list(replica_cmd or [sys.executable, "-m", "dataorder.tools.demo_live"])
 
     def start(replica: int, die: int) -> subprocess.Popen[bytes]:
-        argv = [
-            *cmd,
-            "--replica",
-            str(replica),
-            "--config",
-            config,
-            "--lighthouse",
-            lighthouse.address(),
-            "--steps",
-            str(steps),
-            "--inner",
-            str(inner),
-            "--workers",
-            str(workers),
-            "--die-at",
-            str(die),
-            "--leave-at",
-            str(leave_at if replica == 2 else -1),
-            "--out",
-            str(workdir / f"replica_{replica}"),
-            "--replicas",
-            str(replicas),
-        ]
+        options = {
+            "replica": replica,
+            "config": config,
+            "lighthouse": lighthouse.address(),
+            "steps": steps,
+            "inner": inner,
+            "workers": workers,
+            "die-at": die,
+            "leave-at": leave_at if replica == 2 else -1,
+            "out": workdir / f"replica_{replica}",
+            "replicas": replicas,
+        }
+        argv = [*cmd, *(x for k, v in options.items() for x in (f"--{k}", str(v)))]
         log = (workdir / f"replica_{replica}.log").open("ab")  # a pipe could fill and block it
         try:
             return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         finally:
             log.close()
 
-    procs = {r: start(r, die_at if r == 1 else -1) for r in range(replicas)}
-    restarted = False
-    deadline = time.monotonic() + timeout
     try:
-        while procs:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the torchft job did not finish within {timeout} s")
-            for r, proc in list(procs.items()):
-                code = proc.poll()
-                if code is None:
-                    continue
-                del procs[r]
-                if r == 1 and code == -signal.SIGKILL and not restarted:
-                    say(f"replica 1 killed in step {die_at}; restarting it")
-                    restarted = True
-                    procs[r] = start(r, -1)
-                elif code != 0:
-                    log = (workdir / f"replica_{r}.log").read_text(errors="replace")
-                    raise RuntimeError(f"replica {r} exited with {code}:\n{log[-3000:]}")
-            time.sleep(0.05)
+        restarted = _supervise(start, die_at, replicas, workdir, timeout, say)
     finally:
-        for proc in procs.values():
-            proc.kill()
-            proc.wait()
         lighthouse.shutdown()
     if not restarted:
         raise RuntimeError("replica 1 was never killed: the job ended before its step")
@@ -485,21 +506,7 @@ def run_job(
     ]
     live = build_live(config)
     report = check_records(live, records, steps)
-    say(
-        f"committed steps: {report.committed_steps}; {live.batching.unit}s per step: "
-        f"{report.units_per_step}; participants per step: {report.quorum_sizes}; "
-        f"failed commits re-run: {report.failed_attempts}"
-    )
-    say(
-        "coverage: "
-        + (
-            "exact (every committed position once, the global batch per step)"
-            if report.ok
-            else "FAILED"
-        )
-    )
-    for problem in report.problems:
-        say(f"  {problem}")
+    _say_report(report, live.batching.unit, say)
     return report
 
 

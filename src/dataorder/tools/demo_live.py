@@ -281,7 +281,7 @@ class JobReport:
         units_per_step: The units each committed step trained (``G``: constant in samples; in
             tokens, what the step's rows hold).
         failed_attempts: Step attempts whose commit failed (re-trained in full afterwards).
-        quorums: The distinct ``(participants, step)`` changes seen.
+        quorum_sizes: The participants of each committed step (-1 where records disagree).
         problems: Every violation, in words (empty: the check passed).
     """
 
@@ -289,7 +289,6 @@ class JobReport:
     units_per_step: list[int] = field(default_factory=list)
     failed_attempts: int = 0
     quorum_sizes: list[int] = field(default_factory=list)
-    healed_first_steps: list[int] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     @property

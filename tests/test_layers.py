@@ -27,10 +27,12 @@ ALLOWED: dict[str, set[str]] = {
     "diffusion": {"core"},
     "parallel": {"core"},
     "testing": {"core"},
+    # live elasticity works on any sampler through the core's cursor and batching seams
+    "live": {"core"},
     # the top layer: the demo checkpoints through integrations.dcp, as a user's job does
-    "tools": {"core", "llm", "diffusion", "parallel", "testing", "integrations"},
+    "tools": {"core", "llm", "diffusion", "parallel", "testing", "integrations", "live"},
     # the stacks' adapters sit above the samplers; only the tools import them
-    "integrations": {"core", "llm", "diffusion", "parallel"},
+    "integrations": {"core", "llm", "diffusion", "parallel", "live"},
 }
 
 

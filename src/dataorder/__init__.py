@@ -11,6 +11,8 @@ The package is layered; each layer imports only those above it in this list:
 * :mod:`dataorder.llm`: Megatron-style micro-batch samplers and batch-size schedules.
 * :mod:`dataorder.diffusion`: resolution buckets, scans, datasets and the bucket sampler.
 * :mod:`dataorder.parallel`: torch's DistributedSampler over a mesh, and the partition check.
+* :mod:`dataorder.live`: live elasticity, the items each replica group of a fault-tolerant run
+  trains at a committed step, whoever takes part, over any sampler. No torch.
 * :mod:`dataorder.integrations`: the samplers in DCP, NeMo Automodel, Megatron-LM, HF Trainer
   and torchtitan (each stack imported lazily; nothing imports this layer).
 * :mod:`dataorder.testing`: the contract suite, usable on any sampler.
@@ -33,12 +35,13 @@ __version__ = "0.3.0"
 
 #: The subpackages whose ``__all__`` the top level re-exports, in layer order. Each subpackage
 #: lists its own public names once (its ``__all__``); this package lists none of its own.
-PACKAGES: tuple[str, ...] = ("core", "llm", "parallel", "diffusion")
+PACKAGES: tuple[str, ...] = ("core", "llm", "parallel", "diffusion", "live")
 
 if TYPE_CHECKING:
     from dataorder.core import *  # noqa: F403
     from dataorder.core.assembly import AssembledSampler
     from dataorder.diffusion import *  # noqa: F403
+    from dataorder.live import *  # noqa: F403
     from dataorder.llm import *  # noqa: F403
     from dataorder.parallel import *  # noqa: F403
 

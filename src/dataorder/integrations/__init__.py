@@ -16,6 +16,8 @@ module                                         what it gives the stack
                                                epoch kept after a resume, the state checked
 :mod:`dataorder.integrations.torchtitan`       a ``ParallelAwareDataloader`` whose state is
                                                global, so it resumes on another DP size
+:mod:`dataorder.integrations.torchft`          a loader that serves a replica its share of the
+                                               step torchft is on, whoever takes part
 =============================================  ================================================
 
 None of the stacks is a dependency: each module imports its stack when it is used, and says

@@ -80,6 +80,11 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
         ),
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--fault-tolerant",
+        action="store_true",
+        help="run a torchft job instead: kill and restart a replica, check coverage",
+    )
     return p
 
 
@@ -176,6 +181,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
     """Run ``dataorder demo``; 0 if every check passed, :data:`EXIT_CHECKS_FAILED` if not."""
     from dataorder.tools.demo import DemoError, require_demo_extras, run_demo
 
+    if args.fault_tolerant:
+        from dataorder.tools.demo_live import run_from_cli
+
+        return run_from_cli(args, out)
     config = _config(args)
     check_output_dir(args.out, "--out")  # before any process starts
     require_demo_extras()

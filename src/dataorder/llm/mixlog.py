@@ -105,7 +105,7 @@ MIXLOG_FORMAT = "dataorder.mixlog.1"
 MAX_STEP = 2**62
 
 _I64 = np.int64
-_UNIT_BYTES = 5  # a quantised weight is below 2**40 + 1: five bytes in a saved log
+_UNIT_BYTES = 6  # a quantised weight is at most 2**40: six bytes in a saved log
 _DIGEST = 8  # bytes of each chained digest
 _SEED_DIGEST = hashlib.blake2b(MIXLOG_FORMAT.encode(), digest_size=_DIGEST).digest()
 _OP_WEIGHTS = 0
@@ -259,7 +259,11 @@ class MixtureLog:
 
     def digest(self, entries: int | None = None) -> str:
         """16 hex digits chained over the first ``entries`` entries (default: all)."""
-        m = self._n if entries is None else check_int("entries", entries, min_value=0, max_value=self._n)
+        m = (
+            self._n
+            if entries is None
+            else check_int("entries", entries, min_value=0, max_value=self._n)
+        )
         return self._chain[m].hex()
 
     def first_difference(self, other: MixtureLog) -> int | None:
@@ -303,7 +307,7 @@ class MixtureLog:
                 differs.
         """
         first = self.first_difference(saved)
-        if first is None:
+        if first is None or first == saved._n:  # equal, or the saved log is a prefix of this
             return
         if first < self._n or saved._k != self._k:
             fail(
@@ -340,8 +344,8 @@ class MixtureLog:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the log to ``path``: an uncompressed ``.npz`` of ``format``, ``steps`` (int64),
-        ``units`` (each quantised weight in 5 little-endian bytes: 1000 bytes per entry at
-        K = 200, 10 MB for 10**4 entries) and ``digest`` (the chained digest of all entries,
+        ``units`` (each quantised weight, at most 2**40, in 6 little-endian bytes: 1200 bytes
+        per entry at K = 200, 12 MB for 10**4 entries) and ``digest`` (the chained digest of all entries,
         checked on load). Written to a temporary file and renamed into place."""
         tmp = f"{os.fspath(path)}.tmp"
         with open(tmp, "wb") as f:
@@ -661,7 +665,6 @@ class LogMixture:
         """``"<entries>:<digest>"`` of the log entries that start before ``samples`` (``"0"``
         before any sample): the log's length and chained digest a state records."""
         m = self.trained_entries(samples)
-        self._note(samples)
         return "0" if m == 0 else f"{m}:{self._log.digest(m)}"
 
     def check_trained(
@@ -681,6 +684,7 @@ class LogMixture:
         """
         ours = self.trained_tag(samples)
         if tag == ours:
+            self._note(samples)  # the entries before it are trained: none may be added there
             return
         fields = tag.split(":") if isinstance(tag, str) else []
         valid = fields == ["0"] or (

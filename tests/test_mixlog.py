@@ -29,9 +29,7 @@ from dataorder.testing import SamplerCase, check_contract
 
 # -- random logs ---------------------------------------------------------------------------------
 
-WEIGHT = st.one_of(
-    st.just(0.0), st.just(1e-6), st.just(1.0), st.floats(0.0, 1.0, allow_nan=False)
-)
+WEIGHT = st.one_of(st.just(0.0), st.just(1e-6), st.just(1.0), st.floats(0.0, 1.0, allow_nan=False))
 
 
 @st.composite
@@ -79,7 +77,9 @@ def test_counts_track_the_integral_within_the_stated_bound_on_random_logs(
     bound = mix.deviation_bounds()
     depth = int(np.ceil(np.log2(log.num_sources))) if log.num_sources > 1 else 0
     assert bound.max() <= depth * (depth + 1) / 4
-    boundaries = sorted({0, (last + 3) * gbs, *(rnd.randrange((last + 3) * gbs) for _ in range(30))})
+    boundaries = sorted(
+        {0, (last + 3) * gbs, *(rnd.randrange((last + 3) * gbs) for _ in range(30))}
+    )
     boundaries = sorted({b - b % gbs for b in boundaries})
     previous = np.zeros(log.num_sources, dtype=np.int64)
     for t in boundaries:
@@ -151,7 +151,11 @@ def test_an_entry_for_a_begun_global_batch_is_refused() -> None:
 @pytest.mark.parametrize(
     ("weights", "error", "message"),
     [
-        ([1, 2, 3], ValueError, r"len\(weights\) must be the number of sources, 2; got len\(weights\)=3"),
+        (
+            [1, 2, 3],
+            ValueError,
+            r"len\(weights\) must be the number of sources, 2; got len\(weights\)=3",
+        ),
         ([0, 0], ValueError, r"weights must be a non-empty sequence with a positive entry"),
         ([1, -1], ValueError, r"weights\[1\] must be a finite non-negative real"),
         ([1, float("nan")], ValueError, r"weights\[1\] must be a finite non-negative real"),
@@ -171,7 +175,7 @@ def test_a_sampler_refuses_a_log_over_other_sources() -> None:
         BlendedSampler([4, 4, 4], MixtureLog([1, 1]), 1, 0, 1, 4, seed=0)
 
 
-# -- the sampler: online appends, resumes, elastic --------------------------------------------------
+# -- the sampler: online appends, resumes, elastic ------------------------------------------------
 
 SIZES = [7, 13, 29]
 GBS = 40
@@ -226,7 +230,7 @@ def test_an_online_run_resumed_on_other_sizes_reads_the_uninterrupted_order(
     saved: bytes | None = None
     sizes = [8, 5, 4, 2]
     bounds = [0, *sorted(kills), steps]
-    for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):
         log = MixtureLog([1, 1, 1])  # a fresh process: the log comes from the checkpoint
         if saved is not None:
             log.extend_to(MixtureLog.from_bytes(saved))
@@ -273,7 +277,8 @@ def test_the_log_file_round_trips_and_an_edited_file_is_refused(tmp_path: Path) 
     path = tmp_path / "mix.npz"
     log.save(path)
     back = MixtureLog.load(path)
-    assert back == log and back.first_difference(log) is None
+    assert back == log
+    assert back.first_difference(log) is None
     assert (back.units == log.units).all()
     with np.load(path) as z:
         arrays = {name: z[name] for name in z.files}
@@ -439,3 +444,44 @@ def test_the_lookup_of_a_compiled_log_is_a_bisection() -> None:
     mix._local = lambda s, tau: calls.append(s) or original(s, tau)  # type: ignore[method-assign]
     mix.counts(2 * 1234 + 1)
     assert calls == [1234]
+
+
+def test_a_packed_mixture_over_a_log_resumes_elastically_and_counts_rows() -> None:
+    from dataorder.llm.packing import PackedSampler
+
+    rng = np.random.default_rng(1)
+    web, code = rng.integers(5, 90, 300), rng.integers(20, 200, 120)
+    decisions = {2: [0.2, 0.8], 5: [1.0, 1e-6]}
+
+    def run(dp: int, first: int, stop: int, log: MixtureLog, state: Any) -> Any:
+        ranks = [
+            PackedSampler(None, 64, 1, r, dp, 8, seed=5, mixture=([web, code], log))
+            for r in range(dp)
+        ]
+        for s in ranks:
+            if state is not None:
+                s.load_state_dict(state)
+        iters = [iter(s) for s in ranks]
+        rows = []
+        for step in range(first, stop):
+            if step in decisions:
+                log.set_weights(step, decisions[step])
+            for _ in range(8 // dp):
+                for it in iters:
+                    rows += next(it)
+        return rows, ranks[0]
+
+    log = MixtureLog([1, 1])
+    reference, sampler = run(4, 0, 8, log, None)
+    assert sampler.state_dict()["mixture"] == f"3:{log.digest()}"
+    assert sampler.consumed_per_source().tolist() == sampler.schedule.counts(64).tolist()
+    first_log = MixtureLog([1, 1])
+    head, saved = run(4, 0, 3, first_log, None)
+    resumed = MixtureLog([1, 1])
+    resumed.extend_to(MixtureLog.from_bytes(first_log.to_bytes()))
+    tail, _ = run(8, 3, 8, resumed, saved.state_dict())
+
+    def batches(rows: list[Any]) -> list[list[Any]]:  # rows are dealt by cost inside a block
+        return [sorted(rows[i : i + 8]) for i in range(0, len(rows), 8)]
+
+    assert batches(head + tail) == batches(reference)

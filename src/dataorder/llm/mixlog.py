@@ -345,8 +345,8 @@ class MixtureLog:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the log to ``path``: an uncompressed ``.npz`` of ``format``, ``steps`` (int64),
         ``units`` (each quantised weight, at most 2**40, in 6 little-endian bytes: 1200 bytes
-        per entry at K = 200, 12 MB for 10**4 entries) and ``digest`` (the chained digest of all entries,
-        checked on load). Written to a temporary file and renamed into place."""
+        per entry at K = 200, 12 MB for 10**4 entries) and ``digest`` (the chained digest of
+        all entries, checked on load). Written to a temporary file and renamed into place."""
         tmp = f"{os.fspath(path)}.tmp"
         with open(tmp, "wb") as f:
             f.write(self.to_bytes())

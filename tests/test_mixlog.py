@@ -291,7 +291,8 @@ def test_the_log_file_round_trips_and_an_edited_file_is_refused(tmp_path: Path) 
         MixtureLog.from_bytes(b"not a log")
 
 
-def test_a_log_of_ten_thousand_entries_over_200_sources_is_ten_megabytes() -> None:
+@pytest.mark.slow
+def test_a_log_of_ten_thousand_entries_over_200_sources_is_twelve_megabytes() -> None:
     rng = np.random.default_rng(0)
     log = MixtureLog(rng.random(200).tolist())
     rows = rng.random((9_999, 200))

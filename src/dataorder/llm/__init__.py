@@ -23,6 +23,7 @@ from dataorder.llm.megatron import (
     MegatronPretrainingRandomSampler,
     MegatronPretrainingSampler,
 )
+from dataorder.llm.mixlog import MixtureLog, broadcast_weights
 from dataorder.llm.mixture import MixtureSchedule, Ramp
 from dataorder.llm.packing import ConcatTokens, DocumentLengths, PackedDataset, PackedSampler
 from dataorder.llm.schedule import BatchSizeSchedule, StepInfo
@@ -35,10 +36,12 @@ __all__ = [
     "DocumentLengths",
     "MegatronPretrainingRandomSampler",
     "MegatronPretrainingSampler",
+    "MixtureLog",
     "MixtureSchedule",
     "PackedDataset",
     "PackedSampler",
     "Ramp",
     "StepInfo",
+    "broadcast_weights",
     "create_megatron_sampler",
 ]

@@ -486,3 +486,11 @@ def test_a_packed_mixture_over_a_log_resumes_elastically_and_counts_rows() -> No
         return [sorted(rows[i : i + 8]) for i in range(0, len(rows), 8)]
 
     assert batches(head + tail) == batches(reference)
+
+
+def test_the_module_examples_hold() -> None:
+    import doctest
+
+    import dataorder.llm.mixlog as module
+
+    assert doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE).failed == 0

@@ -152,9 +152,9 @@ class MixtureLog:
 
     Example:
         >>> log = MixtureLog([0.5, 0.5])
-        >>> log.set_weights(10, [0.9, 0.1])
-        >>> len(log), log.entry(1).step, log.entry(1).weights[0] == 0.9
-        (2, 10, True)
+        >>> log.set_weights(10, [0.75, 0.25])
+        >>> len(log), log.entry(1).step, log.entry(1).weights
+        (2, 10, (0.75, 0.25))
     """
 
     __slots__ = ("__weakref__", "_chain", "_frozen", "_k", "_n", "_steps", "_units", "_users")

@@ -469,13 +469,12 @@ class LogMixture:
         self._key = key
         self._batches = batches
         self._nodes, self._depths = _tree(log.num_sources)
-        k = log.num_sources
         # Per segment (entries at one start merged, the last one's weights holding):
         self._seg_pos: list[int] = []  # its first sample
         self._seg_entry: list[int] = []  # the log entry whose weights it uses
         self._seg_count: list[int] = []  # log entries that start at or before it
-        self._base_c = np.zeros((0, k), dtype=_I64)  # per-source counts at its start
-        self._base_e = np.zeros((0, k), dtype=_I64)  # per-source errors x 2**40 at its start
+        self._base_c: list[npt.NDArray[np.int64]] = []  # per-source counts at its start
+        self._base_e: list[npt.NDArray[np.int64]] = []  # per-source errors x 2**40 at its start
         self._synced = 0
         self._params: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
         log._users.add(self)
@@ -507,18 +506,16 @@ class LogMixture:
                 self._params.pop(len(self._seg_pos) - 1, None)
                 continue
             if not self._seg_pos:
-                c = np.zeros((1, k), dtype=_I64)
-                e = np.zeros((1, k), dtype=_I64)
+                c, e = np.zeros(k, dtype=_I64), np.zeros(k, dtype=_I64)
             else:
                 s = len(self._seg_pos) - 1
                 cs, es = self._advance(s, pos - self._seg_pos[s])
-                c = np.array([cs], dtype=_I64)
-                e = np.array([es], dtype=_I64)
+                c, e = np.array(cs, dtype=_I64), np.array(es, dtype=_I64)
             self._seg_pos.append(pos)
             self._seg_entry.append(i)
             self._seg_count.append(i + 1)
-            self._base_c = np.concatenate([self._base_c, c])
-            self._base_e = np.concatenate([self._base_e, e])
+            self._base_c.append(c)
+            self._base_e.append(e)
         self._synced = n
 
     def _advance(self, s: int, length: int) -> tuple[list[int], list[int]]:

@@ -231,5 +231,5 @@ def test_online_mixing_resumes_on_another_size_with_the_same_log_and_order(tmp_p
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["same_log"] is True
     assert report["same_order"] is True
-    assert report["entries"] == 16 // 4
+    assert report["entries"] == 1 + 16 // 4  # the first entry, then one decision per 4 steps
     assert (tmp_path / "online_mixing.png").stat().st_size > 0

@@ -66,7 +66,7 @@ def exact_shares(log: MixtureLog, batches: BatchSizeSchedule, t: int) -> list[Fr
     return out
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(logs(), st.integers(1, 9), st.randoms(use_true_random=False))
 def test_counts_track_the_integral_within_the_stated_bound_on_random_logs(
     drawn: tuple[MixtureLog, int], gbs: int, rnd: Any

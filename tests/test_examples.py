@@ -209,3 +209,27 @@ def test_diffusion_resume_reads_every_image_once(tmp_path: Path) -> None:
             declared += batch["padding"]
     assert sorted(reads) == list(range(300))  # every image of the epoch
     assert sum(reads.values()) - 300 == declared  # repeats only where the sampler said so
+
+
+@pytest.mark.timeout(300)
+def test_online_mixing_resumes_on_another_size_with_the_same_log_and_order(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLES / "online_mixing.py"),
+            "--steps",
+            "16",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["same_log"] is True
+    assert report["same_order"] is True
+    assert report["entries"] == 1 + 16 // 4  # the first entry, then one decision per 4 steps
+    assert (tmp_path / "online_mixing.png").stat().st_size > 0

@@ -41,6 +41,9 @@ __all__ = ["OrderState"]
 #: The key of the sampler state inside :meth:`OrderState.state_dict`.
 STATE_KEY = "sampler"
 
+#: The key of the mixture log (:meth:`~dataorder.llm.mixlog.MixtureLog.to_bytes`) beside it.
+LOG_KEY = "mixture_log"
+
 
 class OrderState:
     """A DCP ``Stateful`` holding the data order of a loader or sampler.
@@ -49,22 +52,37 @@ class OrderState:
         loader_or_sampler: A dataorder sampler, or a ``DataLoader`` / ``StatefulDataLoader``
             whose ``sampler`` or ``batch_sampler`` is one (a plain ``DataLoader`` is exact
             only without workers: its sampler runs ahead of training otherwise).
+        log: The :class:`~dataorder.llm.mixlog.MixtureLog` the sampler draws from, if any: it
+            is saved beside the state, and a load first brings the live log up to the saved
+            one (which must continue it; the first differing entry is named otherwise).
 
     The state is ``{"sampler": <the dataorder state>}``: a flat dict of ints and strings,
     identical on every rank (checked on a live job by
-    :func:`dataorder.integrations.common.check_same_on_all_ranks`).
+    :func:`dataorder.integrations.common.check_same_on_all_ranks`); with a log, also
+    ``"mixture_log"``: the log's bytes (the same on every rank, as every rank appends the same
+    entries).
 
     Raises:
         TypeError: If no dataorder sampler is found in ``loader_or_sampler``.
     """
 
-    def __init__(self, loader_or_sampler: object) -> None:
+    def __init__(self, loader_or_sampler: object, *, log: Any = None) -> None:
         self.sampler = find_sampler(loader_or_sampler)
         self.target = loader_or_sampler
+        if log is not None:
+            from dataorder.llm.mixlog import MixtureLog
+
+            if not isinstance(log, MixtureLog):
+                fail("log", "a MixtureLog or None", log, TypeError)
+        self.log = log
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"sampler": state}``, the consumed state (the same on every rank)."""
-        return {STATE_KEY: consumed_state(self.target)}
+        """``{"sampler": state}``, the consumed state (the same on every rank); with a log, and
+        ``"mixture_log"``: its bytes."""
+        out: dict[str, Any] = {STATE_KEY: consumed_state(self.target)}
+        if self.log is not None:
+            out[LOG_KEY] = self.log.to_bytes()
+        return out
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Place the sampler at the saved state and drop the loader's running iterator.
@@ -75,8 +93,16 @@ class OrderState:
             TypeError: If ``state_dict`` is not ``{"sampler": state}``.
             ValueError: If the sampler refuses the state (naming the field).
         """
-        if not isinstance(state_dict, Mapping) or set(state_dict) != {STATE_KEY}:
-            fail("state_dict", f"a dict with the one key {STATE_KEY!r}", state_dict, TypeError)
+        keys = {STATE_KEY} if self.log is None else {STATE_KEY, LOG_KEY}
+        if not isinstance(state_dict, Mapping) or set(state_dict) != keys:
+            fail("state_dict", f"a dict with the keys {sorted(keys)}", state_dict, TypeError)
+        if self.log is not None:
+            from dataorder.llm.mixlog import MixtureLog
+
+            saved = MixtureLog.from_bytes(
+                bytes(state_dict[LOG_KEY]), name="state_dict['mixture_log']"
+            )
+            self.log.extend_to(saved)
         restore(self.target, state_dict[STATE_KEY])
 
     def __repr__(self) -> str:

@@ -24,6 +24,7 @@ from dataorder.llm.megatron import (
     MegatronPretrainingRandomSampler,
     MegatronPretrainingSampler,
 )
+from dataorder.llm.mixlog import MixtureLog, broadcast_weights
 from dataorder.llm.mixture import MixtureSchedule, Ramp
 from dataorder.llm.packing import (
     ConcatTokens,
@@ -46,11 +47,13 @@ __all__ = [
     "MegatronPretrainingRandomSampler",
     "MegatronPretrainingSampler",
     "MegatronStyle",
+    "MixtureLog",
     "MixtureSchedule",
     "PackedDataset",
     "PackedSampler",
     "Ramp",
     "StepInfo",
+    "broadcast_weights",
     "create_megatron_sampler",
     "held_out",
     "split_documents",

@@ -72,6 +72,7 @@ from dataorder.core.permutation import MAX_DOMAIN, PERMUTATION_VERSION
 from dataorder.core.state import MAX_EPOCH, Scalar, digest
 from dataorder.core.topology import Topology
 from dataorder.llm.blend_order import BLEND_STREAM, BLEND_VERSION, BlendOrder
+from dataorder.llm.mixlog import LogMixture, MixtureLog
 from dataorder.llm.mixture import Mixture, MixtureSchedule, WeightVector
 from dataorder.llm.placement import MicroBatchPlacement
 from dataorder.llm.schedule import BatchSizeSchedule
@@ -213,6 +214,8 @@ def _per_source(sampler: BlendedSampler) -> str:
 
 def _mixture_entry(sampler: BlendedSampler) -> str:
     schedule = sampler.schedule
+    if isinstance(schedule, LogMixture):
+        return schedule.describe(sampler.consumed_samples)
     entry = schedule.segment_at(sampler.consumed_samples)
     return f"entry {entry} of {len(schedule)} (from sample {schedule.segments[entry].start})"
 
@@ -342,7 +345,7 @@ class BlendedSampler(
     def __init__(
         self,
         sizes: Sequence[int],
-        weights: WeightVector | MixtureSchedule,
+        weights: WeightVector | MixtureSchedule | MixtureLog,
         micro_batch_size: int,
         data_parallel_rank: int | None = None,
         data_parallel_size: int | None = None,
@@ -357,7 +360,16 @@ class BlendedSampler(
     ) -> None:
         super().__init__()
         self._sizes = _check_sizes(sizes)
-        self._schedule = MixtureSchedule.for_sources(weights, len(self._sizes), name="weights")
+        self._schedule: MixtureSchedule | LogMixture
+        if isinstance(weights, MixtureLog):  # NOTE [ Mixture log exactness ] in mixlog.py
+            if weights.num_sources != len(self._sizes):
+                fail(
+                    "weights",
+                    f"a MixtureLog over len(sizes) = {len(self._sizes)} sources",
+                    f"MixtureLog over {weights.num_sources} sources",
+                )
+        else:
+            self._schedule = MixtureSchedule.for_sources(weights, len(self._sizes), name="weights")
         self._set_placement(
             micro_batch_size,
             data_parallel_rank,
@@ -389,10 +401,12 @@ class BlendedSampler(
         self._total = check_int(
             "total_samples", total_samples, min_value=largest, max_value=MAX_DOMAIN
         )
-        self._mixture = Mixture(
-            self._schedule,
-            derive_key(self._seed, epoch=0, stream=BLEND_STREAM, purpose="apportionment"),
-        )
+        key = derive_key(self._seed, epoch=0, stream=BLEND_STREAM, purpose="apportionment")
+        self._mixture: Mixture | LogMixture
+        if isinstance(weights, MixtureLog):
+            self._mixture = self._schedule = weights.compile(key, self._batches)
+        else:
+            self._mixture = Mixture(self._schedule, key)
         self._order = BlendOrder(self._sizes, self._mixture, self._batches, self._total, self._seed)
         self._stats: tuple[int, tuple[int, int]] | None = None
         if check_int("consumed_samples", consumed_samples, min_value=0):
@@ -416,8 +430,8 @@ class BlendedSampler(
         return len(self._sizes)
 
     @property
-    def schedule(self) -> MixtureSchedule:
-        """The mixture schedule (a constant one for plain weights)."""
+    def schedule(self) -> MixtureSchedule | LogMixture:
+        """The mixture schedule (a constant one for plain weights; a log's compiled form)."""
         return self._schedule
 
     @property
@@ -501,6 +515,8 @@ class BlendedSampler(
     def _chunk_steps(self) -> int:
         # Keep the (window x source) counts of a chunk bounded: a chunk of s micro-steps spans
         # about s * M / G_min + 2 global batches.
+        if isinstance(self._mixture, LogMixture):
+            return 1  # one micro-batch at a time: NOTE [ Frozen steps ] in mixlog.py
         block = self._mbs * self._dp
         smallest = min(seg.global_batch_size for seg in self._batches.segments)
         windows = max(3, _CHUNK_CELLS // (len(self._sizes) + 1))

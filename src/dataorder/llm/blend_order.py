@@ -92,6 +92,7 @@ import numpy.typing as npt
 
 from dataorder.core.keys import derive_key
 from dataorder.core.permutation import Permutation, mix64, permute_many
+from dataorder.llm.mixlog import LogMixture
 from dataorder.llm.mixture import Mixture
 from dataorder.llm.schedule import BatchSizeSchedule
 
@@ -223,7 +224,7 @@ class BlendOrder:
     def __init__(
         self,
         sizes: Sequence[int],
-        mixture: Mixture,
+        mixture: Mixture | LogMixture,
         batches: BatchSizeSchedule,
         total_samples: int,
         seed: int,

@@ -165,6 +165,15 @@ def _add_given_args(p: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument(
+        "--log",
+        metavar="FILE",
+        default=None,
+        help=(
+            "blended sampler built with a MixtureLog: the log saved beside the state "
+            "(MixtureLog.save); shows each source's count against the integral of its weights"
+        ),
+    )
+    p.add_argument(
         "--sizes",
         default=None,
         help="bucket sampler: a CSV of width,height rows (with --preset etc.; default: none)",
@@ -363,7 +372,17 @@ def read_dcp_states(folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def _schedule(args: argparse.Namespace) -> Any:
-    """``--schedule FILE``: the blend's MixtureSchedule (``MixtureSchedule.to_json``), or None."""
+    """``--schedule FILE``: the blend's MixtureSchedule (``MixtureSchedule.to_json``), or
+    ``--log FILE``: its MixtureLog (``MixtureLog.save``), or None."""
+    if getattr(args, "log", None) is not None:
+        if args.weights is not None or args.schedule is not None:
+            raise ValueError("--log excludes --weights and --schedule: pass one of them")
+        from dataorder.llm.mixlog import MixtureLog
+
+        try:
+            return MixtureLog.load(args.log)
+        except (ValueError, OSError) as err:
+            raise ValueError(f"--log {args.log}: {err}") from None
     if args.schedule is None:
         return None
     if args.weights is not None:

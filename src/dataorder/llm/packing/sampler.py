@@ -61,6 +61,7 @@ from dataorder.llm.blend import (
     per_source_progress,
 )
 from dataorder.llm.blend_order import BLEND_VERSION, BlendOrder
+from dataorder.llm.mixlog import LogMixture, MixtureLog
 from dataorder.llm.mixture import Mixture, MixtureSchedule
 from dataorder.llm.orders import check_epoch_end, plan_megatron_epoch
 from dataorder.llm.packing.dealing import deal
@@ -518,7 +519,7 @@ class PackedSampler(
                 seed=seed,
             )
 
-        self.mixture: MixtureSchedule | None = None
+        self.mixture: MixtureSchedule | LogMixture | None = None
         self.order: BlendOrder
         self._source: _OneCorpus | _Mixture
         if mixture is None:
@@ -596,8 +597,19 @@ class PackedSampler(
                 False,
             )
         self.plans = [plan(lengths, self._source_seed(d)) for d, lengths in enumerate(sources)]
-        self.mixture = MixtureSchedule.for_sources(
-            weights, len(self.plans), name="mixture[1]", counted_as="len(mixture[0])"
+        log = weights if isinstance(weights, MixtureLog) else None
+        if log is not None and log.num_sources != len(self.plans):
+            fail(
+                "mixture[1]",
+                f"a MixtureLog over len(mixture[0]) = {len(self.plans)} sources",
+                f"MixtureLog over {log.num_sources} sources",
+            )
+        schedule = (
+            None
+            if log is not None
+            else MixtureSchedule.for_sources(
+                weights, len(self.plans), name="mixture[1]", counted_as="len(mixture[0])"
+            )
         )
         if isinstance(global_batch_size, BatchSizeSchedule):
             batches = global_batch_size
@@ -627,9 +639,14 @@ class PackedSampler(
             d = per_pass.index(min(per_pass))
             fail(f"mixture[0][{d}]", _no_rows(self.plans[d]), "<no rows>")
         key = derive_key(self._seed, epoch=0, stream=_STREAM, purpose="apportionment")
-        self.order = BlendOrder(
-            per_pass, Mixture(self.mixture, key), batches, self._total, self._seed
-        )
+        # a MixtureLog: NOTE [ Mixture log exactness ] in dataorder.llm.mixlog
+        compiled: Mixture | LogMixture
+        if schedule is not None:
+            compiled = Mixture(schedule, key)
+            self.mixture = schedule
+        else:  # a MixtureLog
+            compiled = self.mixture = weights.compile(key, batches)
+        self.order = BlendOrder(per_pass, compiled, batches, self._total, self._seed)
         self._source = _Mixture(self.plans, self.order)
 
     def _source_seed(self, source: int) -> int:
@@ -736,8 +753,8 @@ class PackedSampler(
         return self.order.mixture.counts(t)
 
     @property
-    def schedule(self) -> MixtureSchedule | None:
-        """The mixture's schedule (what its state digests), or None."""
+    def schedule(self) -> MixtureSchedule | LogMixture | None:
+        """The mixture's schedule (what its state digests; a log's compiled form), or None."""
         return self.mixture
 
     # -- what an epoch reads --------------------------------------------------------------------
@@ -833,6 +850,8 @@ class PackedSampler(
         return max(0, min(super().max_epoch, 2**62 // self._total - 2))
 
     def _chunk_steps(self) -> int:
+        if isinstance(self.mixture, LogMixture):
+            return 1  # one micro-batch at a time: NOTE [ Frozen steps ] in dataorder.llm.mixlog
         return max(1, _CHUNK_ROWS // (self._mbs * self._dp))
 
     def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> DealtBlocks:

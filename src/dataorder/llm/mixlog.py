@@ -1,0 +1,797 @@
+"""Mixture logs: source weights a running job decides, replayed exactly from an append-only log.
+
+A :class:`MixtureLog` is the schedule an online data-mixing method writes while it trains (an
+EXP3 bandit on the training loss, DoReMi-style reweighting): ``log.set_weights(step, weights)``
+says that global batch ``step`` and every later one draw with ``weights``, until the next entry.
+A sampler takes the log wherever it takes a :class:`~dataorder.llm.mixture.MixtureSchedule`
+(:class:`~dataorder.llm.blend.BlendedSampler`'s ``weights=``,
+:class:`~dataorder.llm.packing.sampler.PackedSampler`'s ``mixture=``); its order is then a pure
+function of (configuration, seed, log, position): every rank that appends the same entries reads
+the same order, on any data-parallel size, and a resume replays nothing.
+
+* An entry takes effect at the start of global batch ``step`` (a global-batch boundary), never
+  inside a global batch: an entry for a step a sampler sharing the log has already begun (it
+  computed the quotas of that batch) is refused, naming the step (NOTE [ Frozen steps ]).
+* Appending costs O(K) (the weights quantised once, a digest chained) and nothing per step
+  afterwards; the counts at a position cost a bisection over the entries plus O(K) work.
+* :func:`broadcast_weights` is how a job appends: rank 0 decides, one broadcast of ``K + 1``
+  float64 values (the step and the weights) reaches every rank, and each appends the same entry.
+* The log is saved beside the sampler's state (:meth:`MixtureLog.save`, and in
+  :class:`~dataorder.integrations.dcp.OrderState`); the state holds only the number of entries
+  trained and their chained digest, so it stays a few hundred bytes however long the log.
+
+NOTE [ Mixture log exactness ]
+    A :class:`~dataorder.llm.mixture.MixtureSchedule` apportions each of its entries on its own
+    and carries the offset an entry ends with into the next (NOTE [ Mixture exactness ] in
+    :mod:`dataorder.llm.mixture`), so its bound grows with the entries trained. A log written by
+    a controller may hold 10**4 entries, so its counts track the *integral* instead:
+    ``S_d(t)``, the sum over entries of ``w_d`` (quantised) times the samples of the entry
+    before ``t``. ``c_d(t)`` is built by a fixed binary tree over the sources (balanced by
+    index). Node ``v`` covers a range of sources; its count ``c_v`` and target ``S_v`` are the
+    sums over the range, its error ``E_v = c_v - S_v``; the root's count is ``t`` (exact). In
+    an entry that starts at sample ``s`` with node ``v``'s first child ``a`` holding the
+    fraction ``rho`` of ``v``'s weight, ``a`` receives, of the ``n = c_v(t) - c_v(s)`` samples
+    ``v`` received since ``s``::
+
+        clamp(floor(rho * n + phi), 0, n),   phi = 1/2 + rho * E_v(s) - E_a(s)
+
+    and the second child the rest. ``floor(rho n + phi)`` rises by 0 or 1 with ``n``, and so
+    does ``n`` minus it, so both children are monotone (every global batch's quota is
+    non-negative) and sum to ``v``. Unclamped, ``E_a = 1/2 + rho E_v - theta`` with
+    ``theta`` in ``[0, 1)``: the error ``a`` entered the entry with is cancelled at once, so
+    nothing accumulates from entry to entry. A clamp holds only at the start of an entry, while
+    an over-served child waits (its error only falls) or an under-served one takes every sample
+    of ``v`` (its error only rises). By induction over time and depth, with ``U_v`` and ``L_v``
+    the largest positive and negative errors of node ``v`` (``0`` at the root):
+    ``U_a <= 1/2 + U_v`` and ``L_a <= L_v + U_v + 1/2``, so a source at depth ``h`` stays
+    within ``h (h + 1) / 4`` samples of its integral (above it by at most ``h / 2``), at every
+    sample, whatever the number of entries: 1.5 for 3 sources, 18 for 200 (depth 8);
+    :meth:`LogMixture.deviation_bounds` gives them. Measured on random logs they are far
+    smaller (``tests/llm/test_mixlog.py``). A weight of 0 draws nothing new: a source whose
+    weight drops to 0 is given at most the samples it is owed (its error, within the bound) and
+    then none; a source of weight ``1e-6`` gets its first sample within ``bound / 1e-6``
+    samples. All arithmetic is exact Python integers (weights quantised to ``2**40`` units,
+    :func:`~dataorder.core.apportion.quantize_weights`).
+
+NOTE [ Frozen steps ]
+    The counts of global batch ``k`` (and so its layout of slots) may be computed by a rank the
+    moment its first micro-batch is asked for. An entry appended for a step ``<= k`` after that
+    would change a batch that some rank has begun, so ranks (or a resumed run) would disagree.
+    Every :class:`LogMixture` tells its log the first step it has not begun; the log refuses an
+    entry before it, naming both. A sampler over a log computes one micro-batch at a time, so
+    an entry for the next step is accepted until the next step's first micro-batch is asked
+    for. Decide the weights of step ``k + 1`` after step ``k`` (as
+    ``examples/online_mixing.py`` does), or for ``k + 2`` when a loader prefetches a step.
+
+Example:
+    >>> from dataorder.llm.schedule import BatchSizeSchedule
+    >>> log = MixtureLog([1, 1, 2])
+    >>> log.set_weights(3, [0, 1, 1])
+    >>> mix = log.compile(key=0, batches=BatchSizeSchedule.constant(4))
+    >>> [mix.counts(t).tolist() for t in (4, 12, 20)]
+    [[1, 1, 2], [3, 3, 6], [3, 7, 10]]
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import io
+import os
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dataorder._validate import check_int, fail
+from dataorder.core.apportion import MAX_POSITION, MAX_TOTAL, quantize_weights
+from dataorder.llm.schedule import BatchSizeSchedule
+
+__all__ = [
+    "MIXLOG_FORMAT",
+    "LogEntry",
+    "LogMixture",
+    "MixtureLog",
+    "broadcast_weights",
+]
+
+#: The ``format`` of a saved log (:meth:`MixtureLog.save`); version 1.
+MIXLOG_FORMAT = "dataorder.mixlog.1"
+
+#: Largest step of an entry.
+MAX_STEP = 2**62
+
+_I64 = np.int64
+_UNIT_BYTES = 6  # a quantised weight is at most 2**40: six bytes in a saved log
+_DIGEST = 8  # bytes of each chained digest
+_SEED_DIGEST = hashlib.blake2b(MIXLOG_FORMAT.encode(), digest_size=_DIGEST).digest()
+_OP_WEIGHTS = 0
+_OPS = {_OP_WEIGHTS: "weights"}
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One decision of a :class:`MixtureLog`.
+
+    Attributes:
+        index: Its index in the log.
+        step: The global batch from which it holds.
+        units: The weights, quantised to ``2**40`` units (what the order depends on).
+    """
+
+    index: int
+    step: int
+    units: tuple[int, ...]
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        """The normalised weights (floats of the quantised ones)."""
+        return tuple(u / MAX_TOTAL for u in self.units)
+
+
+def _chain(previous: bytes, step: int, op: int, units: npt.NDArray[np.int64]) -> bytes:
+    h = hashlib.blake2b(previous, digest_size=_DIGEST)
+    h.update(int(step).to_bytes(8, "little"))
+    h.update(bytes([op]))
+    h.update(np.ascontiguousarray(units, dtype="<i8").tobytes())
+    return h.digest()
+
+
+class MixtureLog:
+    """An append-only, step-keyed log of source weights (see the module docstring).
+
+    Args:
+        weights: The weights from step 0 (non-negative finite reals, at least one positive,
+            normalised): the log's first entry. Their number is the number of sources K.
+
+    Raises:
+        TypeError, ValueError: If a weight is not a finite non-negative real, or all are 0.
+
+    Example:
+        >>> log = MixtureLog([0.5, 0.5])
+        >>> log.set_weights(10, [0.75, 0.25])
+        >>> len(log), log.entry(1).step, log.entry(1).weights
+        (2, 10, (0.75, 0.25))
+    """
+
+    __slots__ = ("__weakref__", "_chain", "_frozen", "_k", "_n", "_steps", "_units", "_users")
+
+    def __init__(self, weights: Sequence[Any]) -> None:
+        units = self._quantise("weights", weights, None)
+        self._k = len(units)
+        self._n = 0
+        self._steps = np.zeros(16, dtype=_I64)
+        self._units = np.zeros((16, self._k), dtype=_I64)
+        self._chain: list[bytes] = [_SEED_DIGEST]
+        self._frozen = 0
+        self._users: weakref.WeakSet[LogMixture] = weakref.WeakSet()
+        self._append(0, units)
+
+    # -- appending ------------------------------------------------------------------------------
+    @staticmethod
+    def _quantise(name: str, weights: object, k: int | None) -> tuple[int, ...]:
+        if isinstance(weights, np.ndarray):
+            weights = weights.tolist()
+        if isinstance(weights, str | bytes) or not isinstance(weights, Sequence):
+            fail(name, "a sequence of non-negative reals, one per source", weights, TypeError)
+        if k is not None and len(weights) != k:
+            fail(f"len({name})", f"the number of sources, {k}", len(weights))
+        try:
+            return quantize_weights(weights)
+        except (TypeError, ValueError) as err:
+            message = str(err).replace("weights", name, 1)
+            raise type(err)(message) from None
+
+    def _append(self, step: int, units: Sequence[int]) -> None:
+        if self._n == self._steps.size:
+            self._steps = np.concatenate([self._steps, np.zeros_like(self._steps)])
+            self._units = np.concatenate([self._units, np.zeros_like(self._units)])
+        row = np.asarray(units, dtype=_I64)
+        self._steps[self._n] = step
+        self._units[self._n] = row
+        self._chain.append(_chain(self._chain[-1], step, _OP_WEIGHTS, row))
+        self._n += 1
+
+    def set_weights(self, step: int, weights: Sequence[Any]) -> None:
+        """Draw with ``weights`` from global batch ``step`` on (until the next entry).
+
+        Steps never decrease; an entry at the step of the last one replaces its weights from
+        that step (both stay in the log). O(K): the weights are quantised and a digest chained.
+
+        Args:
+            step: A global batch (a training step), at least the last entry's and at least the
+                first step no sampler over this log has begun (NOTE [ Frozen steps ]).
+            weights: K non-negative finite reals, at least one positive.
+
+        Raises:
+            TypeError, ValueError: If the step is before the last entry's or inside a global
+                batch a sampler has begun, or the weights are malformed (named).
+        """
+        step = check_int("step", step, min_value=0, max_value=MAX_STEP)
+        last = int(self._steps[self._n - 1])
+        if step < last:
+            fail("step", f"at least the last entry's step, {last} (the log is append-only)", step)
+        if step < self._frozen:
+            fail(
+                "step",
+                f"at least {self._frozen}: a sampler over this log has begun global batch "
+                f"{self._frozen - 1} (NOTE [ Frozen steps ])",
+                step,
+            )
+        self._append(step, self._quantise("weights", weights, self._k))
+
+    # -- reading --------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def num_sources(self) -> int:
+        """The number of sources K."""
+        return self._k
+
+    @property
+    def frozen_step(self) -> int:
+        """The first step a new entry may take (NOTE [ Frozen steps ])."""
+        return self._frozen
+
+    def entry(self, index: int) -> LogEntry:
+        """Entry ``index`` (0-based)."""
+        index = check_int("index", index, min_value=0, max_value=self._n - 1)
+        return LogEntry(
+            index, int(self._steps[index]), tuple(int(u) for u in self._units[index].tolist())
+        )
+
+    @property
+    def steps(self) -> npt.NDArray[np.int64]:
+        """The entries' steps (a copy)."""
+        out: npt.NDArray[np.int64] = self._steps[: self._n].copy()
+        return out
+
+    @property
+    def units(self) -> npt.NDArray[np.int64]:
+        """The entries' quantised weights, shape ``(len(self), K)`` (a read-only view)."""
+        view = self._units[: self._n]
+        view.flags.writeable = False
+        return view
+
+    def digest(self, entries: int | None = None) -> str:
+        """16 hex digits chained over the first ``entries`` entries (default: all)."""
+        m = (
+            self._n
+            if entries is None
+            else check_int("entries", entries, min_value=0, max_value=self._n)
+        )
+        return self._chain[m].hex()
+
+    def first_difference(self, other: MixtureLog) -> int | None:
+        """The first entry where ``other`` differs from this log (one being shorter counts as a
+        difference at its length), or None when they are equal."""
+        if not isinstance(other, MixtureLog):
+            fail("other", "a MixtureLog", other, TypeError)
+        m = min(self._n, other._n)
+        if self._chain[m] == other._chain[m]:
+            return None if self._n == other._n else m
+        # chained digests: equal after i entries means equal up to i, so bisect the change
+        lo, hi = 0, m  # equal after lo entries, different after hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._chain[mid] == other._chain[mid]:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MixtureLog):
+            return NotImplemented
+        return self._n == other._n and self._chain[-1] == other._chain[-1]
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return (
+            f"MixtureLog(sources={self._k}, entries={self._n}, last_step="
+            f"{int(self._steps[self._n - 1])}, digest={self.digest()})"
+        )
+
+    # -- restoring --------------------------------------------------------------------------------
+    def extend_to(self, saved: MixtureLog) -> None:
+        """Append the entries of ``saved`` this log lacks (a resume: the live log, often just its
+        first entry, catches up with the one saved in the checkpoint).
+
+        Raises:
+            ValueError: If this log is not a prefix of ``saved``, naming the first entry that
+                differs.
+        """
+        first = self.first_difference(saved)
+        if first is None or first == saved._n:  # equal, or the saved log is a prefix of this
+            return
+        if first < self._n or saved._k != self._k:
+            fail(
+                "saved",
+                f"a log that continues this one; its entry {first} differs from this log's "
+                f"({self._describe(first)} here, {saved._describe(first)} saved)",
+                f"<MixtureLog of {saved._n} entries>",
+            )
+        for i in range(first, saved._n):
+            step = int(saved._steps[i])
+            if step < self._frozen:
+                fail("saved", f"entries from step {self._frozen} on (NOTE [ Frozen steps ])", step)
+            self._append(step, saved._units[i])
+
+    def _describe(self, index: int) -> str:
+        if index >= self._n:
+            return f"no entry {index} ({self._n} entries)"
+        return f"step {int(self._steps[index])}, digest {self._chain[index + 1].hex()}"
+
+    # -- files ----------------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        """The log as an ``.npz`` file's bytes (see :meth:`save`)."""
+        buf = io.BytesIO()
+        units = self._units[: self._n].astype("<u8").view(np.uint8)
+        packed = units.reshape(self._n, self._k, 8)[:, :, :_UNIT_BYTES]
+        np.savez(
+            buf,
+            format=np.array(MIXLOG_FORMAT),
+            steps=self._steps[: self._n].astype("<i8"),
+            units=np.ascontiguousarray(packed),
+            digest=np.array(self.digest()),
+        )
+        return buf.getvalue()
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the log to ``path``: an uncompressed ``.npz`` of ``format``, ``steps`` (int64),
+        ``units`` (each quantised weight, at most 2**40, in 6 little-endian bytes: 1200 bytes
+        per entry at K = 200, 12 MB for 10**4 entries) and ``digest`` (the chained digest of
+        all entries, checked on load). Written to a temporary file and renamed into place."""
+        tmp = f"{os.fspath(path)}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(self.to_bytes())
+        os.replace(tmp, path)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, name: str = "log") -> MixtureLog:
+        """The log :meth:`to_bytes` wrote.
+
+        Raises:
+            ValueError: If ``data`` is not a saved log, or its digest disagrees with its
+                entries (an edited or truncated file), naming ``name``.
+        """
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                fmt = str(z["format"])
+                steps = z["steps"].astype(_I64)
+                packed = z["units"]
+                recorded = str(z["digest"])
+        except Exception as err:  # any unreadable file is the same refusal
+            fail(name, f"a saved MixtureLog ({MIXLOG_FORMAT} .npz)", f"<unreadable: {err}>")
+        if fmt != MIXLOG_FORMAT:
+            fail(f"{name}.format", repr(MIXLOG_FORMAT), fmt)
+        if packed.ndim != 3 or packed.shape[0] != steps.size or packed.shape[2] != _UNIT_BYTES:
+            fail(f"{name}.units", f"shape (entries, K, {_UNIT_BYTES})", packed.shape)
+        if steps.size == 0 or steps[0] != 0:
+            fail(f"{name}.steps", "a log whose first entry is at step 0", steps[:1].tolist())
+        full = np.zeros((*packed.shape[:2], 8), dtype=np.uint8)
+        full[:, :, :_UNIT_BYTES] = packed
+        units = full.view("<u8").reshape(packed.shape[:2]).astype(_I64)
+        log = cls.__new__(cls)
+        log._k = units.shape[1]
+        log._n = 0
+        log._steps = np.zeros(max(16, steps.size), dtype=_I64)
+        log._units = np.zeros((max(16, steps.size), log._k), dtype=_I64)
+        log._chain = [_SEED_DIGEST]
+        log._frozen = 0
+        log._users = weakref.WeakSet()
+        for i in range(steps.size):
+            row = units[i]
+            if int(row.sum()) != MAX_TOTAL or int(row.min()) < 0:
+                fail(f"{name}.units[{i}]", "quantised weights summing to 2**40", row.tolist())
+            if i and steps[i] < steps[i - 1]:
+                fail(f"{name}.steps[{i}]", f"at least steps[{i - 1}]={steps[i - 1]}", steps[i])
+            log._append(int(steps[i]), row)
+        if log.digest() != recorded:
+            fail(
+                f"{name}.digest",
+                f"the digest of its entries, {log.digest()} (the file was edited or truncated)",
+                recorded,
+            )
+        return log
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> MixtureLog:
+        """The log :meth:`save` wrote to ``path``."""
+        with open(path, "rb") as f:
+            return cls.from_bytes(f.read(), name=os.fspath(path))
+
+    # -- compiling ------------------------------------------------------------------------------
+    def compile(self, key: int, batches: BatchSizeSchedule) -> LogMixture:
+        """The counts of this log for a sampler with ``batches`` (steps to samples)."""
+        return LogMixture(self, key, batches)
+
+    def _freeze(self, step: int) -> None:
+        self._frozen = max(self._frozen, step)
+
+
+def _tree(k: int) -> tuple[list[tuple[int, int, int, int, int, int]], list[int]]:
+    """The fixed binary tree over ``k`` sources, balanced by index.
+
+    Returns ``(nodes, depths)``: internal nodes top-down as ``(v, a, b, lo, mid, hi)`` (node
+    ``v`` covers sources ``lo .. hi - 1``, its first child ``a`` covers ``lo .. mid - 1``;
+    sources are nodes ``0 .. k - 1``), and each source's depth.
+    """
+    nodes: list[tuple[int, int, int, int, int, int]] = []
+    depths = [0] * k
+    counter = [k]
+
+    def build(lo: int, hi: int, depth: int) -> int:
+        if hi - lo == 1:
+            depths[lo] = depth
+            return lo
+        mid = (lo + hi) // 2
+        a = build(lo, mid, depth + 1)
+        b = build(mid, hi, depth + 1)
+        v = counter[0]
+        counter[0] += 1
+        nodes.append((v, a, b, lo, mid, hi))
+        return v
+
+    build(0, k, 0)
+    nodes.reverse()  # parents before children
+    return nodes, depths
+
+
+class LogMixture:
+    """A :class:`MixtureLog` compiled for one sampler: per-source counts at any sample
+    (NOTE [ Mixture log exactness ]), and the trained part's digest for its state.
+
+    It serves both as the sampler's mixture (``counts``, ``counts_at``) and as its schedule
+    (``trained_tag``, ``check_trained``). Segment bases (each entry's starting counts and
+    errors, two int64 rows of K) are computed once, as the log grows; a lookup bisects the
+    entries and walks the tree once: O(log entries + K).
+
+    Args:
+        log: The log.
+        key: Unused by the counts (kept for the interface of
+            :class:`~dataorder.llm.mixture.Mixture`; the tree needs no tie-break).
+        batches: The sampler's global batch size schedule: an entry at step ``k`` starts at
+            sample ``batches.consumed_samples(k)``.
+    """
+
+    def __init__(self, log: MixtureLog, key: int, batches: BatchSizeSchedule) -> None:
+        if not isinstance(log, MixtureLog):
+            fail("log", "a MixtureLog", log, TypeError)
+        if not isinstance(batches, BatchSizeSchedule):
+            fail("batches", "a BatchSizeSchedule", batches, TypeError)
+        self._log = log
+        self._key = key
+        self._batches = batches
+        self._nodes, self._depths = _tree(log.num_sources)
+        # Per segment (entries at one start merged, the last one's weights holding):
+        self._seg_pos: list[int] = []  # its first sample
+        self._seg_entry: list[int] = []  # the log entry whose weights it uses
+        self._seg_count: list[int] = []  # log entries that start at or before it
+        self._base_c: list[npt.NDArray[np.int64]] = []  # per-source counts at its start
+        self._base_e: list[npt.NDArray[np.int64]] = []  # per-source errors x 2**40 at its start
+        self._synced = 0
+        self._params: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
+        log._users.add(self)
+
+    @property
+    def log(self) -> MixtureLog:
+        """The log."""
+        return self._log
+
+    @property
+    def num_sources(self) -> int:
+        """The number of sources K."""
+        return self._log.num_sources
+
+    # -- segments -------------------------------------------------------------------------------
+    def _sync(self) -> None:
+        log = self._log
+        n = len(log)
+        if self._synced == n:
+            return
+        k = self.num_sources
+        for i in range(self._synced, n):
+            pos = self._batches.consumed_samples(int(log._steps[i]))
+            if pos > MAX_POSITION:
+                fail(f"log.entry({i}).step", "a step that starts within 2**62 samples", pos)
+            if self._seg_pos and self._seg_pos[-1] == pos:
+                self._seg_entry[-1] = i  # same start: the later entry's weights hold
+                self._seg_count[-1] = i + 1
+                self._params.pop(len(self._seg_pos) - 1, None)
+                continue
+            if not self._seg_pos:
+                c, e = np.zeros(k, dtype=_I64), np.zeros(k, dtype=_I64)
+            else:
+                s = len(self._seg_pos) - 1
+                cs, es = self._advance(s, pos - self._seg_pos[s])
+                c, e = np.array(cs, dtype=_I64), np.array(es, dtype=_I64)
+            self._seg_pos.append(pos)
+            self._seg_entry.append(i)
+            self._seg_count.append(i + 1)
+            self._base_c.append(c)
+            self._base_e.append(e)
+        self._synced = n
+
+    def _advance(self, s: int, length: int) -> tuple[list[int], list[int]]:
+        """Counts and scaled errors at the end of segment ``s`` after ``length`` samples."""
+        local = self._local(s, length)
+        units = self._log._units[self._seg_entry[s]].tolist()
+        counts = [int(c) + d for c, d in zip(self._base_c[s].tolist(), local, strict=True)]
+        errors = []
+        for e, d, u in zip(self._base_e[s].tolist(), local, units, strict=True):
+            err = e + d * MAX_TOTAL - u * length
+            if not -(2**62) < err < 2**62:  # pragma: no cover - the bound keeps it below 2**47
+                raise RuntimeError(f"mixture log error out of range: {err}")
+            errors.append(err)
+        return counts, errors
+
+    def _segment_params(self, s: int) -> list[tuple[int, int, int, int, int, int]]:
+        params = self._params.get(s)
+        if params is not None:
+            return params
+        units = self._log._units[self._seg_entry[s]].tolist()
+        errors = self._base_e[s].tolist()
+        pu = [0]
+        pe = [0]
+        for u, e in zip(units, errors, strict=True):
+            pu.append(pu[-1] + u)
+            pe.append(pe[-1] + e)
+        d = MAX_TOTAL
+        params = []
+        for v, a, b, lo, mid, hi in self._nodes:
+            ua, uv = pu[mid] - pu[lo], pu[hi] - pu[lo]
+            ev, ea = pe[hi] - pe[lo], pe[mid] - pe[lo]
+            if uv == 0:
+                ua, uv = 1, 2  # no weight below v: any rho keeps the bound; split its debts
+            params.append((v, a, b, 2 * ua * d, uv * d + 2 * ua * ev - 2 * uv * ea, 2 * uv * d))
+        if len(self._params) > 64:
+            self._params.clear()
+        self._params[s] = params
+        return params
+
+    def _local(self, s: int, tau: int) -> list[int]:
+        """Per-source counts ``tau`` samples into segment ``s`` (relative to its start)."""
+        k = self.num_sources
+        c = [0] * (2 * k - 1)
+        c[-1 if k > 1 else 0] = tau
+        for v, a, b, slope, num0, den in self._segment_params(s):
+            n = c[v]
+            if n == 0:
+                continue
+            x = (slope * n + num0) // den
+            ca = n if x >= n else (x if x > 0 else 0)
+            c[a] = ca
+            c[b] = n - ca
+        return c[:k]
+
+    def _segment_of(self, t: int) -> int:
+        return bisect.bisect_right(self._seg_pos, t) - 1
+
+    def _note(self, t: int) -> None:
+        """Counts at ``t`` were computed: freeze the steps they depend on."""
+        b = self._batches
+        step = b.step_at(t)
+        self._log._freeze(step if b.consumed_samples(step) == t else step + 1)
+
+    # -- the Mixture interface --------------------------------------------------------------------
+    def counts(self, t: int) -> npt.NDArray[np.int64]:
+        """``c_d(t)``: how many of samples ``0 .. t - 1`` each source supplies, with the log as
+        it stands (a query: it freezes no step, unlike :meth:`counts_at`)."""
+        t = check_int("t", t, min_value=0, max_value=MAX_POSITION)
+        self._sync()
+        s = self._segment_of(t)
+        local = np.array(self._local(s, t - self._seg_pos[s]), dtype=_I64)
+        out: npt.NDArray[np.int64] = self._base_c[s] + local
+        return out
+
+    def counts_at(self, ts: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """``c_d(t)`` for many ``t``: an int64 array of shape ``(n, K)``.
+
+        What the order calls to lay out global batches: the steps the counts depend on are
+        frozen (NOTE [ Frozen steps ]).
+        """
+        arr = np.asarray(ts)
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
+            raise TypeError(f"ts must be integers; got dtype {arr.dtype}")
+        if arr.ndim != 1:
+            raise ValueError(f"ts must be 1-D; got shape {arr.shape}")
+        out = np.empty((arr.size, self.num_sources), dtype=_I64)
+        if arr.size == 0:
+            return out
+        if int(arr.min()) < 0 or int(arr.max()) > MAX_POSITION:
+            raise ValueError(
+                f"ts must lie in [0, 2**62]; got min={int(arr.min())}, max={int(arr.max())}"
+            )
+        self._sync()
+        self._note(int(arr.max()))
+        for i, t in enumerate(arr.tolist()):
+            s = self._segment_of(t)
+            out[i] = self._base_c[s] + np.array(self._local(s, t - self._seg_pos[s]), dtype=_I64)
+        return out
+
+    # -- what the counts track (NOTE [ Mixture log exactness ]) ------------------------------------
+    def shares(self, t: int) -> npt.NDArray[np.float64]:
+        """``S_d(t)``: the integral of each source's logged (quantised) weight over samples
+        ``[0, t)``, the target the counts track."""
+        t = check_int("t", t, min_value=0, max_value=MAX_POSITION)
+        self._sync()
+        s = self._segment_of(t)
+        units = self._log._units[self._seg_entry[s]].tolist()
+        local = self._local(s, t - self._seg_pos[s])
+        counts = self._base_c[s].tolist()
+        errors = self._base_e[s].tolist()
+        tau = t - self._seg_pos[s]
+        # S = c - E exactly: (c * 2**40 - E * 2**40) / 2**40 with E at the segment start
+        return np.array(
+            [
+                ((c + d) * MAX_TOTAL - (e + d * MAX_TOTAL - u * tau)) / MAX_TOTAL
+                for c, d, e, u in zip(counts, local, errors, units, strict=True)
+            ],
+            dtype=np.float64,
+        )
+
+    def deviation_bounds(self) -> npt.NDArray[np.float64]:
+        """Per-source bound on ``|c_d(t) - S_d(t)|`` at every sample, whatever the log:
+        ``h (h + 1) / 4`` for a source at depth ``h`` of the tree (NOTE [ Mixture log
+        exactness ])."""
+        return np.array([h * (h + 1) / 4 for h in self._depths], dtype=np.float64)
+
+    def share_bounds(self, t: int) -> npt.NDArray[np.float64]:
+        """:meth:`deviation_bounds` (they do not grow with ``t`` or the entries)."""
+        check_int("t", t, min_value=0, max_value=MAX_POSITION)
+        return self.deviation_bounds()
+
+    # -- the schedule interface (NOTE [ Trained part of a schedule ] in mixture.py) -------------
+    def __len__(self) -> int:
+        return len(self._log)
+
+    def trained_entries(self, samples: int) -> int:
+        """How many log entries start before sample ``samples``."""
+        samples = check_int("samples", samples, min_value=0, max_value=MAX_POSITION)
+        self._sync()
+        s = bisect.bisect_left(self._seg_pos, samples)
+        return self._seg_count[s - 1] if s else 0
+
+    def trained_tag(self, samples: int) -> str:
+        """``"<entries>:<digest>"`` of the log entries that start before ``samples`` (``"0"``
+        before any sample): the log's length and chained digest a state records."""
+        m = self.trained_entries(samples)
+        return "0" if m == 0 else f"{m}:{self._log.digest(m)}"
+
+    def check_trained(
+        self,
+        tag: object,
+        samples: int,
+        *,
+        name: str = "state['mixture']",
+        saved_at: int | None = None,
+        unit: str = "sample",
+    ) -> None:
+        """Refuse this log if its entries before ``samples`` are not the ones ``tag`` digests.
+
+        Raises:
+            ValueError: If ``tag`` is malformed, or the log's trained part differs: the message
+                names the first entry that differs when the lengths differ, else the range.
+        """
+        ours = self.trained_tag(samples)
+        if tag == ours:
+            self._note(samples)  # the entries before it are trained: none may be added there
+            return
+        fields = tag.split(":") if isinstance(tag, str) else []
+        valid = fields == ["0"] or (
+            len(fields) == 2 and fields[0].isdigit() and len(fields[1]) == 2 * _DIGEST
+        )
+        if not valid:
+            fail(name, "a mixture-log tag such as '12:9f12ab34cd56ef78'", tag)
+        theirs = int(fields[0])
+        mine = self.trained_entries(samples)
+        at = f"before {unit} {samples}"
+        if saved_at is not None and saved_at != samples:
+            at += f" (the end of the global batch under way at the saved {unit} {saved_at})"
+        if theirs != mine:
+            prefix = theirs < mine and self._log.digest(theirs) == fields[1]
+            what = (
+                f"the state trained {theirs} log entries {at} and this log has {mine} there; "
+                + (
+                    f"the first {theirs} agree, so entry {theirs} is the first that differs"
+                    if prefix
+                    else f"entry {min(theirs, mine)} is the first that differs at the latest"
+                )
+            )
+        else:
+            what = (
+                f"its first {mine} entries (the ones {at}) digest to {self._log.digest(mine)}, "
+                f"the state's to {fields[1]}: one of entries 0..{mine - 1} differs (compare the "
+                "saved log with MixtureLog.first_difference to name it)"
+            )
+        raise ValueError(
+            f"the mixture log cannot continue this state: {what}. Resume with the log saved "
+            "beside the state (MixtureLog.load, or OrderState)"
+        )
+
+    def segment_at(self, samples: int) -> int:
+        """The index of the log entry in effect at sample ``samples``."""
+        samples = check_int("samples", samples, min_value=0, max_value=MAX_POSITION)
+        self._sync()
+        return self._seg_entry[self._segment_of(samples)]
+
+    def entry_start(self, index: int) -> int:
+        """The sample at which log entry ``index`` starts."""
+        entry = self._log.entry(index)
+        return self._batches.consumed_samples(entry.step)
+
+    def weights_at(self, samples: int) -> tuple[float, ...]:
+        """The normalised weights in effect at sample ``samples``."""
+        return self._log.entry(self.segment_at(samples)).weights
+
+    def describe(self, samples: int) -> str:
+        """Which entry holds at ``samples``, and the counts against their integral, in words."""
+        index = self.segment_at(samples)
+        counts = self.counts(samples).tolist() if samples else [0] * self.num_sources
+        shares = self.shares(samples).tolist()
+        shown = "; ".join(
+            f"source {d}: {c} vs {s:.2f}"
+            for d, (c, s) in enumerate(zip(counts, shares, strict=True))
+        )
+        if self.num_sources > 8:
+            shown = "; ".join(shown.split("; ")[:8]) + f"; ... {self.num_sources - 8} more"
+        return (
+            f"log entry {index} of {len(self._log)} (from step {self._log.entry(index).step}, "
+            f"sample {self.entry_start(index)}); counts vs integral of the weights: {shown}"
+        )
+
+
+def broadcast_weights(
+    log: MixtureLog,
+    step: int,
+    weights: Sequence[float] | None,
+    *,
+    src: int = 0,
+    group: Any = None,
+) -> tuple[float, ...]:
+    """Append rank ``src``'s decision to ``log`` on every rank of a ``torch.distributed`` job.
+
+    One broadcast of ``K + 1`` float64 values (the step, then the weights) from ``src``; every
+    rank then appends the same entry, so every rank's order stays the same. Call it on every
+    rank with the same ``step`` (checked: a rank whose ``step`` differs from ``src``'s raises
+    instead of appending).
+
+    Args:
+        log: This rank's log.
+        step: The global batch from which the weights hold.
+        weights: The weights on rank ``src``; ignored (may be None) on the others.
+        src: The deciding rank.
+        group: The process group (default: the world).
+
+    Returns:
+        The weights appended, as floats.
+
+    Raises:
+        ValueError: If this rank's ``step`` differs from ``src``'s, or the log refuses the entry.
+    """
+    import torch
+    import torch.distributed as dist
+
+    step = check_int("step", step, min_value=0, max_value=2**53)
+    buf = torch.zeros(log.num_sources + 1, dtype=torch.float64)
+    if dist.get_rank(group) == src if group is not None else dist.get_rank() == src:
+        if weights is None:
+            fail("weights", f"the weights on the deciding rank {src}", None, TypeError)
+        values = np.asarray(weights, dtype=np.float64)
+        if values.shape != (log.num_sources,):
+            fail("len(weights)", f"the number of sources, {log.num_sources}", values.size)
+        buf[0] = float(step)
+        buf[1:] = torch.from_numpy(values.copy())
+    dist.broadcast(buf, src=src, group=group)
+    got = buf.tolist()
+    if int(got[0]) != step:
+        fail("step", f"rank {src}'s step, {int(got[0])} (every rank appends the same entry)", step)
+    decided = tuple(got[1:])
+    log.set_weights(step, decided)
+    return decided

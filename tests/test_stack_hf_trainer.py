@@ -85,12 +85,14 @@ def test_another_global_batch_is_refused_by_the_checkpoints_record(full: Path) -
     assert (ckpt / STATE_FILE).is_file()
     fresh = DistributedSampler(range(N), num_replicas=1, rank=0, seed=1234)
     same = SimpleNamespace(
-        per_device_train_batch_size=4, world_size=1, gradient_accumulation_steps=1
+        per_device_train_batch_size=4,
+        world_size=1,
+        gradient_accumulation_steps=1,
+        dataloader_drop_last=False,
+        ignore_data_skip=False,
     )
     assert check_resume(ckpt, fresh, same)
-    other = SimpleNamespace(
-        per_device_train_batch_size=2, world_size=1, gradient_accumulation_steps=1
-    )
+    other = SimpleNamespace(**{**vars(same), "per_device_train_batch_size": 2})
     with pytest.raises(ValueError, match="got positions_per_step=2"):
         check_resume(ckpt, fresh, other)
     with pytest.raises(ValueError, match="seed is 1234 in the state but 5 in this sampler"):

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -176,6 +177,8 @@ def main() -> None:
     parser.add_argument("--first-record", default="a", help="--record of the run resumed from")
     args = parser.parse_args()
     args.record = args.record or ("b" if args.resume else "a")
+    # torchdata 0.11 calls a torch API that torch deprecates, once per loader and rank: noise
+    warnings.filterwarnings("ignore", message=".*set_vital.* is deprecated")
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -171,6 +171,11 @@ def test_parallel_3d_verifies_the_mesh_and_catches_the_mistake(tmp_path: Path) -
         "data-parallel partition OK over the whole epoch of epoch 0: 2 DP ranks x 2 replicas" in out
     )
     assert "epoch 0: 26 steps" in out  # 410 samples, 205 per DP rank, batches of 8
+    assert (
+        "epoch 0: every sample once ✓ (410 of 410 over 2 DP ranks, 0 repeats for 0 declared "
+        "padding; tensor/context-parallel replicas identical)"
+    ) in out
+    assert out.splitlines()[-1].startswith("epoch 0: every sample once ✓")
 
 
 @pytest.mark.multiprocess

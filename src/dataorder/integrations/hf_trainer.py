@@ -34,7 +34,9 @@ sampler):
   ``train(resume_from_checkpoint=...)`` checks it first: another dataset or seed, or another
   global batch (``per-rank batch x world size x gradient accumulation``, with which the skip
   lands elsewhere in the epoch), is refused with a ``ValueError`` naming both values, and so is
-  a resume whose skip would not land on the recorded position. The same global batch on
+  a resume whose epoch holds another number of optimizer steps (a short last batch that
+  ``dataloader_drop_last`` drops at one per-device batch and not at another) or whose skip
+  would not land on the recorded position. The same global batch on
   another number of processes, or split otherwise between per-device batch and accumulation,
   is exact.
 * **What a batch holds.** ``remove_unused_columns`` (on by default) is honoured for a batch

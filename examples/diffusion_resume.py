@@ -17,6 +17,10 @@ What it shows:
   identical on every rank: one JSON file for the whole job.
 * Resuming loads that state and continues the epoch with the next batch: nothing is replayed or
   skipped, and ``get_batch_info`` describes every batch as it is really yielded.
+* The run ends with its check in one line: every rank's images (and, resumed, those the run
+  before the checkpoint trained, saved beside it as ``c.reads.json``) hold every image of the
+  epoch once, repeated only where the sampler declared padding (``get_batch_info``); a run that
+  stops early checks that no image came twice so far.
 
 The image sizes are the synthetic set shipped with dataorder (``dataorder/data/``); each image is
 a random "latent" of its bucket's shape, and the model a convolution that learns to predict the
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -135,16 +140,48 @@ def main() -> None:
         if step == args.stop_at:
             break
 
+    finished = step != args.stop_at
     if rank == 0:  # the loader state is the same on every rank: one copy for the job
         state = {"step": step, "loader": loader.state_dict()}
         args.ckpt.with_suffix(".json").write_text(json.dumps(state))
         torch.save(model.state_dict(), args.ckpt.with_suffix(".pt"))
-        done = "stopped" if step == args.stop_at else "finished the epoch"
+        done = "finished the epoch" if finished else "stopped"
         print(f"{done} after step {step}; checkpoint in {args.ckpt.with_suffix('.json')}")
     if args.record:
         Path(f"{args.record}.rank{rank}.json").write_text(json.dumps(read))
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, read)
+    if rank == 0:
+        reads = [batch for rank_reads in everyone for batch in rank_reads]
+        if args.resume:  # what the run before the checkpoint trained
+            reads += json.loads(args.ckpt.with_suffix(".reads.json").read_text())
+        args.ckpt.with_suffix(".reads.json").write_text(json.dumps(reads))
+        check_each_image_once(reads, len(images), finished)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def check_each_image_once(reads: list[dict[str, Any]], n: int, finished: bool) -> None:
+    """One line: every image once, repeated only in the padding the sampler declared (so far,
+    for a run that stopped before the epoch's end)."""
+    counts: Counter[int] = Counter()
+    for batch in reads:
+        counts.update(batch["indices"])
+    padding = sum(batch["padding"] for batch in reads)
+    repeats = sum(counts.values()) - len(counts)
+    if finished:
+        ok = len(counts) == n and repeats == padding
+        what = f"every image once {'✓' if ok else '✗'} ({len(counts)} of {n}"
+    else:
+        ok = repeats <= padding
+        what = f"no image twice so far {'✓' if ok else '✗'} ({len(counts)} of {n} read"
+    if ok:
+        what += f"; the {repeats} repeats are the declared padding)"
+    else:
+        what += f"; {repeats} repeats, {padding} declared as padding)"
+    print(f"epoch 0: {what}", flush=True)
+    if not ok:
+        raise SystemExit("epoch 0 was not read exactly once")
 
 
 if __name__ == "__main__":

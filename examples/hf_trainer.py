@@ -17,7 +17,17 @@ checkpoint every 3 steps):
   compares them). ``--no-epoch-sync`` leaves out the callback that calls ``set_epoch``, and
   the rest of epoch 1 is read in epoch 0's order (the Trainer's skip loader hides the sampler).
 * One process with ``--per-device 4`` (the same global batch) resumes a 2-process checkpoint
-  exactly; ``--per-device 2`` on one process (another global batch) is refused.
+  exactly; ``--per-device 2`` on one process (another global batch) is refused. The global
+  batch may also be split otherwise between per-device batch and ``--accumulation``: the
+  checkpoint's ``dataorder.json`` records the last optimizer step's position, not the loader's
+  read-ahead.
+* ``--sampler megatron`` reads through a dataorder batch sampler (Megatron's random sampler)
+  instead of ``DistributedSampler``. Each item carries a ``length`` the model's ``forward`` does
+  not take: ``remove_unused_columns`` (on by default) drops it for either sampler, as the stock
+  Trainer does.
+* Every run ends with its check, one line per epoch: what every process trained (and, resumed,
+  what the ``--first-record`` run trained before the checkpoint) holds each sample once.
+  ``--record`` writes one file per run (``full.json``), every process's reads, replaced whole.
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ import argparse
 import json
 import logging
 import os
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +47,7 @@ from transformers import TrainingArguments
 from transformers.utils import logging as hf_logging
 
 from dataorder.integrations.hf_trainer import DataorderTrainer
+from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 from dataorder.parallel.distributed import DistributedSampler
 
 N = 24
@@ -45,28 +58,43 @@ class Points(torch.utils.data.Dataset[dict[str, Any]]):
         return N
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        return {"idx": i, "x": torch.full((4,), float(i) / N)}
+        # "length" is not an argument of Tiny.forward: remove_unused_columns drops it
+        return {"idx": i, "x": torch.full((4,), float(i) / N), "length": i % 5 + 1}
 
 
 class Tiny(nn.Module):
-    """A linear model that also records which samples it trained on, in order."""
+    """A linear model that also records which samples it trained on, in order, and in which
+    epoch (``epoch_of``, set to the Trainer's once the trainer exists)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.lin = nn.Linear(4, 1)
-        self.seen: list[int] = []
+        self.seen: list[list[int]] = []
+        self.epoch_of: Callable[[], int] = lambda: 0
 
     def forward(self, idx: torch.Tensor, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        self.seen += idx.tolist()
+        self.seen += [[self.epoch_of(), i] for i in idx.tolist()]
         return {"loss": (self.lin(x) - x.sum(1, keepdim=True)).pow(2).mean()}
+
+
+def sampler_fn(kind: str, per_device: int) -> Callable[[Any, int, int], Any]:
+    def make(ds: Any, rank: int, world: int) -> Any:
+        if kind == "megatron":
+            return MegatronPretrainingRandomSampler(len(ds), per_device, rank, world, seed=1234)
+        return DistributedSampler(ds, num_replicas=world, rank=rank, seed=1234)
+
+    return make
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--record", required=True, help="prefix of the per-process read files")
+    parser.add_argument("--record", required=True, help="this run's record: <record>.json")
+    parser.add_argument("--first-record", default="full", help="the record of the first run")
     parser.add_argument("--resume", help="a checkpoint folder to resume from")
     parser.add_argument("--per-device", type=int, default=2)
+    parser.add_argument("--accumulation", type=int, default=1)
+    parser.add_argument("--sampler", choices=["distributed", "megatron"], default="distributed")
     parser.add_argument("--no-epoch-sync", action="store_true", help="show the upstream bug")
     args = parser.parse_args()
     hf_logging.set_verbosity_error()
@@ -74,6 +102,7 @@ def main() -> None:
     training = TrainingArguments(
         output_dir=args.out,
         per_device_train_batch_size=args.per_device,
+        gradient_accumulation_steps=args.accumulation,
         num_train_epochs=2,
         save_steps=3,
         save_strategy="steps",
@@ -82,7 +111,6 @@ def main() -> None:
         report_to=[],
         use_cpu=True,
         ddp_backend="gloo" if "WORLD_SIZE" in os.environ else None,  # torchrun or one process
-        remove_unused_columns=False,
         dataloader_num_workers=0,
         seed=0,
         disable_tqdm=True,
@@ -92,30 +120,65 @@ def main() -> None:
         model=model,
         args=training,
         train_dataset=Points(),
-        sampler_fn=lambda ds, rank, world: DistributedSampler(
-            ds, num_replicas=world, rank=rank, seed=1234
-        ),
+        sampler_fn=sampler_fn(args.sampler, args.per_device),
     )
+    # the Trainer's epoch (state.epoch is epoch + the fraction of it done at the last step)
+    model.epoch_of = lambda: int(trainer.state.epoch or 0)
     if args.no_epoch_sync:
         trainer.remove_callback(type(trainer.callback_handler.callbacks[-1]))
-    rank = training.process_index
+    rank, world = training.process_index, training.world_size
     try:
         trainer.train(resume_from_checkpoint=args.resume)
     except ValueError as err:
         if rank == 0:
             print(f"resume refused: {err}")
         return
-    Path(f"{args.record}.rank{rank}.json").write_text(json.dumps(model.seen))
-    if training.world_size > 1:
-        torch.distributed.barrier()
-    if rank == 0 and args.resume is None:
-        halves = [json.loads(Path(f"{args.record}.rank{r}.json").read_text()) for r in (0, 1)]
-        for epoch in range(2):
-            part = [i for h in halves for i in h[epoch * N // 2 : (epoch + 1) * N // 2]]
-            once = "exactly once" if sorted(part) == list(range(N)) else "NOT once"
-            print(f"epoch {epoch}: {N} samples over 2 processes, each {once}")
+    everyone: list[Any] = [model.seen]
+    if world > 1:
+        everyone = [None] * world
+        torch.distributed.all_gather_object(everyone, model.seen)
     if rank == 0:
+        resumed_at = trainer_step(args.resume)
+        record = {"resumed_at": resumed_at, "per_step": args.per_device * args.accumulation}
+        Path(f"{args.record}.json").write_text(json.dumps({**record, "ranks": everyone}))
+        reads = [read for ranks in everyone for read in ranks]
+        if args.resume:
+            reads += before_checkpoint(args.first_record, resumed_at)
         print(f"trained {len(model.seen)} samples on process 0 ({os.path.basename(args.record)})")
+        check_each_sample_once(reads, fail=not args.no_epoch_sync)  # --no-epoch-sync: shown
+
+
+def trainer_step(checkpoint: str | None) -> int:
+    """The optimizer steps a checkpoint holds (0 for a run from scratch)."""
+    if checkpoint is None:
+        return 0
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    return int(state["global_step"])
+
+
+def before_checkpoint(first: str, step: int) -> list[list[int]]:
+    """What the first run (from scratch) trained in its first ``step`` optimizer steps."""
+    record = json.loads(Path(f"{first}.json").read_text())
+    if record["resumed_at"] != 0:
+        raise SystemExit(f"cannot check: {first}.json is not a run from scratch")
+    done = step * record["per_step"]  # samples every process trained before the checkpoint
+    return [read for ranks in record["ranks"] for read in ranks[:done]]
+
+
+def check_each_sample_once(reads: list[list[int]], *, fail: bool) -> None:
+    """One line per epoch: every sample of the epoch trained exactly once (else, if ``fail``,
+    exit 1)."""
+    counts: dict[int, Counter[int]] = {}
+    for epoch, i in reads:
+        counts.setdefault(epoch, Counter())[i] += 1
+    for epoch in range(2):
+        seen = counts.get(epoch, Counter())
+        once = sum(1 for i in range(N) if seen[i] == 1)
+        ok = once == N == sum(seen.values())
+        verdict = "every sample once ✓" if ok else "NOT every sample once ✗"
+        print(f"epoch {epoch}: {verdict} ({once} of {N})")
+        if fail and not ok:
+            raise SystemExit(f"epoch {epoch} was not trained exactly once")
 
 
 if __name__ == "__main__":

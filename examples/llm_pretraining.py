@@ -16,6 +16,10 @@ What it shows:
   written once. Resuming loads it and continues exactly where the run stopped, at any step of
   any epoch; ``--record`` writes what each rank read, so you can compare a resumed run with an
   uninterrupted one (``tests/test_examples.py`` does).
+* The run ends with its check, one line per epoch: what every rank trained (and, resumed,
+  what the run before the checkpoint trained, saved beside it as ``c.reads.json``) holds each
+  sample of a finished epoch exactly once, but the short last block the sampler drops
+  (``samples_dropped``), and no sample twice in the epoch still running.
 
 The model is a bigram language model over the token dataset shipped with dataorder; gradients are
 averaged over the data-parallel group by hand (what DDP does).
@@ -25,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -96,6 +102,7 @@ def main() -> None:
         model.load_state_dict(torch.load(args.resume.with_suffix(".pt"), weights_only=True))
 
     read: list[list[int]] = []
+    epochs: list[int] = []  # the epoch of each micro-batch read, for the check
     batches = iter(loader)
     while step < args.steps:
         info = schedule.at_step(step, micro_batch_size=mbs, data_parallel_size=world)
@@ -108,6 +115,7 @@ def main() -> None:
                 batch = next(batches)
             index, rows = batch
             read.append(index.tolist())
+            epochs.append(sampler.epoch)
             logits = model(rows[:, :-1])
             loss = torch.nn.functional.cross_entropy(
                 logits.reshape(-1, VOCAB), rows[:, 1:].reshape(-1)
@@ -133,8 +141,37 @@ def main() -> None:
         torch.save(model.state_dict(), args.save.with_suffix(".pt"))
     if args.record:
         Path(f"{args.record}.rank{rank}.json").write_text(json.dumps(read))
+    everyone: list[Any] = [None] * world
+    dist.all_gather_object(everyone, [[e, ids] for e, ids in zip(epochs, read, strict=True)])
+    if rank == 0:
+        reads = [step for rank_reads in everyone for step in rank_reads]
+        if args.resume:  # what the run before the checkpoint trained
+            reads += json.loads(args.resume.with_suffix(".reads.json").read_text())
+        if args.save:
+            args.save.with_suffix(".reads.json").write_text(json.dumps(reads))
+        check_each_sample_once(reads, len(dataset), sampler.samples_dropped)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def check_each_sample_once(reads: list[list[Any]], n: int, dropped: int) -> None:
+    """One line per epoch: a finished epoch trained every sample once but the ``dropped`` short
+    last block; the epoch still running trained no sample twice."""
+    counts: dict[int, Counter[int]] = {}
+    for epoch, ids in reads:
+        counts.setdefault(epoch, Counter()).update(ids)
+    for epoch, seen in sorted(counts.items()):
+        twice = sum(c - 1 for c in seen.values() if c > 1)
+        if epoch < max(counts):  # finished: the loop went on to the next epoch
+            ok = twice == 0 and len(seen) == n - dropped
+            what = f"every sample once {'✓' if ok else '✗'} ({len(seen)} of {n}, {dropped} "
+            what += "dropped: the short last block)"
+        else:
+            ok = twice == 0
+            what = f"no sample twice so far {'✓' if ok else '✗'} ({len(seen)} of {n} read)"
+        print(f"epoch {epoch}: {what}" + ("" if ok else f", {twice} repeated"), flush=True)
+        if not ok:
+            raise SystemExit(f"epoch {epoch} was not read exactly once")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,10 @@ Here instead:
   identical to its peers, the same number of batches everywhere. A violation raises
   ``DataParallelError`` on *every* rank, with the reason;
 * ``--show-mistake`` first builds the sampler the classic wrong way (the global rank and world
-  size, as if every process were a DP rank) and shows the check catching it.
+  size, as if every process were a DP rank) and shows the check catching it;
+* each epoch ends with its check in one line, on what was really trained: every process's
+  sample ids, gathered, hold every sample once over the DP ranks (repeated only in the declared
+  padding) and are identical within each DP rank's tensor/context-parallel replicas.
 
 The model is replicated (a bigram language model over the token dataset shipped with dataorder);
 only the data layout of 3-D parallelism matters here. Gradients are averaged over the DP group.
@@ -30,11 +33,13 @@ only the data layout of 3-D parallelism matters here. Gradients are averaged ove
 from __future__ import annotations
 
 import argparse
+from collections import Counter
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, TensorDataset
 
 from dataorder.parallel.distributed import DistributedSampler
 from dataorder.parallel.verify import DataParallelError, verify_data_parallel
@@ -74,7 +79,8 @@ def main() -> None:
     report = verify_data_parallel(sampler, mesh=mesh, dp_dims=("dp",))
     if rank == 0:
         print(report, flush=True)
-    loader = DataLoader(tokens, batch_size=args.global_batch_size // dp, sampler=sampler)
+    rows = TensorDataset(torch.arange(len(tokens)), tokens)  # each row with its sample id
+    loader = DataLoader(rows, batch_size=args.global_batch_size // dp, sampler=sampler)
 
     model = torch.nn.Sequential(torch.nn.Embedding(VOCAB, 32), torch.nn.Linear(32, VOCAB))
     generator = torch.Generator().manual_seed(args.seed)  # the same initial model on every rank
@@ -84,7 +90,9 @@ def main() -> None:
     dp_group = mesh["dp"].get_group()
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
-        for batch in loader:
+        trained: list[int] = []
+        for ids, batch in loader:
+            trained += ids.tolist()
             model.zero_grad()
             logits = model(batch[:, :-1])
             loss = torch.nn.functional.cross_entropy(
@@ -99,8 +107,33 @@ def main() -> None:
                     p -= 0.5 * p.grad
         if rank == 0:
             print(f"epoch {epoch}: {len(loader)} steps, last loss {loss.item():.3f}", flush=True)
+        everyone: list[Any] = [None] * world
+        dist.all_gather_object(everyone, (mesh["dp"].get_local_rank(), trained))
+        if rank == 0:
+            check_epoch(epoch, everyone, len(tokens), sampler.samples_padded)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def check_epoch(epoch: int, everyone: list[Any], n: int, padded: int) -> None:
+    """One line: every sample once over the DP ranks (but the declared padding), and every
+    tensor/context-parallel replica of a DP rank trained what that DP rank trained."""
+    by_dp: dict[int, list[list[int]]] = {}
+    for dp_rank, ids in everyone:
+        by_dp.setdefault(dp_rank, []).append(ids)
+    replicas_agree = all(all(r == reads[0] for r in reads) for reads in by_dp.values())
+    counts = Counter(i for reads in by_dp.values() for i in reads[0])
+    repeats = sum(counts.values()) - len(counts)
+    ok = replicas_agree and len(counts) == n and repeats == padded
+    verdict = "every sample once ✓" if ok else "NOT every sample once ✗"
+    print(
+        f"epoch {epoch}: {verdict} ({len(counts)} of {n} over {len(by_dp)} DP ranks, "
+        f"{repeats} repeats for {padded} declared padding; tensor/context-parallel replicas "
+        f"{'identical' if replicas_agree else 'DIFFERENT'})",
+        flush=True,
+    )
+    if not ok:
+        raise SystemExit(f"epoch {epoch} was not trained exactly once")
 
 
 if __name__ == "__main__":

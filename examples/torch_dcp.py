@@ -15,8 +15,12 @@ What it shows:
   with ``check_same_on_all_ranks`` before saving), so DCP's one de-duplicated copy is every
   rank's, at any size. With worker processes it is the state training consumed, not what the
   workers prefetched, and loading drops the iterator DCP started while loading.
-* ``--record`` writes what each rank trained on; the resumed run's rank 0 reads both runs'
-  records and checks that every sample of each epoch was trained exactly once.
+* ``--record`` writes what the run trained on, every rank's, into one file (``a.json``, resumed
+  ``b.json``) that the run replaces whole: each run's record is its own, so resuming on 3 ranks
+  and then again on 1 from the same checkpoint leaves no rank file of the 3-rank run for the
+  1-rank one to count. The resumed run's rank 0 reads the first run's record and its own and
+  prints, for each epoch, whether every sample was trained exactly once; a first record that
+  is not the checkpoint's (another stop step) is named, never counted.
 * ``--packed`` (in both runs) trains a tiny causal LM on packed rows instead: a
   ``PackedSampler`` over 60 documents (907 tokens, rows of 32) feeds ``PackedDataset`` rows,
   collated into ``input_ids``, ``labels``, ``position_ids`` and ``cu_seqlens``, and the check is
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -172,6 +177,8 @@ def main() -> None:
     parser.add_argument("--first-record", default="a", help="--record of the run resumed from")
     args = parser.parse_args()
     args.record = args.record or ("b" if args.resume else "a")
+    # torchdata 0.11 calls a torch API that torch deprecates, once per loader and rank: noise
+    warnings.filterwarnings("ignore", message=".*set_vital.* is deprecated")
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -207,6 +214,7 @@ def main() -> None:
         if not same:
             raise SystemExit("parameters differ after the reshard")
 
+    resumed_at = loop["step"]
     records: list[list[object]] = []
     stopped = False
     for epoch in range(loop["epoch"], args.epochs):
@@ -225,7 +233,7 @@ def main() -> None:
         if stopped:
             break
 
-    Path(f"{args.record}.rank{rank}.json").write_text(json.dumps(records))
+    write_record(args.record, records, loop["step"] if stopped else None, rank, world)
     if stopped:
         order = OrderState(loader).state_dict()
         check_same_on_all_ranks(order["sampler"])  # a global state: DCP keeps one copy
@@ -239,38 +247,66 @@ def main() -> None:
             )
     dist.barrier()
     if args.resume and rank == 0:
-        (check_every_token_once if args.packed else check_every_sample_once)(args, world)
+        check = check_every_token_once if args.packed else check_every_sample_once
+        check(args, world, resumed_at)
     dist.destroy_process_group()
 
 
-def records(args: argparse.Namespace) -> list[list[Any]]:
-    """Both runs' records, every rank's."""
-    paths = [
-        *Path().glob(f"{args.first_record}.rank*.json"),
-        *Path().glob(f"{args.record}.rank*.json"),
-    ]
-    return [step for path in paths for step in json.loads(path.read_text())]
+def write_record(
+    prefix: str, steps: list[list[object]], stop: int | None, rank: int, world: int
+) -> None:
+    """Rank 0 writes every rank's steps into ``{prefix}.json``, replacing any earlier run's."""
+    gathered: list[Any] = [None] * world if rank == 0 else []
+    dist.gather_object(steps, gathered if rank == 0 else None, dst=0)
+    if rank == 0:
+        record = {"world_size": world, "stopped_after": stop, "ranks": gathered}
+        tmp = Path(f"{prefix}.json.tmp")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(f"{prefix}.json")
 
 
-def check_every_sample_once(args: argparse.Namespace, world: int) -> None:
+def records(args: argparse.Namespace, resumed_at: int) -> list[list[Any]]:
+    """Both runs' steps, every rank's: the first run's record must be the checkpoint's."""
+    first = Path(f"{args.first_record}.json")
+    if not first.is_file():
+        raise SystemExit(f"cannot check: {first} (the first run's record) is not here")
+    saved = json.loads(first.read_text())
+    if saved["stopped_after"] != resumed_at:
+        raise SystemExit(
+            f"cannot check: {first} is a run that stopped after step {saved['stopped_after']}, "
+            f"but the checkpoint is at step {resumed_at} (run the first command again)"
+        )
+    ours = json.loads(Path(f"{args.record}.json").read_text())
+    return [step for run in (saved, ours) for rank in run["ranks"] for step in rank]
+
+
+def check_every_sample_once(args: argparse.Namespace, world: int, resumed_at: int) -> None:
     """Rank 0 of the resumed run: both runs' records together read each epoch exactly once."""
-    seen: dict[int, list[int]] = {}
-    for epoch, batch in records(args):
-        seen.setdefault(epoch, []).extend(batch)
+    seen: dict[int, Counter[int]] = {}
+    for epoch, batch in records(args, resumed_at):
+        seen.setdefault(epoch, Counter()).update(batch)
     for epoch in range(args.epochs):
-        ok = sorted(seen.get(epoch, [])) == list(range(N))
-        print(f"epoch {epoch}: {N} samples, each {'exactly once' if ok else 'NOT once'}")
-        if not ok:
+        counts = seen.get(epoch, Counter())
+        once = sum(1 for i in range(N) if counts[i] == 1)
+        if once == N == sum(counts.values()):
+            print(f"epoch {epoch}: every sample once ✓ ({once} of {N})")
+        else:
+            missing = sum(1 for i in range(N) if counts[i] == 0)
+            repeated = sum(c - 1 for c in counts.values() if c > 1)
+            print(
+                f"epoch {epoch}: NOT every sample once ✗ ({once} of {N} once, {missing} "
+                f"missing, {repeated} repeated)"
+            )
             raise SystemExit(f"epoch {epoch} was not read exactly once")
 
 
-def check_every_token_once(args: argparse.Namespace, world: int) -> None:
+def check_every_token_once(args: argparse.Namespace, world: int, resumed_at: int) -> None:
     """Rank 0 of the resumed packed run: both runs' records together read every token of each
     epoch exactly once, but the tail the resumed layout drops (``tokens_dropped``, 0 here), and
     padded exactly what the sampler counts (``tokens_padded``)."""
     seen: dict[int, Counter[int]] = {}
     padding: Counter[int] = Counter()
-    for epoch, ids, pads in records(args):
+    for epoch, ids, pads in records(args, resumed_at):
         seen.setdefault(epoch, Counter()).update(ids)
         padding[epoch] += pads
     for epoch in range(args.epochs):
@@ -283,10 +319,10 @@ def check_every_token_once(args: argparse.Namespace, world: int) -> None:
             == VOCAB - 1 - (counts.tokens_dropped)
             and padding[epoch] == counts.tokens_padded
         )
+        verdict = "every token once ✓" if ok else "NOT every token once ✗"
         print(
-            f"epoch {epoch}: {len(once)} of {VOCAB - 1} tokens read, each "
-            f"{'exactly once' if ok else 'NOT once'} ({counts.tokens_dropped} dropped, "
-            f"{padding[epoch]} padding)"
+            f"epoch {epoch}: {verdict} ({len(once)} of {VOCAB - 1}, {counts.tokens_dropped} "
+            f"dropped, {padding[epoch]} padding)"
         )
         if not ok:
             raise SystemExit(f"epoch {epoch} was not read exactly once")

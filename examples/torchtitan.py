@@ -16,7 +16,11 @@ What it shows:
   ``ParallelAwareDataloader`` (per-rank keys) is refused on the new size, which the run shows.
 * The loader crosses epochs itself (torchtitan iterates once and never calls ``set_epoch``):
   the run goes on past the end of epoch 0. Both runs go with 0 and with 2 loader workers, and
-  the resumed rank 0 checks that each epoch's samples were read exactly once over both runs.
+  the resumed rank 0 checks that each epoch's samples were read exactly once over both runs
+  (one line per epoch). ``--swap-workers`` resumes each checkpoint with the other number of
+  workers (saved with 0, resumed with 2, and back).
+* Each run writes what every rank read into one file per worker count (``a.w0.json``,
+  resumed ``b3.w0.json``), replaced whole: a run never counts another run's ranks.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +97,12 @@ def main() -> None:
     parser.add_argument("--ckpt", type=Path, required=True)
     parser.add_argument("--save", action="store_true", help="train 5 steps and save")
     parser.add_argument("--steps", type=int, default=3, help="steps before the save")
+    parser.add_argument(
+        "--swap-workers", action="store_true", help="resume each checkpoint with the other count"
+    )
     args = parser.parse_args()
+    # torchdata 0.11 calls a torch API that torch deprecates, once per loader and rank: noise
+    warnings.filterwarnings("ignore", message=".*set_vital.* is deprecated")
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
@@ -101,7 +112,8 @@ def main() -> None:
         loader = build(workers, rank, world)
         train_state = TrainState()
         states = {"train_state": train_state, "dataloader": loader, **model.state_dict()}
-        ckpt = args.ckpt / f"w{workers}"
+        saved_with = 2 - workers if args.swap_workers and not args.save else workers
+        ckpt = args.ckpt / f"w{saved_with}"
         stock = args.ckpt / f"stock-w{workers}"
         if not args.save:
             dcp.load(states, checkpoint_id=str(ckpt))
@@ -115,9 +127,11 @@ def main() -> None:
             train_state.step += 1
             train_state.ntokens_seen += labels.numel() * world  # counted over all ranks
             records.append([epoch, inputs["ids"].tolist()])
-        tag = "a" if args.save else f"b{world}"
-        Path(f"{tag}.w{workers}.rank{rank}.json").write_text(json.dumps(records))
-        dist.barrier()  # every rank's record is written
+        tag = "a" if args.save else f"b{world}{'x' if args.swap_workers else ''}"
+        everyone: list[Any] = [None] * world
+        dist.all_gather_object(everyone, records)
+        if rank == 0:
+            Path(f"{tag}.w{workers}.json").write_text(json.dumps(everyone))
         if args.save:
             check_same_on_all_ranks(loader.state_dict()["dataorder"])
             dcp.save(states, checkpoint_id=str(ckpt))
@@ -128,9 +142,10 @@ def main() -> None:
             if rank == 0:
                 print(
                     f"workers={workers}: resumed at step {train_state.step - todo} on {world} "
-                    f"ranks, trained on to step {train_state.step}, the end of epoch 1"
+                    f"ranks, trained on to step {train_state.step}, the end of epoch 1 (saved "
+                    f"with {saved_with} workers)"
                 )
-                check_once(workers, world)
+                check_once(workers, [f"a.w{saved_with}", f"{tag}.w{workers}"])
             refused = stock_loader_refused(stock, rank, world)
             if rank == 0:
                 print(f"workers={workers}: torchtitan's own loader on {world} ranks: {refused}")
@@ -161,16 +176,18 @@ def stock_loader_refused(path: Path, rank: int, world: int) -> str:
     return "loaded"
 
 
-def check_once(workers: int, world: int) -> None:
-    seen: dict[int, list[int]] = {}
-    for prefix in ("a", f"b{world}"):
-        for path in Path().glob(f"{prefix}.w{workers}.rank*.json"):
-            for epoch, ids in json.loads(path.read_text()):
-                seen.setdefault(epoch, []).extend(ids)
-    for epoch in sorted(seen):
-        ok = sorted(seen[epoch]) == list(range(N))
-        once = "exactly once" if ok else "NOT once"
-        print(f"workers={workers}: epoch {epoch}: {N} samples, each {once}")
+def check_once(workers: int, runs: list[str]) -> None:
+    """One line per epoch: both runs' records (every rank's) read each sample exactly once."""
+    seen: dict[int, Counter[int]] = {}
+    for run in runs:
+        for rank_records in json.loads(Path(f"{run}.json").read_text()):
+            for epoch, ids in rank_records:
+                seen.setdefault(epoch, Counter()).update(ids)
+    for epoch, counts in sorted(seen.items()):
+        once = sum(1 for i in range(N) if counts[i] == 1)
+        ok = once == N == sum(counts.values())
+        verdict = "every sample once ✓" if ok else "NOT every sample once ✗"
+        print(f"workers={workers}: epoch {epoch}: {verdict} ({once} of {N})")
         if not ok:
             raise SystemExit(f"epoch {epoch} was not read exactly once")
 

@@ -114,11 +114,17 @@ def test_the_quickstart_runs() -> None:
 @pytest.mark.multiprocess
 @pytest.mark.timeout(360)
 def test_llm_pretraining_resumes_exactly_through_the_ramp(tmp_path: Path) -> None:
-    torchrun(
+    first = torchrun(
         "llm_pretraining.py", 2, "--steps", "9", "--save", "c.json", "--record", "a", cwd=tmp_path
     )
+    assert first.stdout.splitlines()[-1] == "epoch 0: no sample twice so far ✓ (96 of 410 read)"
     proc = torchrun("llm_pretraining.py", 2, "--resume", "c.json", "--record", "b", cwd=tmp_path)
     assert "step 19: global batch 32 = 8 micro-batches x 2 x 2 ranks" in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[-2:] == [
+        "epoch 0: every sample once ✓ (408 of 410, 2 dropped: the short last block)",
+        "epoch 1: no sample twice so far ✓ (24 of 410 read)",
+    ]
     # What each rank must read: the ramp's micro-batch counts, drawn from an uninterrupted
     # sampler that crosses into epoch 1 at step 19.
     schedule = BatchSizeSchedule.rampup(8, 8, 128, global_batch_size=32)
@@ -165,6 +171,11 @@ def test_parallel_3d_verifies_the_mesh_and_catches_the_mistake(tmp_path: Path) -
         "data-parallel partition OK over the whole epoch of epoch 0: 2 DP ranks x 2 replicas" in out
     )
     assert "epoch 0: 26 steps" in out  # 410 samples, 205 per DP rank, batches of 8
+    assert (
+        "epoch 0: every sample once ✓ (410 of 410 over 2 DP ranks, 0 repeats for 0 declared "
+        "padding; tensor/context-parallel replicas identical)"
+    ) in out
+    assert out.splitlines()[-1].startswith("epoch 0: every sample once ✓")
 
 
 @pytest.mark.multiprocess
@@ -184,6 +195,7 @@ def test_diffusion_resume_reads_every_image_once(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert "stopped after step 12" in first.stdout
+    assert first.stdout.splitlines()[-1].startswith("epoch 0: no image twice so far ✓ (")
     saved = json.loads((tmp_path / "c.json").read_text())
     assert saved["step"] == 12
     second = torchrun(
@@ -198,6 +210,8 @@ def test_diffusion_resume_reads_every_image_once(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert "finished the epoch" in second.stdout
+    last = second.stdout.splitlines()[-1]
+    assert last.startswith("epoch 0: every image once ✓ (300 of 300; the "), last
     reads: Counter[int] = Counter()
     declared = 0
     for rank in range(2):

@@ -27,7 +27,9 @@ N = 24
 
 
 def _read(root: Path, prefix: str, rank: int = 0) -> list[int]:
-    return list(json.loads((root / f"{prefix}.rank{rank}.json").read_text()))
+    """The sample ids process ``rank`` trained in the run recorded as ``prefix``, in order."""
+    record = json.loads((root / f"{prefix}.json").read_text())
+    return [i for _, i in record["ranks"][rank]]
 
 
 def _one_process(root: Path, *args: str) -> str:
@@ -47,7 +49,7 @@ def full(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("hf")
     out = torchrun("hf_trainer.py", 2, "--out", "run", "--record", "full", cwd=root).stdout
     for epoch in (0, 1):
-        assert f"epoch {epoch}: 24 samples over 2 processes, each exactly once" in out
+        assert f"epoch {epoch}: every sample once ✓ (24 of 24)" in out
     halves = [_read(root, "full", r) for r in (0, 1)]
     assert all(len(h) == N for h in halves)  # 12 per epoch per process: none lost to re-sharding
     assert Counter(halves[0][:12] + halves[1][:12]) == Counter(range(N))
@@ -56,12 +58,17 @@ def full(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _resume(root: Path, step: int, prefix: str, *extra: str) -> list[list[int]]:
-    torchrun(
+    out = torchrun(
         "hf_trainer.py",
         2,
         *("--out", "run", "--record", prefix, "--resume", f"run/checkpoint-{step}", *extra),
         cwd=root,
-    )
+    ).stdout
+    if "--no-epoch-sync" in extra:
+        assert "epoch 1: NOT every sample once ✗" in out
+    else:
+        for epoch in (0, 1):  # the run before the checkpoint and this one
+            assert f"epoch {epoch}: every sample once ✓ (24 of 24)" in out
     return [_read(root, prefix, r) for r in (0, 1)]
 
 
@@ -85,17 +92,39 @@ def test_another_global_batch_is_refused_by_the_checkpoints_record(full: Path) -
     assert (ckpt / STATE_FILE).is_file()
     fresh = DistributedSampler(range(N), num_replicas=1, rank=0, seed=1234)
     same = SimpleNamespace(
-        per_device_train_batch_size=4, world_size=1, gradient_accumulation_steps=1
+        per_device_train_batch_size=4,
+        world_size=1,
+        gradient_accumulation_steps=1,
+        dataloader_drop_last=False,
+        ignore_data_skip=False,
     )
     assert check_resume(ckpt, fresh, same)
-    other = SimpleNamespace(
-        per_device_train_batch_size=2, world_size=1, gradient_accumulation_steps=1
-    )
+    other = SimpleNamespace(**{**vars(same), "per_device_train_batch_size": 2})
     with pytest.raises(ValueError, match="got positions_per_step=2"):
         check_resume(ckpt, fresh, other)
     with pytest.raises(ValueError, match="seed is 1234 in the state but 5 in this sampler"):
         check_resume(ckpt, DistributedSampler(range(N), num_replicas=1, rank=0, seed=5), same)
     assert not check_resume(full / "run", fresh, same)  # no record: nothing to check
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_one_process_resumes_at_another_split_through_a_batch_sampler(full: Path) -> None:
+    """A Megatron batch sampler (items with a column ``forward`` does not take), saved on 2
+    processes at 2 x accumulation 1, resumed on one at 2 x accumulation 2: the same global batch."""
+    torchrun(
+        "hf_trainer.py",
+        2,
+        *("--out", "meg", "--record", "meg", "--sampler", "megatron"),
+        cwd=full,
+    )
+    out = _one_process(
+        full,
+        *("--out", "meg2", "--record", "meg1", "--first-record", "meg", "--sampler", "megatron"),
+        *("--accumulation", "2", "--resume", "meg/checkpoint-3"),
+    )
+    for epoch in (0, 1):
+        assert f"epoch {epoch}: every sample once ✓ (24 of 24)" in out
 
 
 @pytest.mark.slow
@@ -127,7 +156,10 @@ def test_without_the_epoch_callback_epoch_1_replays_epoch_0s_order(full: Path) -
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_one_process_with_the_same_global_batch_resumes_exactly(full: Path) -> None:
-    _one_process(full, "--record", "one4", "--per-device", "4", "--resume", "run/checkpoint-3")
+    out = _one_process(
+        full, "--record", "one4", "--per-device", "4", "--resume", "run/checkpoint-3"
+    )
+    assert "epoch 1: every sample once ✓ (24 of 24)" in out
     one = _read(full, "one4")
     halves = [_read(full, "full", r) for r in (0, 1)]
     before = halves[0][:6] + halves[1][:6]  # 3 steps x 2 on each process

@@ -2,8 +2,9 @@
 
 The diffusion loader config is resolved from its YAML ``_target_`` by NeMo's config loader, reads
 a preprocessed cache through NeMo's dataset and collate function, is tracked by NeMo's
-``BaseRecipe``, trained by the recipe's loop (``StepScheduler``, ``set_epoch``) with 2 workers,
-saved by the recipe's dispatch through NeMo's ``Checkpointer`` and restored by
+``BaseRecipe``, trained by the recipe's loop (``StepScheduler``, ``set_epoch``) with 2 workers
+(resumed with 0 or 1: another number of workers continues exactly too), saved by the recipe's
+dispatch through NeMo's ``Checkpointer`` and restored by
 ``BaseRecipe._load_checkpoint_tracked_state`` in NeMo's order (loader, then rank 0's
 ``sampler.pt``). Saved on 2 ranks: growing to 3 is refused by NeMo with per-DP loader files and
 exact through the DCP path; shrinking to 1 is exact with both. The LLM recipe's loader is built by
@@ -38,11 +39,11 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _check(root: Path, mode: str, world: int) -> None:
+def _check(root: Path, mode: str, world: int, workers: int = 2) -> None:
     seen: dict[int, Counter[int]] = {}
-    for prefix in (f"{mode}.a", f"{mode}.b{world}"):
-        for path in (root / "run").glob(f"{prefix}.rank*.json"):
-            for epoch, ids in json.loads(path.read_text()):
+    for tag in (f"{mode}.a", f"{mode}.b{world}w{workers}"):
+        for rank_records in json.loads((root / "run" / f"{tag}.json").read_text()):
+            for epoch, ids in rank_records:
                 seen.setdefault(epoch, Counter()).update(ids)
     assert seen == {0: Counter(range(N)), 1: Counter(range(N))}, (mode, world)
 
@@ -50,10 +51,21 @@ def _check(root: Path, mode: str, world: int) -> None:
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_growing_dp_is_refused_with_files_and_exact_through_dcp(saved: Path) -> None:
-    out = torchrun("nemo_automodel.py", 3, "--dir", "run", cwd=saved).stdout
+    """Saved with 2 loader workers, resumed with none (another number of workers)."""
+    out = torchrun("nemo_automodel.py", 3, "--dir", "run", "--workers", "0", cwd=saved).stdout
     assert "files: resume on 3 ranks refused by NeMo" in out
     assert "FileNotFoundError: dataloader_dp_rank_2.pt" in out
-    assert "dcp: resumed on 3 ranks; epoch 1: 36 samples, each exactly once" in out
+    for epoch in (0, 1):
+        line = f"dcp: resumed on 3 ranks with 0 workers; epoch {epoch}: every sample once ✓"
+        assert f"{line} (36 of 36)" in out
+    _check(saved, "dcp", 3, workers=0)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_growing_dp_with_the_same_workers_is_exact_through_dcp(saved: Path) -> None:
+    torchrun("nemo_automodel.py", 3, "--dir", "run", cwd=saved)
     _check(saved, "dcp", 3)
 
 
@@ -64,6 +76,18 @@ def test_shrinking_dp_is_exact_with_both(saved: Path) -> None:
     torchrun("nemo_automodel.py", 1, "--dir", "run", cwd=saved)
     _check(saved, "files", 1)
     _check(saved, "dcp", 1)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_shrinking_dp_with_another_number_of_workers_is_exact_through_dcp(saved: Path) -> None:
+    """Per-DP-rank files hold torchdata's own loader state, which torchdata loads only into the
+    number of workers it was saved with (2 here, 1 asked): refused, never misapplied."""
+    out = torchrun("nemo_automodel.py", 1, "--dir", "run", "--workers", "1", cwd=saved).stdout
+    assert "files: resume on 1 ranks with 1 workers refused by torchdata" in out
+    assert "dcp: resumed on 1 ranks with 1 workers; epoch 1: every sample once ✓ (36 of 36)" in out
+    _check(saved, "dcp", 1, workers=1)
 
 
 def test_the_llm_recipes_loader_takes_our_batch_sampler() -> None:

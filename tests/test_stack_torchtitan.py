@@ -4,8 +4,9 @@ The loader is built through its ``Configurable`` config as torchtitan's trainer 
 iterated once as ``Trainer.batch_generator`` does (no ``set_epoch``: it crosses the epoch
 itself), and saved with ``dcp.save`` of the states ``CheckpointManager`` composes
 (``train_state``, ``dataloader``, the model's flattened parameters). Saved on 2 ranks after 3
-steps, it resumes on 3 and on 1 rank, with 0 and 2 loader workers: every sample of epochs 0 and 1
-exactly once over both runs. torchtitan's own ``ParallelAwareDataloader`` is refused at both
+steps, it resumes on 3 and on 1 rank, with 0 and 2 loader workers, and with the other number of
+workers than each checkpoint was saved with: every sample of epochs 0 and 1 exactly once over
+both runs. torchtitan's own ``ParallelAwareDataloader`` is refused at both
 sizes (per-rank keys), which is why this loader exists. Skipped without torchtitan (installed
 with ``pip install --no-deps torchtitan==0.3.0`` plus tyro, docstring-parser, typeguard).
 """
@@ -33,19 +34,36 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _check_resumed(root: Path, world: int) -> None:
-    out = torchrun("torchtitan.py", world, "--ckpt", "c", cwd=root).stdout
+def _check_resumed(root: Path, world: int, *extra: str) -> None:
+    out = torchrun("torchtitan.py", world, "--ckpt", "c", *extra, cwd=root).stdout
+    swap = "--swap-workers" in extra
     for workers in (0, 2):
-        assert f"workers={workers}: resumed at step 3 on {world} ranks" in out
+        saved_with = 2 - workers if swap else workers
+        assert (
+            f"workers={workers}: resumed at step 3 on {world} ranks, trained on to step "
+            f"{3 + (2 * N - 12) // (2 * world)}, the end of epoch 1 (saved with {saved_with} "
+            "workers)"
+        ) in out
         assert f"workers={workers}: torchtitan's own loader on {world} ranks: refused" in out
         seen: dict[int, Counter[int]] = {}
-        for prefix in ("a", f"b{world}"):
-            for path in root.glob(f"{prefix}.w{workers}.rank*.json"):
-                for epoch, ids in json.loads(path.read_text()):
+        runs = (f"a.w{saved_with}", f"b{world}{'x' if swap else ''}.w{workers}")
+        for run in runs:
+            for rank_records in json.loads((root / f"{run}.json").read_text()):
+                for epoch, ids in rank_records:
                     seen.setdefault(epoch, Counter()).update(ids)
         assert seen == {0: Counter(range(N)), 1: Counter(range(N))}, (world, workers)
+        for epoch in (0, 1):
+            assert f"workers={workers}: epoch {epoch}: every sample once ✓ (48 of 48)" in out
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_saved_on_2_ranks_resumes_on_3_with_the_other_number_of_workers(saved: Path) -> None:
+    """Saved with 0 and 2 loader workers, each resumed with the other count, on 3 ranks."""
+    _check_resumed(saved, 3, "--swap-workers")
+
+
+@pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_saved_on_2_ranks_resumes_on_3_with_0_and_2_workers(saved: Path) -> None:
@@ -57,6 +75,13 @@ def test_saved_on_2_ranks_resumes_on_3_with_0_and_2_workers(saved: Path) -> None
 @pytest.mark.timeout(300)
 def test_saved_on_2_ranks_resumes_on_1_with_0_and_2_workers(saved: Path) -> None:
     _check_resumed(saved, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_saved_on_2_ranks_resumes_on_1_with_the_other_number_of_workers(saved: Path) -> None:
+    _check_resumed(saved, 1, "--swap-workers")
 
 
 def samples(*, path: str | None, seq_len: int | None, tokenizer: object) -> list[int]:

@@ -170,7 +170,8 @@ def _add_given_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help=(
             "blended sampler built with a MixtureLog: the log saved beside the state "
-            "(MixtureLog.save); shows each source's count against the integral of its weights"
+            "(MixtureLog.save); shows each source's count against the integral of its weights "
+            "(default: none)"
         ),
     )
     p.add_argument(

@@ -23,6 +23,7 @@ import torch
 from dataorder.integrations.megatron_lm import (
     BlendedData,
     EpochStream,
+    MapStyleData,
     PackedData,
     external_provider,
     parse_data_path,
@@ -327,3 +328,21 @@ def test_single_equals_megatrons_sampler_at_any_consumed_count() -> None:
             )(None)[0]
             want = _single(consumed, 2, rank, 2, 60)
             assert [next(train) for _ in want] == want
+
+
+@pytest.mark.parametrize("as_recipe", [False, True])
+def test_the_datasets_function_receives_megatrons_sample_counts(as_recipe: bool) -> None:
+    """A bare function and the same function as a ``MapStyleData`` recipe both receive
+    Megatron's ``train_val_test_num_samples`` (the recipe passed None before)."""
+    seen: list[Any] = []
+
+    def build(counts: Any) -> tuple[Any, Any, Any]:
+        seen.append(counts)
+        return list(range(16)), None, None
+
+    args = SimpleNamespace(
+        micro_batch_size=2, global_batch_size=4, consumed_train_samples=0, consumed_valid_samples=0
+    )
+    given: Any = MapStyleData(build) if as_recipe else build
+    external_provider(given, get_args=lambda: args, data_parallel=lambda: (0, 1))([160, 16, 0])
+    assert seen == [[160, 16, 0]]

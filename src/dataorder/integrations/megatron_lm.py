@@ -44,7 +44,6 @@ does not pass them.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -140,9 +139,19 @@ class LoaderRecipe(Protocol):
     """
 
     def loaders(
-        self, args: Any, dp_rank: int, dp_size: int, consumed: tuple[int, int, int]
+        self,
+        args: Any,
+        dp_rank: int,
+        dp_size: int,
+        consumed: tuple[int, int, int],
+        num_samples: Any = None,
     ) -> tuple[Loader | None, Loader | None, Loader | None]:
-        """The train, valid and test loaders, each placed at its consumed count."""
+        """The train, valid and test loaders, each placed at its consumed count.
+
+        ``num_samples`` is what Megatron passes the provider (``train_val_test_num_samples``);
+        a recipe whose datasets need it (:class:`MapStyleData`) passes it on, the others'
+        samplers decide their own lengths.
+        """
         ...
 
 
@@ -181,7 +190,6 @@ class MapStyleData:
     seed: int = 0
     compat: Literal["megatron"] | None = None
     collate_fn: Callable[[list[Any]], Any] | None = None
-    num_samples: Any = None
 
     def __post_init__(self) -> None:
         check_choice("order", self.order, DATALOADER_TYPES)
@@ -195,9 +203,15 @@ class MapStyleData:
             )
 
     def loaders(
-        self, args: Any, dp_rank: int, dp_size: int, consumed: tuple[int, int, int]
+        self,
+        args: Any,
+        dp_rank: int,
+        dp_size: int,
+        consumed: tuple[int, int, int],
+        num_samples: Any = None,
     ) -> tuple[Loader | None, Loader | None, Loader | None]:
-        datasets = self.build_datasets(self.num_samples)
+        """The datasets ``build_datasets(num_samples)`` makes, each behind its sampler."""
+        datasets = self.build_datasets(num_samples)
         return tuple(  # type: ignore[return-value]
             None
             if ds is None
@@ -285,8 +299,15 @@ class BlendedData:
         split_documents(self.split, 0)
 
     def loaders(
-        self, args: Any, dp_rank: int, dp_size: int, consumed: tuple[int, int, int]
+        self,
+        args: Any,
+        dp_rank: int,
+        dp_size: int,
+        consumed: tuple[int, int, int],
+        num_samples: Any = None,
     ) -> tuple[Loader | None, Loader | None, Loader | None]:
+        """The blend over each split's document ranges (``split``), counted in samples;
+        ``num_samples`` is not needed (the blend decides its length)."""
         import torch.utils.data
 
         from dataorder.llm.blend import BlendedSampler
@@ -416,8 +437,15 @@ class PackedData:
         check_choice("long_documents", self.long_documents, ("truncate", "drop"))
 
     def loaders(
-        self, args: Any, dp_rank: int, dp_size: int, consumed: tuple[int, int, int]
+        self,
+        args: Any,
+        dp_rank: int,
+        dp_size: int,
+        consumed: tuple[int, int, int],
+        num_samples: Any = None,
     ) -> tuple[Loader | None, Loader | None, Loader | None]:
+        """Packed rows of each split's document ranges, counted in rows; ``num_samples`` is
+        not needed (the packing plan decides its length)."""
         from dataorder.llm.packing.dataset import (
             ConcatTokens,
             DocumentRange,
@@ -584,7 +612,6 @@ def external_provider(
         if collate_fn is not None:
             fail("collate_fn", "None with a recipe (it has its collate)", collate_fn)
         recipe = build_datasets
-        datasets_fn = None
     elif callable(build_datasets):
         recipe = MapStyleData(
             build_datasets,
@@ -593,7 +620,6 @@ def external_provider(
             compat=compat,
             collate_fn=collate_fn,
         )
-        datasets_fn = build_datasets
     else:
         fail(
             "build_datasets",
@@ -614,11 +640,8 @@ def external_provider(
             getattr(args, "consumed_valid_samples", 0),
             0,
         )
-        plan = recipe
-        if datasets_fn is not None:
-            plan = dataclasses.replace(recipe, num_samples=train_val_test_num_samples)  # type: ignore[type-var]
         streams: list[EpochStream | None] = []
-        for loader in plan.loaders(args, dp_rank, dp_size, consumed):
+        for loader in recipe.loaders(args, dp_rank, dp_size, consumed, train_val_test_num_samples):
             if loader is None:
                 streams.append(None)
                 continue

@@ -146,6 +146,8 @@ class HFStyle:
     keys: ClassVar[tuple[str, ...]] = ("input_ids", "position_ids", "document_ids", "labels")
 
     def arrays(self, row: RowLayout) -> Arrays:
+        """The row's ``input_ids``, ``position_ids``, ``document_ids`` and unshifted ``labels``
+        (-100 on padding and at every span's first token; NOTE [ Packed labels ])."""
         labels = row.input_ids.copy()
         labels[row.document_ids < 0] = IGNORE_INDEX
         labels[row.position_ids == 0] = IGNORE_INDEX  # the first token of every span (and padding)
@@ -215,6 +217,9 @@ class MegatronStyle:
         return ("tokens", "labels", "loss_mask", "position_ids", *extra[self.attention])
 
     def arrays(self, row: RowLayout) -> Arrays:
+        """The row in Megatron-LM's format: ``tokens``, the next token as ``labels``,
+        ``loss_mask`` (0 on padding and where a label would be another document's),
+        ``position_ids`` reset per document, and the attention keys :attr:`attention` asks."""
         ids, doc = row.input_ids, row.document_ids
         s = ids.size
         labels = np.empty(s, dtype=np.int64)

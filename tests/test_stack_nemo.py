@@ -3,7 +3,8 @@
 The diffusion loader config is resolved from its YAML ``_target_`` by NeMo's config loader, reads
 a preprocessed cache through NeMo's dataset and collate function, is tracked by NeMo's
 ``BaseRecipe``, trained by the recipe's loop (``StepScheduler``, ``set_epoch``) with 2 workers
-(resumed with 0 or 1: another number of workers continues exactly too), saved by the recipe's
+(resumed with 0 or 1: another number of workers continues exactly too, with per-DP-rank loader
+files as well, checked in-process 2 -> 0 and 0 -> 2), saved by the recipe's
 dispatch through NeMo's ``Checkpointer`` and restored by
 ``BaseRecipe._load_checkpoint_tracked_state`` in NeMo's order (loader, then rank 0's
 ``sampler.pt``). Saved on 2 ranks: growing to 3 is refused by NeMo with per-DP loader files and
@@ -82,13 +83,14 @@ def test_shrinking_dp_is_exact_with_both(saved: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
-def test_shrinking_dp_with_another_number_of_workers_is_exact_through_dcp(saved: Path) -> None:
-    """Per-DP-rank files hold torchdata's own loader state, which torchdata loads only into the
-    number of workers it was saved with (2 here, 1 asked): refused, never misapplied."""
+def test_shrinking_dp_with_another_number_of_workers_is_exact_with_both(saved: Path) -> None:
+    """Per-DP-rank files hold torchdata's own loader state, saved with 2 workers (1 asked):
+    rank 0's ``sampler.pt``, loaded after it, drops it and places the order."""
     out = torchrun("nemo_automodel.py", 1, "--dir", "run", "--workers", "1", cwd=saved).stdout
-    assert "files: resume on 1 ranks with 1 workers refused by torchdata" in out
-    assert "dcp: resumed on 1 ranks with 1 workers; epoch 1: every sample once ✓ (36 of 36)" in out
-    _check(saved, "dcp", 1, workers=1)
+    for mode in ("files", "dcp"):
+        line = f"{mode}: resumed on 1 ranks with 1 workers; epoch 1: every sample once ✓"
+        assert f"{line} (36 of 36)" in out
+        _check(saved, mode, 1, workers=1)
 
 
 def _files_recipe(workers: int, ckpt_dir: Path) -> Any:

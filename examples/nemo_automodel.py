@@ -18,10 +18,9 @@ Two modes: ``files`` (NeMo's default: a loader file per DP rank) resumes on fewe
 refused by NeMo on more (no file for the new ranks); ``dcp`` (``distributed_checkpointing: true``)
 resumes on any number. Rank 0 of the resumed run checks that every sample of each epoch was
 trained exactly once over both runs (one line per epoch). ``--workers`` sets the loader's worker
-processes (2 by default): a run resumed with another number than the save continues exactly
-through ``dcp``; with ``files`` NeMo hands torchdata's own per-rank loader state back to
-torchdata, which loads it only into the number of workers it was saved with (its bare
-``assert``, shown by the run as a refusal).
+processes (2 by default): a run resumed with another number than the save continues exactly in
+both modes (with ``files``, torchdata's own per-rank loader state, which holds its number of
+workers, is dropped by the ``sampler.pt`` loaded after it, which places the order).
 Each run writes what every rank read into one file (``run/dcp.a.json``, resumed
 ``run/dcp.b3w2.json``), replaced whole: a run never counts another run's ranks.
 
@@ -199,17 +198,7 @@ def main() -> None:
                 if rank == 0:
                     print(f"{mode}: resume on {world} ranks refused by NeMo: {errors}")
                 continue
-            try:
-                seen = train(recipe, None)
-            except AssertionError:  # raised on every rank alike, before the first batch
-                # torchdata's own per-rank loader state (files), saved with another num_workers
-                if rank == 0:
-                    print(
-                        f"{mode}: resume on {world} ranks with {args.workers} workers refused by "
-                        "torchdata: its loader state loads only into the num_workers it was "
-                        "saved with"
-                    )
-                continue
+            seen = train(recipe, None)
         everyone: list[Any] = [None] * world
         dist.all_gather_object(everyone, seen)
         if rank == 0:
@@ -217,7 +206,7 @@ def main() -> None:
         if not args.save and rank == 0:
             check_once(args.dir, mode, world, args.workers)
     dist.destroy_process_group()
-    os._exit(0)  # the persistent loader workers of the refused mode are not waited for
+    os._exit(0)  # the persistent loader workers of a refused resume are not waited for
 
 
 def quiet_known_warnings() -> None:

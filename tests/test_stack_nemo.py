@@ -3,7 +3,8 @@
 The diffusion loader config is resolved from its YAML ``_target_`` by NeMo's config loader, reads
 a preprocessed cache through NeMo's dataset and collate function, is tracked by NeMo's
 ``BaseRecipe``, trained by the recipe's loop (``StepScheduler``, ``set_epoch``) with 2 workers
-(resumed with 0 or 1: another number of workers continues exactly too), saved by the recipe's
+(resumed with 0 or 1: another number of workers continues exactly too, with per-DP-rank loader
+files as well, checked in-process 2 -> 0 and 0 -> 2), saved by the recipe's
 dispatch through NeMo's ``Checkpointer`` and restored by
 ``BaseRecipe._load_checkpoint_tracked_state`` in NeMo's order (loader, then rank 0's
 ``sampler.pt``). Saved on 2 ranks: growing to 3 is refused by NeMo with per-DP loader files and
@@ -19,6 +20,7 @@ import json
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -81,13 +83,82 @@ def test_shrinking_dp_is_exact_with_both(saved: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
-def test_shrinking_dp_with_another_number_of_workers_is_exact_through_dcp(saved: Path) -> None:
-    """Per-DP-rank files hold torchdata's own loader state, which torchdata loads only into the
-    number of workers it was saved with (2 here, 1 asked): refused, never misapplied."""
+def test_shrinking_dp_with_another_number_of_workers_is_exact_with_both(saved: Path) -> None:
+    """Per-DP-rank files hold torchdata's own loader state, saved with 2 workers (1 asked):
+    rank 0's ``sampler.pt``, loaded after it, drops it and places the order."""
     out = torchrun("nemo_automodel.py", 1, "--dir", "run", "--workers", "1", cwd=saved).stdout
-    assert "files: resume on 1 ranks with 1 workers refused by torchdata" in out
-    assert "dcp: resumed on 1 ranks with 1 workers; epoch 1: every sample once ✓ (36 of 36)" in out
-    _check(saved, "dcp", 1, workers=1)
+    for mode in ("files", "dcp"):
+        line = f"{mode}: resumed on 1 ranks with 1 workers; epoch 1: every sample once ✓"
+        assert f"{line} (36 of 36)" in out
+        _check(saved, mode, 1, workers=1)
+
+
+def _files_recipe(workers: int, ckpt_dir: Path) -> Any:
+    """The diffusion recipe's tracked loader and sampler (DiffusionBucketLoader.build's pair)."""
+    from nemo_automodel.components.checkpoint.checkpointing import Checkpointer
+    from nemo_automodel.components.checkpoint.config import CheckpointingConfig
+    from nemo_automodel.recipes.base_recipe import BaseRecipe
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from dataorder.integrations.nemo_automodel import LoaderSampler
+    from stack_samplers import FAMILIES, Items, collate_list
+
+    class Recipe(BaseRecipe):
+        pass
+
+    sampler = FAMILIES["bucket"](0, 1)
+    loader = StatefulDataLoader(
+        Items(),
+        batch_sampler=sampler,
+        collate_fn=collate_list,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+    )
+    recipe = Recipe()
+    recipe.dataloader = loader
+    recipe.sampler = LoaderSampler(sampler, loader)
+    recipe.checkpointer = Checkpointer(
+        CheckpointingConfig(checkpoint_dir=str(ckpt_dir)), dp_rank=0, tp_rank=0, pp_rank=0
+    )
+    return recipe
+
+
+@pytest.mark.parametrize(("saved_with", "resumed_with"), [(2, 0), (0, 2)])
+def test_a_files_resume_with_another_number_of_workers_reads_every_sample_once(
+    tmp_path: Path, saved_with: int, resumed_with: int
+) -> None:
+    """NeMo's default mode: the per-DP-rank file is torchdata's own loader state, which records
+    its number of workers (torchdata asserts it at the next iter()). NeMo's restore applies it,
+    then rank 0's ``sampler.pt`` through ``LoaderSampler``, which drops the loader's pending
+    state: the sampler state places the cursor, whatever the number of workers."""
+    import torch
+
+    from stack_samplers import N as items
+
+    ckpt = tmp_path / "epoch_0_step_3"
+    before = _files_recipe(saved_with, tmp_path)
+    before.sampler.set_epoch(0)
+    batches = iter(before.dataloader)
+    read = [next(batches) for _ in range(3)]
+    before.checkpointer.save_on_dp_ranks(before.dataloader, "dataloader", str(ckpt))
+    torch.save(before.sampler.state_dict(), ckpt / "sampler.pt")  # rank 0's, as NeMo's save
+    saved = torch.load(ckpt / "dataloader" / "dataloader_dp_rank_0.pt")
+    assert ("_snapshot" in saved) == (saved_with > 0)  # torchdata's per-worker layout
+
+    after = _files_recipe(resumed_with, tmp_path)
+    after._load_checkpoint_tracked_state(str(ckpt))  # NeMo's restore, in its order
+    epochs = []
+    for epoch in (0, 1):  # the recipe's loop: set_epoch at every epoch, then a pass
+        after.sampler.set_epoch(epoch)
+        epochs.append((read if epoch == 0 else []) + list(after.dataloader))
+    reference = _files_recipe(0, tmp_path)
+    whole = []
+    for epoch in (0, 1):
+        reference.sampler.set_epoch(epoch)
+        whole.append(list(reference.dataloader))
+    assert epochs == whole  # the same batches in the same order: every sample once
+    for batches_of_epoch in epochs:
+        assert sorted(i for b in batches_of_epoch for i in b) == list(range(items))
 
 
 def test_the_llm_recipes_loader_takes_our_batch_sampler() -> None:

@@ -18,7 +18,10 @@ NeMo tracks the recipe's ``dataloader`` and ``sampler`` attributes and checkpoin
 (``sampler.pt``), loaded on every rank; the restore runs in sorted key order, so the loader's
 state, then the sampler's, then the recipe's ``set_epoch``. Both states here are the state
 training consumed (NOTE [ The consumed state ]), identical on every rank, so applying the two
-in a row is exact with workers. A job that shrinks its data-parallel size loads the surviving
+in a row is exact with workers, and with another number of workers than the save: the loader's
+file is torchdata's own state, which records its number of workers (torchdata asserts it at the
+next ``iter()``), and the sampler's load drops it (:func:`~dataorder.integrations.common.restore`)
+and places the order. A job that shrinks its data-parallel size loads the surviving
 ranks' files, which is exact (the state is global); one that grows finds no file for its new
 ranks and NeMo raises ``FileNotFoundError``, unless ``distributed_checkpointing: true``: the
 loader then goes to the recipe as a :class:`DistributedLoader`, which NeMo saves and loads through

@@ -41,6 +41,7 @@ import numpy.typing as npt
 
 from dataorder._validate import check_int, fail
 from dataorder.llm.blend import BlendedSampler
+from dataorder.llm.mixlog import LogMixture
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.sampler import PackedSampler
 from dataorder.llm.schedule import BatchSizeSchedule
@@ -182,9 +183,12 @@ def held_out(
         if len(thresholds) != 1:
             fail("global_batch_size", "given when the train's is a schedule", None, TypeError)
         global_batch_size = thresholds[0][1]
+    # A blend over a MixtureLog follows the same log (its compiled form is the train's own).
+    mixture = train.schedule
+    weights = mixture.log if isinstance(mixture, LogMixture) else mixture
     return BlendedSampler(
         data,  # type: ignore[arg-type]
-        train.schedule,
+        weights,
         mbs,
         rank,
         size,

@@ -223,6 +223,34 @@ def test_epoch_of_counts_global_steps_epoch_after_epoch() -> None:
     assert live.units(4) == 2
 
 
+def _blend_live() -> LiveBatches[Any]:
+    return LiveBatches(BlendedSampler([30, 20], [0.6, 0.4], 2, 0, 2, 4, seed=1))
+
+
+def test_a_fresh_object_answers_a_far_step_as_one_that_stepped_there() -> None:
+    sampler = MegatronPretrainingRandomSampler(1000, 8, 0, 4, seed=3, global_batch_size=256)
+    warm = LiveBatches(sampler)  # 3 global steps an epoch: a replica that ran through
+    for step in range(0, 200_001, 150_000):
+        warm.items(step, 0, 3)
+    fresh = LiveBatches(sampler)  # a replica restarted or healed at step 200,000
+    assert fresh.items(200_000, 0, 3) == warm.items(200_000, 0, 3)
+    assert fresh.epoch_of(200_000) == 200_000 // 3 == warm.epoch_of(200_000)
+    assert fresh.global_steps(66_666) == 3
+
+
+def test_counted_epochs_answer_whatever_was_asked_before() -> None:
+    warm, fresh = _blend_live(), _blend_live()
+    epochs = [warm.global_steps(e) for e in range(40)]
+    assert len(set(epochs)) > 1  # a blend's epochs differ in length: they are counted
+    far = sum(epochs) - 1
+    assert fresh.items(far, 1, 2) == warm.items(far, 1, 2)
+    with pytest.raises(ValueError, match="got step=") as first:
+        _blend_live().items(2**40, 0, 1)
+    with pytest.raises(ValueError, match="got step=") as again:
+        warm.items(2**40, 0, 1)  # the refusal does not depend on what was counted before
+    assert str(first.value) == str(again.value)
+
+
 def test_the_state_is_the_configuration_and_refuses_another() -> None:
     live = _live("megatron-random")
     state = live.state_dict()
@@ -285,9 +313,22 @@ BAD: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         "step past any run",
         lambda: _live_of().items(2**62, 0, 1),
         ValueError,
-        "step must be within 65536 epochs of the last epoch counted",
+        r"step must fall within the sampler's last epoch \(4294967295\).*"
+        "got step=4611686018427387904",
     ),
-    ("step past int64", lambda: _live_of().epoch_of(2**70), ValueError, "step must be within"),
+    (
+        "step past int64",
+        lambda: _live_of().epoch_of(2**70),
+        ValueError,
+        "got step=1180591620717411303424",
+    ),
+    (
+        "step past the counted bound of unequal epochs",
+        lambda: _blend_live().items(2**40, 0, 1),
+        ValueError,
+        r"step must be below \d+ \(65536 times the first epoch's \d+ global steps.*"
+        "got step=1099511627776",
+    ),
     (
         "inner size not dividing",
         lambda: _live_of().items(0, 0, 1, 0, 3),

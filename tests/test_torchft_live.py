@@ -83,6 +83,26 @@ def test_the_loader_serves_the_share_and_replans_on_a_failed_commit_or_a_new_quo
     assert loader.replans == 4  # the first step, 3 groups, the re-run on 2, then 4 groups
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_mixture_weights_set_after_the_workers_start_are_served(workers: int) -> None:
+    from dataorder.llm.blend import BlendedSampler
+    from dataorder.llm.mixlog import MixtureLog
+
+    log = MixtureLog([1, 1])
+    live = LiveBatches(BlendedSampler([200, 200], log, 2, 0, 2, 8, seed=0))
+    manager = ScriptedManager()
+    extra = {"num_workers": 2, "prefetch_factor": 2} if workers else {}
+    loader = LiveLoader(live, manager, fetch=list, **extra)
+    served = []
+    for step in range(6):
+        manager.step = step
+        served.append(loader.step_batches())
+        if step == 1:  # decided after step 1 for step 3, while steps ahead are prefetched
+            log.set_weights(3, [1, 0])
+    assert served == [live.items(step, 0, 1) for step in range(6)]
+    assert all(i < 200 for batch in served[3:] for row in batch for i in row)  # source 0 only
+
+
 def test_a_replica_outside_the_quorum_trains_nothing() -> None:
     manager = ScriptedManager()
     loader = LiveLoader(_live(), manager)

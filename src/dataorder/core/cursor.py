@@ -168,18 +168,24 @@ class RunCount:
         same_on_every_layout: Whether ``start`` is the same on every layout the sampler
             continues on (then a count is exact in every epoch).
         why: When it is not, why, for the refusal (``"an epoch is n - n mod M positions"``).
+        per_epoch: The positions of every epoch when they are all the same (set by
+            :meth:`equal_epochs`), else None: then every epoch also has the same steps on this
+            layout, which :class:`~dataorder.live.LiveBatches` uses to locate a step in O(1).
     """
 
     start: Callable[[int], int]
     epoch_of: Callable[[int], int]
     same_on_every_layout: bool
     why: str = ""
+    per_epoch: int | None = None
 
     @classmethod
     def equal_epochs(cls, positions: int, *, same_on_every_layout: bool, why: str = "") -> RunCount:
         """Epochs of ``positions`` positions each (a Megatron sampler's, one corpus's rows)."""
         per = max(1, positions)
-        return cls(lambda e: e * positions, lambda c: c // per, same_on_every_layout, why)
+        return cls(
+            lambda e: e * positions, lambda c: c // per, same_on_every_layout, why, positions
+        )
 
 
 class CursorSampler(abc.ABC, Generic[T_co]):

@@ -24,12 +24,19 @@ replica restarted with another nominal configuration is refused when it heals
 
 NOTE [ Live prefetch ]
     A micro-batch's content depends only on its position (NOTE [ Live shares ] in
-    :mod:`dataorder.live.batches`), so the loader's workers fetch the positions of the steps
-    ahead *assuming the quorum stays*. When it does not (a failed commit re-runs the step, the
-    quorum changed, a heal moved the step), :meth:`LiveLoader.step_batches` drops the prefetched
-    items and starts a new pass at the step torchft reports: a re-plan, O(1) in the dataset.
-    With ``persistent_workers`` the workers stay up across passes (torch discards what they had
-    in flight).
+    :mod:`dataorder.live.batches`), so the loader prefetches the items of the steps ahead
+    *assuming the quorum stays*. The items (the indices) are computed in the main process, from
+    the live object itself, when the ``DataLoader`` draws them from its sampler; the workers
+    only run ``fetch(item)``. A worker never holds a copy of the order: a forked copy would miss
+    what the main process changes later (a :class:`~dataorder.llm.mixlog.MixtureLog` entry
+    appended after the workers started) and serve the old weights. An item drawn ahead can
+    still predate such an entry, so :meth:`LiveLoader.step_batches` computes the step's items
+    again when it serves them and compares: on any difference it drops the prefetched items and
+    fetches the step again. When the quorum changes (a failed commit re-runs the step, the
+    quorum changed, a heal moved the step) it also drops the prefetched items and starts a new
+    pass at the step torchft reports: a re-plan, O(1) in the dataset. With
+    ``persistent_workers`` the workers stay up across passes (torch discards what they had in
+    flight). What is served is therefore always ``live.items(...)`` at the time it is served.
 
 torch and torchft are imported lazily; the ``Manager`` is only asked ``current_step()``,
 ``batches_committed()``, ``participating_rank()``, ``num_participants()`` and
@@ -66,22 +73,52 @@ def _identity(item: Any) -> Any:
     return item
 
 
-class _Positions:
-    """A map-style dataset over live positions: worker processes fetch an item by its
-    ``(tag, epoch, micro_step, rank)`` key, from the sampler's order alone."""
+def _same(a: Any, b: Any) -> bool:
+    """Whether two items are equal (lists, tuples, dicts, numpy arrays and scalars, nested)."""
+    import numpy as np
 
-    def __init__(self, live: LiveBatches[Any], fetch: Callable[[Any], Any]) -> None:
-        self.live = live
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.shape == b.shape
+            and bool(np.array_equal(a, b))
+        )
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return (
+            isinstance(a, (list, tuple))
+            and isinstance(b, (list, tuple))
+            and len(a) == len(b)
+            and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        )
+    if isinstance(a, dict) or isinstance(b, dict):
+        return (
+            isinstance(a, dict)
+            and isinstance(b, dict)
+            and a.keys() == b.keys()
+            and all(_same(a[k], b[k]) for k in a)
+        )
+    if hasattr(a, "__dict__") and type(a) is type(b):
+        return _same(vars(a), vars(b))
+    equal = a == b
+    return bool(np.all(equal)) if isinstance(equal, np.ndarray) else bool(equal)
+
+
+class _Fetch:
+    """A map-style dataset whose "index" is an item the main process computed: the workers
+    only ``fetch`` it (NOTE [ Live prefetch ]); they never compute an order."""
+
+    def __init__(self, fetch: Callable[[Any], Any]) -> None:
         self.fetch = fetch
 
-    def __getitem__(self, key: tuple[int, int, int, int]) -> tuple[int, Any, Any]:
-        tag, epoch, micro_step, rank = key
-        item = self.live.sampler.batch_at(micro_step, rank=rank, epoch=epoch)
-        return tag, item, self.fetch(item)
+    def __getitem__(self, key: tuple[int, int, int, Any]) -> tuple[int, int, int, Any, Any]:
+        tag, position, k, item = key
+        return tag, position, k, item, self.fetch(item)
 
 
 class _Keys:
-    """The positions of this replica's items for the steps ahead, under one quorum."""
+    """This replica's items for the steps ahead, under one quorum, computed in the main
+    process from the live object when the ``DataLoader`` asks for them."""
 
     def __init__(self, live: LiveBatches[Any], inner_rank: int, inner_size: int) -> None:
         self.live = live
@@ -89,15 +126,16 @@ class _Keys:
         self.inner_size = inner_size
         self.plan: tuple[int, int, int, int] = (0, 0, 1, 0)  # (start, participant, P, tag)
 
-    def __iter__(self) -> Iterator[tuple[int, int, int, int]]:
+    def __iter__(self) -> Iterator[tuple[int, int, int, Any]]:
         start, participant, participants, tag = self.plan
         advance = participants if self.live.mode == "per_participant" else 1
         position = start
         while True:
-            for e, a, r in self.live.positions(
+            items = self.live.items(
                 position, participant, participants, self.inner_rank, self.inner_size
-            ):
-                yield tag, e, a, r
+            )
+            for k, item in enumerate(items):
+                yield tag, position, k, item
             position += advance
 
 
@@ -109,8 +147,8 @@ class LiveLoader:
             replica; a healing replica refuses a peer's other one).
         manager: The replica's ``torchft.Manager``.
         fetch: ``fetch(item) -> batch``, run in the loader's workers: turns an item (a
-            micro-batch of indices, packed rows) into what the model trains on. Default: the
-            item itself.
+            micro-batch of indices, packed rows, computed in the main process) into what the
+            model trains on. Default: the item itself.
         inner_rank: This process's rank inside its replica group (HSDP), and
         inner_size: the group's size: each inner rank trains its column of the group's rows.
         register: Register the configuration with the ``Manager``'s state (sent to a healing
@@ -150,7 +188,7 @@ class LiveLoader:
         self.inner_size = check_int("inner_size", inner_size, min_value=1)
         self._keys = _Keys(live, self.inner_rank, self.inner_size)
         self._loader: DataLoader[Any] = DataLoader(
-            _Positions(live, fetch or _identity),  # type: ignore[arg-type]
+            _Fetch(fetch or _identity),  # type: ignore[arg-type]
             batch_size=None,
             sampler=self._keys,
             collate_fn=_identity,
@@ -192,24 +230,46 @@ class LiveLoader:
         participant = int(participant)
         want = (position, participant, participants)
         if self._iter is None or self._expect != want:
-            self._tag += 1
-            self._keys.plan = (position, participant, participants, self._tag)
-            self._iter = iter(self._loader)
-            self.replans += 1
-        n = len(
-            self.live.positions(
-                position, participant, participants, self.inner_rank, self.inner_size
-            )
+            self._replan(position, participant, participants)
+        expected = self.live.items(
+            position, participant, participants, self.inner_rank, self.inner_size
         )
-        out = []
-        for _ in range(n):
-            tag, _, batch = next(self._iter)
-            if tag != self._tag:  # pragma: no cover - torch drops a reset pass's items
-                raise RuntimeError("the loader served an item of a dropped pass")
-            out.append(batch)
+        out = self._serve(position, expected)
+        if out is None:  # the log changed under prefetched items: fetch them again
+            self._replan(position, participant, participants)
+            out = self._serve(position, expected)
+            if out is None:  # pragma: no cover - the order changed while it was being fetched
+                raise RuntimeError(
+                    f"the loader's items at position={position} changed while they were "
+                    "fetched: is the sampler's mixture log written from another thread?"
+                )
         advance = participants if self.live.mode == "per_participant" else 1
         self._expect = (position + advance, participant, participants)
         return out
+
+    def _replan(self, position: int, participant: int, participants: int) -> None:
+        self._tag += 1
+        self._keys.plan = (position, participant, participants, self._tag)
+        self._iter = iter(self._loader)
+        self.replans += 1
+
+    def _serve(self, position: int, expected: list[Any]) -> list[Any] | None:
+        """The fetched batches of ``expected`` (this step's items, computed now in the main
+        process), or None if an item prefetched under an earlier state of the order (a mixture
+        log written since) differs from it."""
+        assert self._iter is not None  # for mypy: _replan set it
+        out = []
+        stale = False
+        for k, want in enumerate(expected):
+            tag, got_position, got_k, item, batch = next(self._iter)
+            if (tag, got_position, got_k) != (self._tag, position, k):  # pragma: no cover
+                raise RuntimeError(
+                    f"the loader served item {got_k} of position {got_position} (pass {tag}) "
+                    f"where item {k} of position {position} (pass {self._tag}) was due"
+                )
+            stale = stale or not _same(item, want)
+            out.append(batch)
+        return None if stale else out
 
     def step_items(self) -> list[Any]:
         """This replica's items (without ``fetch``) at the step of the last

@@ -35,6 +35,17 @@ NOTE [ Live shares ]
 
     Either way a micro-batch's *content* depends only on its position, never on the quorum, so
     loader workers can fetch it ahead; only which positions a participant takes changes.
+
+NOTE [ Live positions ]
+    The answer for a step never depends on the calls made before (a replica that ran through
+    and one restarted at that step agree). Where every epoch has the same steps (the sampler's
+    run-wide count declares epochs of equal positions, :attr:`~dataorder.core.cursor.RunCount.
+    per_epoch`: the Megatron samplers, one packed corpus), the epoch of a step is found by
+    arithmetic, in O(1), up to the sampler's last epoch. Otherwise (a blend's epochs differ by a
+    step; a bucket or packed order whose epoch lengths depend on the epoch's shuffle) the epochs
+    are counted one by one from 0 and their starts kept, so each is counted once per object; a
+    step at or past ``MAX_EPOCHS_AHEAD`` times the first epoch's length is refused, a bound
+    computed from the configuration alone.
 """
 
 from __future__ import annotations
@@ -60,7 +71,10 @@ LIVE_FORMAT = "dataorder.live"
 _VERSION = 1
 #: Global batches whose units are kept.
 _UNITS_CACHE = 8
-#: Epochs counted in one call at most (each builds the sampler's plan of that epoch once).
+#: Where a sampler's epochs differ in length (a blend's), run-wide positions are counted epoch by
+#: epoch (each builds the sampler's plan of that epoch once, cached): a step at or past this many
+#: times the first epoch's global steps (stream micro-batches in ``"per_participant"``) is
+#: refused, whatever was asked before (NOTE [ Live positions ]).
 MAX_EPOCHS_AHEAD = 2**16
 
 
@@ -158,6 +172,7 @@ class LiveBatches(Generic[T]):
         if plan0.num_steps == 0:
             fail("sampler", "a sampler with at least one step in epoch 0", "<an empty epoch>")
         self._layout = layout
+        self._equal = self._equal_steps()
         # steps per epoch (the sampler's micro-steps), and where each epoch starts in run-wide
         # global steps and in stream micro-batches: extended lazily, ints only
         self._steps: list[int] = []
@@ -228,53 +243,92 @@ class LiveBatches(Generic[T]):
     def _plan(self, epoch: int) -> EpochPlan[T]:
         return self._sampler.epoch_plan(epoch, layout=self._layout)
 
-    def _extend(self) -> None:
+    def _equal_steps(self) -> int | None:
+        """The sampler's steps in every epoch, when its run-wide count declares epochs of
+        equal positions (NOTE [ Live positions ]); else None."""
+        runs = self._sampler._run_count()  # the core's own declaration, read by its layer
+        if runs is None or runs.per_epoch is None:
+            return None
+        n = self._plan(0).num_steps
+        if self._sampler.max_epoch >= 1 and self._plan(1).num_steps != n:  # pragma: no cover
+            return None  # a declaration the plans contradict: count instead
+        return n
+
+    def _per_epoch(self, kind: str) -> int:
+        """Global steps (``kind="global"``) or stream micro-batches (``"stream"``) of each epoch,
+        when all epochs have the same steps."""
+        assert self._equal is not None  # for mypy: callers check it
+        return -(-self._equal // self._a) if kind == "global" else self._equal * self._dp
+
+    def _extend(self, step: int) -> None:
         e = len(self._steps)
         if e > self._sampler.max_epoch:
-            raise ValueError(f"the run passes the sampler's last epoch ({self._sampler.max_epoch})")
+            self._past_last(step)
         n = self._plan(e).num_steps
         self._steps.append(n)
         self._global_starts.append(self._global_starts[-1] + -(-n // self._a))
         self._stream_starts.append(self._stream_starts[-1] + n * self._dp)
 
-    def _locate(self, starts: list[int], position: int) -> int:
-        """The epoch holding ``position`` of a run-wide count whose epoch starts are ``starts``.
+    def _past_last(self, step: int) -> None:
+        raise ValueError(
+            f"step must fall within the sampler's last epoch ({self._sampler.max_epoch}): the "
+            f"run passes it; got step={step}"
+        )
 
-        Epochs may differ in length (a blend's), so they are counted one by one, once; a
-        position more than :data:`MAX_EPOCHS_AHEAD` epochs past the last one counted is refused
-        rather than scanned (a run reaches it step by step).
-        """
-        limit = len(self._steps) + MAX_EPOCHS_AHEAD
+    def _locate(self, kind: str, position: int, step: int) -> tuple[int, int, int]:
+        """``(epoch, its start, its sampler steps)`` of ``position`` of the run-wide count
+        ``kind`` (``"global"`` steps or ``"stream"`` micro-batches); ``step`` is what the caller
+        was given, for messages (NOTE [ Live positions ])."""
+        if self._equal is not None:
+            per = self._per_epoch(kind)
+            e = position // per
+            if e > self._sampler.max_epoch:
+                self._past_last(step)
+            return e, e * per, self._equal
+        starts = self._global_starts if kind == "global" else self._stream_starts
+        first = self._first(kind)
+        bound = MAX_EPOCHS_AHEAD * first
+        if position >= bound:
+            raise ValueError(
+                f"step must be below {bound} ({MAX_EPOCHS_AHEAD} times the first epoch's "
+                f"{first} {'global steps' if kind == 'global' else 'micro-batches'}: this "
+                f"sampler's epochs differ in length and are counted one by one); got step={step}"
+            )
         while starts[-1] <= position:
-            if len(self._steps) >= limit:
-                raise ValueError(
-                    f"step must be within {MAX_EPOCHS_AHEAD} epochs of the last epoch counted "
-                    f"(epoch {len(self._steps) - 1}, ending at {starts[-1]}); got step={position}"
-                )
-            self._extend()
-        return bisect.bisect_right(starts, position) - 1
+            self._extend(step)
+        e = bisect.bisect_right(starts, position) - 1
+        return e, starts[e], self._steps[e]
+
+    def _first(self, kind: str) -> int:
+        if len(self._steps) == 0:
+            self._extend(0)
+        return self._global_starts[1] if kind == "global" else self._stream_starts[1]
 
     def epoch_of(self, step: int) -> int:
         """The epoch run-wide global step ``step`` falls in (``mode="constant"``).
 
         Raises:
-            ValueError: If ``step`` is negative.
+            ValueError: If ``step`` is negative, or past the sampler's last epoch.
         """
         step = check_int("step", step, min_value=0)
-        return self._locate(self._global_starts, step)
+        return self._locate("global", step, step)[0]
 
     def global_steps(self, epoch: int) -> int:
         """Global steps of ``epoch`` (its last may hold fewer micro-steps)."""
         epoch = check_int("epoch", epoch, min_value=0, max_value=self._sampler.max_epoch)
+        if self._equal is not None:
+            return self._per_epoch("global")
+        if epoch >= MAX_EPOCHS_AHEAD:
+            fail("epoch", f"an int below {MAX_EPOCHS_AHEAD} (MAX_EPOCHS_AHEAD)", epoch)
         while len(self._steps) <= epoch:
-            self._extend()
+            self._extend(self._global_starts[-1])
         return self._global_starts[epoch + 1] - self._global_starts[epoch]
 
     def _global(self, step: int) -> tuple[int, int, int]:
         """``(epoch, first micro-step, micro-steps)`` of run-wide global step ``step``."""
-        e = self._locate(self._global_starts, step)
-        a0 = (step - self._global_starts[e]) * self._a
-        return e, a0, min(self._a, self._steps[e] - a0)
+        e, start, n = self._locate("global", step, step)
+        a0 = (step - start) * self._a
+        return e, a0, min(self._a, n - a0)
 
     def _check_quorum(
         self, participant: int, participants: int, inner_rank: int, inner_size: int
@@ -334,8 +388,8 @@ class LiveBatches(Generic[T]):
             out = []
             for t in range(self._a):
                 f = first + t * inner_size
-                e = self._locate(self._stream_starts, f)
-                a, r = divmod(f - self._stream_starts[e], d)
+                e, start, _ = self._locate("stream", f, step)
+                a, r = divmod(f - start, d)
                 out.append((e, a, r))
             return out
         e, a0, count = self._global(step)

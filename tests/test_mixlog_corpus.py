@@ -332,3 +332,13 @@ def test_source_datasets_keep_every_index_when_a_source_grows() -> None:
     assert data[SOURCE_STRIDE] == "b0"  # unmoved by the growth of source 0
     with pytest.raises(ValueError, match=r"index must be a source below 2"):
         data[2 * SOURCE_STRIDE]
+
+
+def test_a_packed_mixture_refuses_a_log_with_corpus_changes() -> None:
+    from dataorder.llm.packing import PackedSampler
+
+    lengths = [np.full(20, 10), np.full(10, 30)]
+    with pytest.raises(ValueError, match=r"mixture\[1\] must be a MixtureLog without sizes"):
+        PackedSampler(
+            None, 64, 1, 0, 1, 8, seed=5, mixture=(lengths, MixtureLog([1, 1], sizes=[20, 10]))
+        )

@@ -14,6 +14,9 @@ the same order, on any data-parallel size, and a resume replays nothing.
   computed the quotas of that batch) is refused, naming the step (NOTE [ Frozen steps ]).
 * Appending costs O(K) (the weights quantised once, a digest chained) and nothing per step
   afterwards; the counts at a position cost a bisection over the entries plus O(K) work.
+* A log built with ``sizes=`` also records corpus changes: :meth:`MixtureLog.grow`,
+  :meth:`MixtureLog.retire`, :meth:`MixtureLog.add_source`; every source's pass still reads each
+  of its documents once (NOTE [ Corpus changes ] in ``docs/design.md``).
 * :func:`broadcast_weights` is how a job appends: rank 0 decides, one broadcast of ``K + 1``
   float64 values (the step and the weights) reaches every rank, and each appends the same entry.
 * The log is saved beside the sampler's state (:meth:`MixtureLog.save`, and in
@@ -165,15 +168,32 @@ class MixtureLog:
     Args:
         weights: The weights from step 0 (non-negative finite reals, at least one positive,
             normalised): the log's first entry. Their number is the number of sources K.
+        sizes: The sources' sizes (documents) at step 0, for a log that records corpus changes
+            (:meth:`grow`, :meth:`retire`, :meth:`add_source`; NOTE [ Corpus changes ] in
+            ``docs/design.md``): a source to be added later is declared with size 0 and weight
+            0, so the tree over the sources stays fixed. A blend over such a log indexes
+            document ``i`` of source ``d`` as ``d * SOURCE_STRIDE + i`` (read it with
+            :class:`SourceDatasets`). None: no corpus changes, ``ConcatDataset`` indices.
 
     Raises:
-        TypeError, ValueError: If a weight is not a finite non-negative real, or all are 0.
+        TypeError, ValueError: If a weight is not a finite non-negative real, or all are 0, or
+            a size is not a non-negative int, or a source of size 0 has a positive weight.
 
     Example:
         >>> log = MixtureLog([0.5, 0.5])
         >>> log.set_weights(10, [0.75, 0.25])
         >>> len(log), log.entry(1).step, log.entry(1).weights
         (2, 10, (0.75, 0.25))
+
+        A corpus that changes: source 2 is added at step 5, source 0 grows at step 8, source 1
+        is retired at step 9.
+
+        >>> log = MixtureLog([1, 1, 0], sizes=[100, 50, 0])
+        >>> log.add_source(5, 2, 30, [1, 1, 1])
+        >>> log.grow(8, 0, 160)
+        >>> log.retire(9, 1)
+        >>> log.current_sizes, sorted(log.retired), [e.op for e in log.corpus_changes()]
+        ((160, 50, 30), [1], ['add', 'grow', 'retire'])
     """
 
     __slots__ = (

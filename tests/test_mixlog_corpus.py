@@ -342,3 +342,22 @@ def test_a_packed_mixture_refuses_a_log_with_corpus_changes() -> None:
         PackedSampler(
             None, 64, 1, 0, 1, 8, seed=5, mixture=(lengths, MixtureLog([1, 1], sizes=[20, 10]))
         )
+
+
+def test_the_state_details_show_sizes_after_the_changes_and_retired_unread() -> None:
+    log = MixtureLog([1, 1, 0], sizes=[6, 4, 0])
+    s = BlendedSampler([6, 4, 0], log, 1, 0, 1, 4, seed=0, total_samples=40)
+    assert "source 2 not added yet" in _shown(s)
+    log.add_source(1, 2, 5, [1, 1, 1])
+    log.retire(2, 1)
+    it = iter(s)
+    for _ in range(16):
+        next(it)
+    unread = s.retired_unread()[1]
+    assert f"retired (documents of the last pass unread): source 1: {unread}" in _shown(s)
+    assert "passes over 5" in _shown(s)
+    assert s.samples_dropped == 0  # the epoch of 40 reads every document of 6 + 4 + 5
+
+
+def _shown(sampler: BlendedSampler) -> str:
+    return "\n".join(text for _, text in sampler.describe_progress())

@@ -200,7 +200,7 @@ def per_source_progress(counts: Sequence[int], sizes: Sequence[int], unit: str =
     """
     of = f" {unit} of" if unit else " of"
     shown = [
-        f"{c}{of} source {d} ({c / n:.3g} passes over {n})"
+        f"{c}{of} source {d} ({c / n:.3g} passes over {n})" if n else f"source {d} not added yet"
         for d, (c, n) in enumerate(zip(counts, sizes, strict=True))
     ]
     if len(shown) > _SHOWN_SOURCES:
@@ -209,7 +209,15 @@ def per_source_progress(counts: Sequence[int], sizes: Sequence[int], unit: str =
 
 
 def _per_source(sampler: BlendedSampler) -> str:
-    return per_source_progress(sampler.consumed_per_source().tolist(), sampler.sizes)
+    samples = sampler.consumed_samples
+    sizes = sampler.order.sizes_at(samples).tolist()  # after the log's corpus changes
+    shown = per_source_progress(sampler.consumed_per_source().tolist(), sizes)
+    retired = sampler.retired_unread(samples)
+    if retired:
+        shown += "; retired (documents of the last pass unread): " + ", ".join(
+            f"source {d}: {n}" for d, n in retired.items()
+        )
+    return shown
 
 
 def _mixture_entry(sampler: BlendedSampler) -> str:

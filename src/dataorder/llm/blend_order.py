@@ -530,10 +530,12 @@ class BlendOrder:
         distinct = np.zeros(lo.shape, dtype=_I64)
         passes = self.passes()
         for d in np.flatnonzero(hi > lo).tolist():
-            if d in passes:  # a changed source: its documents counted one by one
-                j = np.arange(int(lo[d]), int(hi[d]), dtype=_I64)
-                docs = pass_documents(passes[d], j, self.source_key, d)
-                distinct[d] = np.count_nonzero(np.bincount(docs))
+            if d in passes:  # a changed source: its documents marked one by one, in chunks
+                seen = np.zeros(int(self.sizes_at(end)[d]), dtype=bool)
+                for a in range(int(lo[d]), int(hi[d]), _COVERAGE_CHUNK):
+                    j = np.arange(a, min(int(hi[d]), a + _COVERAGE_CHUNK), dtype=_I64)
+                    seen[pass_documents(passes[d], j, self.source_key, d)] = True
+                distinct[d] = np.count_nonzero(seen)
                 continue
             distinct[d] = distinct_draws(
                 int(self.sizes[d]), int(lo[d]), int(hi[d]), functools.partial(self.source_order, d)

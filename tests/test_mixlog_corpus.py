@@ -154,7 +154,7 @@ def _check_passes(stream: list[int], sampler: BlendedSampler, log: MixtureLog) -
         assert count == expected, (d, count, expected)
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(
     plans(),
     st.sampled_from([[4, 3], [3, 2, 4], [2, 6]]),

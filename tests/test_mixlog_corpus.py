@@ -33,7 +33,7 @@ def plans(draw: Any) -> tuple[list[int], list[float], list[Action]]:
     """Sizes (0: a source added later), first weights, and the entries of a log that a running
     job appends (weights, grows, retirements, additions); only entries the log accepts."""
     k = draw(st.integers(2, 4))
-    later = draw(st.sets(st.integers(1, k - 1), max_size=k - 1))
+    later = draw(st.sets(st.integers(1, k - 1), min_size=1, max_size=k - 1))
     sizes = [0 if d in later else draw(st.integers(1, 9)) for d in range(k)]
     weights = [0.0 if d in later else draw(st.sampled_from([1e-6, 0.3, 1.0])) for d in range(k)]
     scratch = MixtureLog(weights, sizes=sizes)

@@ -24,7 +24,7 @@ from dataorder.llm.megatron import (
     MegatronPretrainingRandomSampler,
     MegatronPretrainingSampler,
 )
-from dataorder.llm.mixlog import MixtureLog, broadcast_weights
+from dataorder.llm.mixlog import MixtureLog, SourceDatasets, broadcast_weights
 from dataorder.llm.mixture import MixtureSchedule, Ramp
 from dataorder.llm.packing import (
     ConcatTokens,
@@ -52,6 +52,7 @@ __all__ = [
     "PackedDataset",
     "PackedSampler",
     "Ramp",
+    "SourceDatasets",
     "StepInfo",
     "broadcast_weights",
     "create_megatron_sampler",

@@ -100,12 +100,12 @@ _DIGEST_ONLY = "(a state holds only its digest)"
 _SHOWN_SOURCES = 8
 
 
-def _check_sizes(sizes: object) -> tuple[int, ...]:
+def _check_sizes(sizes: object, smallest: int = 1) -> tuple[int, ...]:
     items = check_sequence("sizes", sizes, "a sequence of positive ints, one per source")
     out = tuple(
         n
-        if type(n) is int and 1 <= n <= MAX_DOMAIN  # the common case: no ABC checks
-        else check_int(f"sizes[{d}]", n, min_value=1, max_value=MAX_DOMAIN)
+        if type(n) is int and smallest <= n <= MAX_DOMAIN  # the common case: no ABC checks
+        else check_int(f"sizes[{d}]", n, min_value=smallest, max_value=MAX_DOMAIN)
         for d, n in enumerate(items)
     )
     if not out:
@@ -200,7 +200,7 @@ def per_source_progress(counts: Sequence[int], sizes: Sequence[int], unit: str =
     """
     of = f" {unit} of" if unit else " of"
     shown = [
-        f"{c}{of} source {d} ({c / n:.3g} passes over {n})"
+        f"{c}{of} source {d} ({c / n:.3g} passes over {n})" if n else f"source {d} not added yet"
         for d, (c, n) in enumerate(zip(counts, sizes, strict=True))
     ]
     if len(shown) > _SHOWN_SOURCES:
@@ -209,7 +209,15 @@ def per_source_progress(counts: Sequence[int], sizes: Sequence[int], unit: str =
 
 
 def _per_source(sampler: BlendedSampler) -> str:
-    return per_source_progress(sampler.consumed_per_source().tolist(), sampler.sizes)
+    samples = sampler.consumed_samples
+    sizes = sampler.order.sizes_at(samples).tolist()  # after the log's corpus changes
+    shown = per_source_progress(sampler.consumed_per_source().tolist(), sizes)
+    retired = sampler.retired_unread(samples)
+    if retired:
+        shown += "; retired (documents of the last pass unread): " + ", ".join(
+            f"source {d}: {n}" for d, n in retired.items()
+        )
+    return shown
 
 
 def _mixture_entry(sampler: BlendedSampler) -> str:
@@ -359,9 +367,17 @@ class BlendedSampler(
         topology: Topology | None = None,
     ) -> None:
         super().__init__()
-        self._sizes = _check_sizes(sizes)
+        corpus = isinstance(weights, MixtureLog) and weights.sizes is not None
+        self._sizes = _check_sizes(sizes, 0 if corpus else 1)  # 0: a source added later
         self._schedule: MixtureSchedule | LogMixture
         if isinstance(weights, MixtureLog):  # NOTE [ Mixture log exactness ] in mixlog.py
+            if corpus and weights.sizes != self._sizes:
+                fail(
+                    "sizes",
+                    f"the sizes the MixtureLog was built with, {list(weights.sizes or ())} "
+                    "(NOTE [ Corpus changes ])",
+                    list(self._sizes),
+                )
             if weights.num_sources != len(self._sizes):
                 fail(
                     "weights",
@@ -484,7 +500,8 @@ class BlendedSampler(
             first, end = self._order.epoch_bounds(self._epoch)
             distinct, reads = self._order.coverage(first, end)
             seen = int(distinct.sum())
-            self._stats = (self._epoch, (sum(self._sizes) - seen, int(reads.sum()) - seen))
+            total = int(self._order.sizes_at(end).sum())
+            self._stats = (self._epoch, (total - seen, int(reads.sum()) - seen))
         return self._stats[1]
 
     @property
@@ -495,6 +512,31 @@ class BlendedSampler(
         epoch (:func:`~dataorder.llm.blend_order.distinct_draws`); the order never needs it.
         """
         return self._epoch_stats()[0]
+
+    def retired_unread(self, samples: int | None = None) -> dict[int, int]:
+        """Per source retired by the log (an entry that starts at or before ``samples``), the
+        documents of its last pass it has not read after ``samples`` run-wide samples (default:
+        :attr:`consumed_samples`): what its retirement leaves unread (NOTE [ Corpus changes ]).
+
+        A retired source may still be given the few samples it is owed (at most its deviation
+        bound), which read unread documents of that pass, so the count can fall a little after
+        the retirement, then stays. Empty for a blend without a log of corpus changes.
+        """
+        if samples is None:
+            samples = self.consumed_samples
+        samples = check_int("samples", samples, min_value=0, max_value=MAX_POSITION)
+        mixture = self._mixture
+        if not isinstance(mixture, LogMixture) or mixture.log.sizes is None:
+            return {}
+        retired = [
+            e.source
+            for e in mixture.log.corpus_changes()
+            if e.op == "retire" and e.source is not None and mixture.entry_start(e.index) <= samples
+        ]
+        if not retired:
+            return {}
+        unread = self._order.unread(samples)
+        return {d: int(unread[d]) for d in retired}
 
     @property
     def samples_padded(self) -> int:

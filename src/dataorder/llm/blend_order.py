@@ -86,13 +86,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from dataorder.core.keys import derive_key
 from dataorder.core.permutation import Permutation, mix64, permute_many
-from dataorder.llm.mixlog import LogMixture
+from dataorder.llm.mixlog import SOURCE_STRIDE, LogMixture
 from dataorder.llm.mixture import Mixture
 from dataorder.llm.schedule import BatchSizeSchedule
 
@@ -100,9 +101,12 @@ __all__ = [
     "BLEND_STREAM",
     "BLEND_VERSION",
     "BlendOrder",
+    "SourcePass",
     "distinct_draws",
     "member_key",
     "member_keys",
+    "pass_documents",
+    "source_passes",
 ]
 
 #: Version of the blend's construction (slot layout, member keys, ramp rounding, epochs). Part of
@@ -203,6 +207,119 @@ def _groups(
     return sk[starts], order[starts], out
 
 
+# -- corpus changes (NOTE [ Corpus changes ] in docs/design.md) ------------------------------------
+
+
+@dataclass(frozen=True)
+class SourcePass:
+    """A source's passes from draw ``first`` on, after a corpus change (NOTE [ Corpus changes ]).
+
+    The pass under way starts at draw ``start`` and has ``length`` draws, read as ``pieces``
+    one after the other: ``(offset, count, first_document, key)`` reads documents
+    ``first_document .. first_document + count - 1`` in the order
+    ``Permutation(count, key)``, at draws ``start + offset ..``. Later passes read all ``size``
+    documents, pass ``index + 1 + q`` in ``Permutation(size, member_key(source_key, d, index +
+    1 + q))`` (the order of a source that never changed).
+    """
+
+    first: int
+    start: int
+    length: int
+    pieces: tuple[tuple[int, int, int, int], ...]
+    size: int
+    index: int
+
+    def unread(self, j: int) -> int:
+        """Documents of the pass holding draw ``j - 1`` (the last one read) not read after
+        ``j`` draws; at ``j == 0`` the whole first pass."""
+        if j <= self.start:
+            return self.length if j == 0 else 0
+        if j <= self.start + self.length:
+            return self.start + self.length - j
+        rem = (j - self.start - self.length) % self.size
+        return 0 if rem == 0 else self.size - rem
+
+
+def source_passes(
+    size: int,
+    changes: Sequence[tuple[int, int, int, int]],
+    source_key: int,
+    growth_key: int,
+    source: int,
+) -> list[SourcePass]:
+    """A source's :class:`SourcePass` es: the first from draw 0, then one per corpus change.
+
+    Args:
+        size: The source's size at draw 0 (0: a source added later).
+        changes: ``(draw, op, size, entry)`` in log order: the source's draw count at the start
+            of the change's entry, ``op`` ``"grow"``/``"add"`` (1, 3) or ``"retire"`` (2), its
+            size after (ignored for a retirement), and the entry's index in the log.
+        source_key: The blend's source key (the passes of a source that never changes).
+        growth_key: The key of the permutations of grown documents.
+        source: The source's index.
+
+    A growth inside a pass appends the new documents, in a keyed permutation of their own,
+    after the pass's unread remainder (which keeps its order): the documents read keep their
+    draws, every unread one, old or new, is read once before the pass ends. A growth at a
+    pass boundary (nothing of the pass read) starts a fresh pass of the new size.
+
+    Raises:
+        RuntimeError: If an empty source is drawn from (the log refuses the weights that would).
+    """
+    n = size
+    start, index = 0, 0
+    pieces = ((0, n, 0, member_key(source_key, source, 0)),) if n else ()
+    length = n
+    out = [SourcePass(0, start, length, pieces, n, index)]
+    for draw, op, new, entry in changes:
+        if draw >= start + length:
+            if n == 0:
+                if draw != start + length:  # pragma: no cover - the log's weights prevent it
+                    raise RuntimeError(f"source {source} drew from an empty source")
+                start = draw
+            else:
+                q = (draw - start - length) // n
+                start, index = start + length + q * n, index + 1 + q
+                pieces = ((0, n, 0, member_key(source_key, source, index)),)
+                length = n
+        if op != 2:
+            if draw == start:  # nothing of this pass read: a fresh pass of the new size
+                pieces = ((0, new, 0, member_key(source_key, source, index)),)
+                length = new
+            else:
+                key = member_key(growth_key, source, entry)
+                pieces = (*pieces, (length, new - n, n, key))
+                length += new - n
+            n = new
+        out.append(SourcePass(draw, start, length, pieces, n, index))
+    return out
+
+
+def pass_documents(
+    passes: Sequence[SourcePass], j: npt.NDArray[np.int64], source_key: int, source: int
+) -> npt.NDArray[np.int64]:
+    """The document each draw ``j`` of a source reads, given its :func:`source_passes`."""
+    out = np.empty(j.shape, dtype=_I64)
+    which = np.searchsorted(np.array([p.first for p in passes], dtype=_I64), j, "right") - 1
+    for w in np.unique(which).tolist():
+        sel = np.flatnonzero(which == w)
+        p = passes[w]
+        off = j[sel] - p.start
+        inside = off < p.length
+        for lo, count, first_doc, key in p.pieces:
+            m = inside & (off >= lo) & (off < lo + count)
+            if m.any():
+                out[sel[m]] = first_doc + permute_many(count, _U64(key), off[m] - lo)
+        if not inside.all():
+            r = off[~inside] - p.length
+            if p.size == 0:  # pragma: no cover - the log's weights prevent it
+                raise RuntimeError(f"source {source} drew from an empty source")
+            q = r // p.size
+            keys = member_keys(source_key, np.full(q.shape, source, dtype=_I64), p.index + 1 + q)
+            out[sel[~inside]] = permute_many(p.size, keys, r - q * p.size)
+    return out
+
+
 # -- the order ---------------------------------------------------------------------------------
 
 
@@ -240,6 +357,61 @@ class BlendOrder:
         self._seg_size = np.array([s.global_batch_size for s in segments], dtype=_I64)
         self.slot_key = derive_key(seed, epoch=0, stream=BLEND_STREAM, purpose="slot-order")
         self.source_key = derive_key(seed, epoch=0, stream=BLEND_STREAM, purpose="source-order")
+        # Corpus changes (NOTE [ Corpus changes ]): a log with sizes indexes document i of
+        # source d as d * SOURCE_STRIDE + i, which no growth of another source moves.
+        self.corpus = isinstance(mixture, LogMixture) and mixture.log.sizes is not None
+        if self.corpus:
+            self.offsets = np.arange(self.sizes.size, dtype=_I64) * SOURCE_STRIDE
+        self.growth_key = derive_key(seed, epoch=0, stream=BLEND_STREAM, purpose="source-growth")
+        self._passes: dict[int, list[SourcePass]] = {}
+        self._passes_at = -1
+
+    # -- corpus changes -------------------------------------------------------------------------
+    def passes(self) -> dict[int, list[SourcePass]]:
+        """Each changed source's :class:`SourcePass` es, as the log stands (recomputed when it
+        grows: a pure function of the log and the counts)."""
+        mixture = self.mixture
+        if not isinstance(mixture, LogMixture) or not self.corpus:
+            return {}
+        log = mixture.log
+        if self._passes_at != len(log):
+            changes: dict[int, list[tuple[int, int, int, int]]] = {}
+            for entry, op, source, size in log._events:
+                draw = int(mixture.counts(mixture.entry_start(entry))[source])
+                changes.setdefault(source, []).append((draw, op, size, entry))
+            self._passes = {
+                d: source_passes(int(self.sizes[d]), c, self.source_key, self.growth_key, d)
+                for d, c in changes.items()
+            }
+            self._passes_at = len(log)
+        return self._passes
+
+    def sizes_at(self, samples: int) -> npt.NDArray[np.int64]:
+        """The sources' sizes after the corpus changes that start before run position
+        ``samples``."""
+        out: npt.NDArray[np.int64] = self.sizes.copy()
+        mixture = self.mixture
+        if isinstance(mixture, LogMixture) and self.corpus:
+            for entry, op, source, size in mixture.log._events:
+                if op != 2 and mixture.entry_start(entry) < samples:
+                    out[source] = size
+        return out
+
+    def unread(self, samples: int) -> npt.NDArray[np.int64]:
+        """Per source, the documents of its pass under way (the one its last draw read) it has
+        not read after run position ``samples`` (its whole first pass before its first draw)."""
+        counts = self.mixture.counts(samples).tolist()
+        passes = self.passes()
+        out = np.zeros(len(counts), dtype=_I64)
+        for d, j in enumerate(counts):
+            plist = passes.get(d)
+            if plist is None:
+                n = int(self.sizes[d])
+                out[d] = n if j == 0 else (-j) % n
+            else:
+                i = max(k for k, p in enumerate(plist) if p.first <= j)
+                out[d] = plist[i].unread(j)
+        return out
 
     # -- epochs ---------------------------------------------------------------------------------
     def epoch_bounds(self, epoch: int) -> tuple[int, int]:
@@ -318,9 +490,26 @@ class BlendOrder:
         self, d: npt.NDArray[np.int64], j: npt.NDArray[np.int64]
     ) -> npt.NDArray[np.int64]:
         """The sample of source ``d`` that its ``j``-th draw reads (NOTE [ Source orders ])."""
-        n = self.sizes[d]
-        epoch = j // n
-        return permute_many(n, member_keys(self.source_key, d, epoch), j - epoch * n)
+        passes = self.passes()
+        if not passes:
+            n = self.sizes[d]
+            epoch = j // n
+            return permute_many(n, member_keys(self.source_key, d, epoch), j - epoch * n)
+        d = np.asarray(d, dtype=_I64)
+        j = np.asarray(j, dtype=_I64)
+        out = np.empty(j.shape, dtype=_I64)
+        changed = np.isin(d, list(passes))
+        if not changed.all():
+            plain = ~changed
+            n = self.sizes[d[plain]]
+            epoch = j[plain] // n
+            keys = member_keys(self.source_key, d[plain], epoch)
+            out[plain] = permute_many(n, keys, j[plain] - epoch * n)
+        for src, plist in passes.items():
+            m = d == src
+            if m.any():
+                out[m] = pass_documents(plist, j[m], self.source_key, src)
+        return out
 
     def samples(self, p: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Flat ``ConcatDataset`` indices of run positions ``p`` (any shape)."""
@@ -339,7 +528,15 @@ class BlendOrder:
         """``(distinct, reads)`` per source over run positions ``first .. end - 1``."""
         lo, hi = self.mixture.counts(first), self.mixture.counts(end)
         distinct = np.zeros(lo.shape, dtype=_I64)
+        passes = self.passes()
         for d in np.flatnonzero(hi > lo).tolist():
+            if d in passes:  # a changed source: its documents marked one by one, in chunks
+                seen = np.zeros(int(self.sizes_at(end)[d]), dtype=bool)
+                for a in range(int(lo[d]), int(hi[d]), _COVERAGE_CHUNK):
+                    j = np.arange(a, min(int(hi[d]), a + _COVERAGE_CHUNK), dtype=_I64)
+                    seen[pass_documents(passes[d], j, self.source_key, d)] = True
+                distinct[d] = np.count_nonzero(seen)
+                continue
             distinct[d] = distinct_draws(
                 int(self.sizes[d]), int(lo[d]), int(hi[d]), functools.partial(self.source_order, d)
             )

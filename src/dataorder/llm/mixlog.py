@@ -14,6 +14,9 @@ the same order, on any data-parallel size, and a resume replays nothing.
   computed the quotas of that batch) is refused, naming the step (NOTE [ Frozen steps ]).
 * Appending costs O(K) (the weights quantised once, a digest chained) and nothing per step
   afterwards; the counts at a position cost a bisection over the entries plus O(K) work.
+* A log built with ``sizes=`` also records corpus changes: :meth:`MixtureLog.grow`,
+  :meth:`MixtureLog.retire`, :meth:`MixtureLog.add_source`; every source's pass still reads each
+  of its documents once (NOTE [ Corpus changes ] in ``docs/design.md``).
 * :func:`broadcast_weights` is how a job appends: rank 0 decides, one broadcast of ``K + 1``
   float64 values (the step and the weights) reaches every rank, and each appends the same entry.
 * The log is saved beside the sampler's state (:meth:`MixtureLog.save`, and in
@@ -92,10 +95,13 @@ from dataorder.llm.schedule import BatchSizeSchedule
 
 __all__ = [
     "MIXLOG_FORMAT",
+    "SOURCE_STRIDE",
     "LogEntry",
     "LogMixture",
     "MixtureLog",
+    "SourceDatasets",
     "broadcast_weights",
+    "split_index",
 ]
 
 #: The ``format`` of a saved log (:meth:`MixtureLog.save`); version 1.
@@ -109,7 +115,13 @@ _UNIT_BYTES = 6  # a quantised weight is at most 2**40: six bytes in a saved log
 _DIGEST = 8  # bytes of each chained digest
 _SEED_DIGEST = hashlib.blake2b(MIXLOG_FORMAT.encode(), digest_size=_DIGEST).digest()
 _OP_WEIGHTS = 0
-_OPS = {_OP_WEIGHTS: "weights"}
+_OP_GROW = 1
+_OP_RETIRE = 2
+_OP_ADD = 3
+_OPS = {_OP_WEIGHTS: "weights", _OP_GROW: "grow", _OP_RETIRE: "retire", _OP_ADD: "add"}
+#: Flat index of document ``i`` of source ``d`` in a blend over a log with corpus entries:
+#: ``d * SOURCE_STRIDE + i`` (NOTE [ Corpus changes ]).
+SOURCE_STRIDE = 2**40
 
 
 @dataclass(frozen=True)
@@ -120,11 +132,18 @@ class LogEntry:
         index: Its index in the log.
         step: The global batch from which it holds.
         units: The weights, quantised to ``2**40`` units (what the order depends on).
+        op: ``"weights"``, or a corpus change: ``"grow"``, ``"retire"`` or ``"add"``
+            (NOTE [ Corpus changes ]).
+        source: The source a corpus change concerns (None for ``"weights"``).
+        size: Its size after a ``"grow"`` or ``"add"`` (None otherwise).
     """
 
     index: int
     step: int
     units: tuple[int, ...]
+    op: str = "weights"
+    source: int | None = None
+    size: int | None = None
 
     @property
     def weights(self) -> tuple[float, ...]:
@@ -132,11 +151,14 @@ class LogEntry:
         return tuple(u / MAX_TOTAL for u in self.units)
 
 
-def _chain(previous: bytes, step: int, op: int, units: npt.NDArray[np.int64]) -> bytes:
+def _chain(
+    previous: bytes, step: int, op: int, units: npt.NDArray[np.int64], extra: bytes = b""
+) -> bytes:
     h = hashlib.blake2b(previous, digest_size=_DIGEST)
     h.update(int(step).to_bytes(8, "little"))
     h.update(bytes([op]))
     h.update(np.ascontiguousarray(units, dtype="<i8").tobytes())
+    h.update(extra)  # the sizes (first entry) or (source, size) of a corpus change
     return h.digest()
 
 
@@ -146,29 +168,87 @@ class MixtureLog:
     Args:
         weights: The weights from step 0 (non-negative finite reals, at least one positive,
             normalised): the log's first entry. Their number is the number of sources K.
+        sizes: The sources' sizes (documents) at step 0, for a log that records corpus changes
+            (:meth:`grow`, :meth:`retire`, :meth:`add_source`; NOTE [ Corpus changes ] in
+            ``docs/design.md``): a source to be added later is declared with size 0 and weight
+            0, so the tree over the sources stays fixed. A blend over such a log indexes
+            document ``i`` of source ``d`` as ``d * SOURCE_STRIDE + i`` (read it with
+            :class:`SourceDatasets`). None: no corpus changes, ``ConcatDataset`` indices.
 
     Raises:
-        TypeError, ValueError: If a weight is not a finite non-negative real, or all are 0.
+        TypeError, ValueError: If a weight is not a finite non-negative real, or all are 0, or
+            a size is not a non-negative int, or a source of size 0 has a positive weight.
 
     Example:
         >>> log = MixtureLog([0.5, 0.5])
         >>> log.set_weights(10, [0.75, 0.25])
         >>> len(log), log.entry(1).step, log.entry(1).weights
         (2, 10, (0.75, 0.25))
+
+        A corpus that changes: source 2 is added at step 5, source 0 grows at step 8, source 1
+        is retired at step 9.
+
+        >>> log = MixtureLog([1, 1, 0], sizes=[100, 50, 0])
+        >>> log.add_source(5, 2, 30, [1, 1, 1])
+        >>> log.grow(8, 0, 160)
+        >>> log.retire(9, 1)
+        >>> log.current_sizes, sorted(log.retired), [e.op for e in log.corpus_changes()]
+        ((160, 50, 30), [1], ['add', 'grow', 'retire'])
     """
 
-    __slots__ = ("__weakref__", "_chain", "_frozen", "_k", "_n", "_steps", "_units", "_users")
+    __slots__ = (
+        "__weakref__",
+        "_chain",
+        "_events",
+        "_frozen",
+        "_k",
+        "_n",
+        "_retired",
+        "_sizes",
+        "_sizes0",
+        "_steps",
+        "_units",
+        "_users",
+    )
 
-    def __init__(self, weights: Sequence[Any]) -> None:
+    def __init__(self, weights: Sequence[Any], *, sizes: Sequence[int] | None = None) -> None:
         units = self._quantise("weights", weights, None)
-        self._k = len(units)
+        self._init(len(units), sizes)
+        self._check_empty("weights", units)
+        self._append(0, units)
+
+    def _init(self, k: int, sizes: Sequence[int] | None) -> None:
+        self._k = k
         self._n = 0
         self._steps = np.zeros(16, dtype=_I64)
         self._units = np.zeros((16, self._k), dtype=_I64)
         self._chain: list[bytes] = [_SEED_DIGEST]
         self._frozen = 0
         self._users: weakref.WeakSet[LogMixture] = weakref.WeakSet()
-        self._append(0, units)
+        self._events: list[tuple[int, int, int, int]] = []  # (entry, op, source, size)
+        self._retired: set[int] = set()
+        if sizes is None:
+            self._sizes0: tuple[int, ...] | None = None
+            self._sizes: list[int] = []
+            return
+        if isinstance(sizes, str | bytes) or not isinstance(sizes, Sequence):
+            fail("sizes", "a sequence of non-negative ints, one per source", sizes, TypeError)
+        if len(sizes) != k:
+            fail("len(sizes)", f"the number of sources, {k}", len(sizes))
+        self._sizes0 = tuple(
+            check_int(f"sizes[{d}]", n, min_value=0, max_value=SOURCE_STRIDE)
+            for d, n in enumerate(sizes)
+        )
+        self._sizes = list(self._sizes0)
+
+    def _check_empty(self, name: str, units: Sequence[int]) -> None:
+        """A source of size 0 (not added yet) or retired must have weight 0."""
+        if self._sizes0 is None:
+            return
+        for d, u in enumerate(units):
+            if u and (self._sizes[d] == 0 or d in self._retired):
+                what = "retired" if d in self._retired else "of size 0 (not added yet)"
+                fail(f"{name}[{d}]", f"0: source {d} is {what}", units[d] / MAX_TOTAL)
 
     # -- appending ------------------------------------------------------------------------------
     @staticmethod
@@ -185,31 +265,35 @@ class MixtureLog:
             message = str(err).replace("weights", name, 1)
             raise type(err)(message) from None
 
-    def _append(self, step: int, units: Sequence[int]) -> None:
+    def _append(
+        self,
+        step: int,
+        units: Sequence[int] | npt.NDArray[np.int64],
+        op: int = _OP_WEIGHTS,
+        source: int = 0,
+        size: int = 0,
+    ) -> None:
         if self._n == self._steps.size:
             self._steps = np.concatenate([self._steps, np.zeros_like(self._steps)])
             self._units = np.concatenate([self._units, np.zeros_like(self._units)])
         row = np.asarray(units, dtype=_I64)
+        if op != _OP_WEIGHTS:
+            extra = np.array([source, size], dtype="<i8").tobytes()
+            self._events.append((self._n, op, source, size))
+            if op == _OP_RETIRE:
+                self._retired.add(source)
+            else:
+                self._sizes[source] = size
+        elif self._n == 0 and self._sizes0 is not None:
+            extra = np.array(self._sizes0, dtype="<i8").tobytes()
+        else:
+            extra = b""
         self._steps[self._n] = step
         self._units[self._n] = row
-        self._chain.append(_chain(self._chain[-1], step, _OP_WEIGHTS, row))
+        self._chain.append(_chain(self._chain[-1], step, op, row, extra))
         self._n += 1
 
-    def set_weights(self, step: int, weights: Sequence[Any]) -> None:
-        """Draw with ``weights`` from global batch ``step`` on (until the next entry).
-
-        Steps never decrease; an entry at the step of the last one replaces its weights from
-        that step (both stay in the log). O(K): the weights are quantised and a digest chained.
-
-        Args:
-            step: A global batch (a training step), at least the last entry's and at least the
-                first step no sampler over this log has begun (NOTE [ Frozen steps ]).
-            weights: K non-negative finite reals, at least one positive.
-
-        Raises:
-            TypeError, ValueError: If the step is before the last entry's or inside a global
-                batch a sampler has begun, or the weights are malformed (named).
-        """
+    def _check_step(self, step: int) -> int:
         step = check_int("step", step, min_value=0, max_value=MAX_STEP)
         last = int(self._steps[self._n - 1])
         if step < last:
@@ -221,7 +305,126 @@ class MixtureLog:
                 f"{self._frozen - 1} (NOTE [ Frozen steps ])",
                 step,
             )
-        self._append(step, self._quantise("weights", weights, self._k))
+        return step
+
+    def set_weights(self, step: int, weights: Sequence[Any]) -> None:
+        """Draw with ``weights`` from global batch ``step`` on (until the next entry).
+
+        Steps never decrease; an entry at the step of the last one replaces its weights from
+        that step (both stay in the log). O(K): the weights are quantised and a digest chained.
+
+        Args:
+            step: A global batch (a training step), at least the last entry's and at least the
+                first step no sampler over this log has begun (NOTE [ Frozen steps ]).
+            weights: K non-negative finite reals, at least one positive; 0 for a source not
+                added yet or retired (a log with ``sizes``).
+
+        Raises:
+            TypeError, ValueError: If the step is before the last entry's or inside a global
+                batch a sampler has begun, or the weights are malformed (named).
+        """
+        step = self._check_step(step)
+        units = self._quantise("weights", weights, self._k)
+        self._check_empty("weights", units)
+        self._append(step, units)
+
+    # -- corpus changes (NOTE [ Corpus changes ]) -------------------------------------------------
+    def _check_source(self, source: int) -> int:
+        if self._sizes0 is None:
+            fail(
+                "log",
+                "a MixtureLog built with sizes= (corpus changes need the sources' sizes)",
+                "MixtureLog without sizes",
+            )
+        source = check_int("source", source, min_value=0, max_value=self._k - 1)
+        if source in self._retired:
+            fail("source", "a source not retired", source)
+        return source
+
+    def grow(self, step: int, source: int, size: int) -> None:
+        """Source ``source`` has ``size`` documents from global batch ``step`` on (documents
+        appended: its old ones keep their indices). The weights do not change.
+
+        The rest of the source's pass under way reads every document it has not read, old and
+        new, once (NOTE [ Corpus changes ]); later passes read all ``size`` documents.
+
+        Raises:
+            ValueError: If the log has no sizes, the step is refused (as in
+                :meth:`set_weights`), the source is retired or empty, or ``size`` is not larger
+                than its size.
+        """
+        step = self._check_step(step)
+        source = self._check_source(source)
+        old = self._sizes[source]
+        if old == 0:
+            fail("source", "a source of positive size (add_source adds an empty one)", source)
+        size = check_int("size", size, min_value=old + 1, max_value=SOURCE_STRIDE)
+        self._append(step, self._units[self._n - 1].copy(), _OP_GROW, source, size)
+
+    def retire(self, step: int, source: int) -> None:
+        """Source ``source`` draws nothing new from global batch ``step`` on: its weight becomes
+        0 (the others renormalised), and stays 0. It is still given the few samples it is owed
+        (at most its deviation bound; NOTE [ Mixture log exactness ]), which continue its pass;
+        the documents of its pass it never reads are counted
+        (:meth:`~dataorder.llm.blend.BlendedSampler.retired_unread`).
+
+        Raises:
+            ValueError: If the log has no sizes, the step is refused, the source is retired or
+                empty, or it is the only one with a positive weight.
+        """
+        step = self._check_step(step)
+        source = self._check_source(source)
+        if self._sizes[source] == 0:
+            fail("source", "a source that was added (it has size 0)", source)
+        units = self._units[self._n - 1].tolist()
+        units[source] = 0
+        if not any(units):
+            fail("source", "a source other than the only one with a positive weight", source)
+        self._append(step, quantize_weights(units), _OP_RETIRE, source, -1)
+
+    def add_source(self, step: int, source: int, size: int, weights: Sequence[Any]) -> None:
+        """Add source ``source`` with ``size`` documents, drawing with ``weights`` from global
+        batch ``step`` on. It starts a pass of its own.
+
+        A source to be added is declared when the log is built, with size 0 (``sizes``) and
+        weight 0: the tree over the sources (NOTE [ Mixture log exactness ]) stays fixed, so
+        the bound holds across the addition, and the source's integral starts at this entry.
+
+        Raises:
+            ValueError: If the log has no sizes, the step is refused, the source was added or
+                retired already, ``size`` is not positive, or the weights are malformed.
+        """
+        step = self._check_step(step)
+        source = self._check_source(source)
+        if self._sizes[source] != 0:
+            fail("source", "a source declared with size 0 and not added yet", source)
+        size = check_int("size", size, min_value=1, max_value=SOURCE_STRIDE)
+        units = self._quantise("weights", weights, self._k)
+        self._sizes[source] = size
+        try:
+            self._check_empty("weights", units)
+        finally:
+            self._sizes[source] = 0
+        self._append(step, units, _OP_ADD, source, size)
+
+    @property
+    def sizes(self) -> tuple[int, ...] | None:
+        """The sources' sizes when the log was built (None: a log without corpus changes)."""
+        return self._sizes0
+
+    @property
+    def current_sizes(self) -> tuple[int, ...] | None:
+        """The sources' sizes after every entry (None: a log without corpus changes)."""
+        return None if self._sizes0 is None else tuple(self._sizes)
+
+    @property
+    def retired(self) -> frozenset[int]:
+        """The sources retired by the log's entries."""
+        return frozenset(self._retired)
+
+    def corpus_changes(self) -> list[LogEntry]:
+        """The log's corpus changes (grow, retire, add), in order."""
+        return [self.entry(e[0]) for e in self._events]
 
     # -- reading --------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -240,9 +443,12 @@ class MixtureLog:
     def entry(self, index: int) -> LogEntry:
         """Entry ``index`` (0-based)."""
         index = check_int("index", index, min_value=0, max_value=self._n - 1)
-        return LogEntry(
-            index, int(self._steps[index]), tuple(int(u) for u in self._units[index].tolist())
-        )
+        units = tuple(int(u) for u in self._units[index].tolist())
+        for at, op, source, size in self._events:
+            if at == index:
+                shown = None if size < 0 else size
+                return LogEntry(index, int(self._steps[index]), units, _OPS[op], source, shown)
+        return LogEntry(index, int(self._steps[index]), units)
 
     @property
     def steps(self) -> npt.NDArray[np.int64]:
@@ -316,11 +522,12 @@ class MixtureLog:
                 f"({self._describe(first)} here, {saved._describe(first)} saved)",
                 f"<MixtureLog of {saved._n} entries>",
             )
+        events = {e[0]: e[1:] for e in saved._events}
         for i in range(first, saved._n):
             step = int(saved._steps[i])
             if step < self._frozen:
                 fail("saved", f"entries from step {self._frozen} on (NOTE [ Frozen steps ])", step)
-            self._append(step, saved._units[i])
+            self._append(step, saved._units[i], *events.get(i, (_OP_WEIGHTS, 0, 0)))
 
     def _describe(self, index: int) -> str:
         if index >= self._n:
@@ -333,13 +540,16 @@ class MixtureLog:
         buf = io.BytesIO()
         units = self._units[: self._n].astype("<u8").view(np.uint8)
         packed = units.reshape(self._n, self._k, 8)[:, :, :_UNIT_BYTES]
-        np.savez(
-            buf,
-            format=np.array(MIXLOG_FORMAT),
-            steps=self._steps[: self._n].astype("<i8"),
-            units=np.ascontiguousarray(packed),
-            digest=np.array(self.digest()),
-        )
+        arrays: dict[str, npt.NDArray[Any]] = {
+            "format": np.array(MIXLOG_FORMAT),
+            "steps": self._steps[: self._n].astype("<i8"),
+            "units": np.ascontiguousarray(packed),
+            "digest": np.array(self.digest()),
+        }
+        if self._sizes0 is not None:  # corpus changes: the first sizes and every change
+            arrays["sizes"] = np.array(self._sizes0, dtype="<i8")
+            arrays["events"] = np.array(self._events, dtype="<i8").reshape(-1, 4)
+        np.savez(buf, **arrays)  # type: ignore[arg-type]
         return buf.getvalue()
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -366,6 +576,8 @@ class MixtureLog:
                 steps = z["steps"].astype(_I64)
                 packed = z["units"]
                 recorded = str(z["digest"])
+                sizes = z["sizes"].tolist() if "sizes" in z.files else None
+                events = z["events"].tolist() if "events" in z.files else []
         except Exception as err:  # any unreadable file is the same refusal
             fail(name, f"a saved MixtureLog ({MIXLOG_FORMAT} .npz)", f"<unreadable: {err}>")
         if fmt != MIXLOG_FORMAT:
@@ -378,20 +590,21 @@ class MixtureLog:
         full[:, :, :_UNIT_BYTES] = packed
         units = full.view("<u8").reshape(packed.shape[:2]).astype(_I64)
         log = cls.__new__(cls)
-        log._k = units.shape[1]
-        log._n = 0
+        log._init(units.shape[1], sizes)
         log._steps = np.zeros(max(16, steps.size), dtype=_I64)
         log._units = np.zeros((max(16, steps.size), log._k), dtype=_I64)
-        log._chain = [_SEED_DIGEST]
-        log._frozen = 0
-        log._users = weakref.WeakSet()
+        by_entry: dict[int, tuple[int, int, int]] = {}
+        for row in events:
+            if len(row) != 4 or row[1] not in _OPS or not 0 <= row[2] < log._k:
+                fail(f"{name}.events", "rows (entry, op, source, size)", row)
+            by_entry[int(row[0])] = (int(row[1]), int(row[2]), int(row[3]))
         for i in range(steps.size):
             row = units[i]
             if int(row.sum()) != MAX_TOTAL or int(row.min()) < 0:
                 fail(f"{name}.units[{i}]", "quantised weights summing to 2**40", row.tolist())
             if i and steps[i] < steps[i - 1]:
                 fail(f"{name}.steps[{i}]", f"at least steps[{i - 1}]={steps[i - 1]}", steps[i])
-            log._append(int(steps[i]), row)
+            log._append(int(steps[i]), row, *by_entry.get(i, (_OP_WEIGHTS, 0, 0)))
         if log.digest() != recorded:
             fail(
                 f"{name}.digest",
@@ -745,6 +958,47 @@ class LogMixture:
             f"log entry {index} of {len(self._log)} (from step {self._log.entry(index).step}, "
             f"sample {self.entry_start(index)}); counts vs integral of the weights: {shown}"
         )
+
+
+def split_index(index: int) -> tuple[int, int]:
+    """``(source, document)`` of a flat index of a blend over a log with corpus changes
+    (``source * SOURCE_STRIDE + document``; NOTE [ Corpus changes ]).
+
+    >>> split_index(2 * SOURCE_STRIDE + 7)
+    (2, 7)
+    """
+    index = check_int("index", index, min_value=0, max_value=2**63 - 1)
+    return divmod(index, SOURCE_STRIDE)
+
+
+class SourceDatasets:
+    """The dataset to read a blend over a log with corpus changes: ``sources[d][i]`` at flat
+    index ``d * SOURCE_STRIDE + i``, so documents appended to a source (a growth) or a source
+    added later never move another document's index, as ``ConcatDataset``'s offsets would.
+
+    Args:
+        sources: One indexable per source (a list, a map-style dataset); a source may grow in
+            place (documents appended) or start empty and be filled when it is added.
+
+    Example:
+        >>> data = SourceDatasets([["a0", "a1"], []])
+        >>> data[1]
+        'a1'
+        >>> data.sources[1].append("b0")
+        >>> data[SOURCE_STRIDE + 0]
+        'b0'
+    """
+
+    def __init__(self, sources: Sequence[Any]) -> None:
+        if isinstance(sources, str | bytes) or not isinstance(sources, Sequence):
+            fail("sources", "a sequence of indexable datasets, one per source", sources, TypeError)
+        self.sources = list(sources)
+
+    def __getitem__(self, index: int) -> Any:
+        source, document = split_index(index)
+        if source >= len(self.sources):
+            fail("index", f"a source below {len(self.sources)} (source {source})", index)
+        return self.sources[source][document]
 
 
 def broadcast_weights(

@@ -604,6 +604,13 @@ class PackedSampler(
                 f"a MixtureLog over len(mixture[0]) = {len(self.plans)} sources",
                 f"MixtureLog over {log.num_sources} sources",
             )
+        if log is not None and log.sizes is not None:
+            fail(
+                "mixture[1]",
+                "a MixtureLog without sizes (packed rows are planned over fixed document "
+                "lengths: corpus changes are for BlendedSampler; NOTE [ Corpus changes ])",
+                f"MixtureLog with sizes={list(log.sizes)}",
+            )
         schedule = (
             None
             if log is not None

@@ -231,6 +231,22 @@ def test_segment_bases_over_200_sources_and_many_entries_equal_the_reference() -
     assert_bases_match_the_reference(log, BatchSizeSchedule.constant(64))
 
 
+def test_appending_never_moves_the_units_already_logged() -> None:
+    """The units live in fixed blocks: an append past a block's end adds a block and leaves the
+    earlier ones where they are (no copy of the whole log), and every entry reads back."""
+    rng = np.random.default_rng(2)
+    w = rng.random((2 * 1024 + 5, 3))
+    log = MixtureLog(w[0].tolist())
+    first = log._blocks[0]
+    for step in range(1, len(w)):
+        log.set_weights(step, w[step].tolist())
+    assert log._blocks[0] is first and len(log._blocks) == 3
+    again = MixtureLog.from_bytes(log.to_bytes())
+    assert (again.units == log.units).all() and log.units.shape == (len(w), 3)
+    assert log.entry(2000).units == tuple(log.units[2000].tolist())
+    assert log.entry(2000).units == MixtureLog(w[2000].tolist()).entry(0).units
+
+
 def test_a_zero_weight_draws_nothing_new_and_a_tiny_one_is_not_rounded_away() -> None:
     log = MixtureLog([1, 0, 1e-6])
     mix = log.compile(0, BatchSizeSchedule.constant(10))

@@ -106,6 +106,7 @@ MAX_STEP = 2**62
 
 _I64 = np.int64
 _U64 = np.uint64
+_BLOCK = 1024  # entries per block of a log's units: an append never copies the earlier ones
 _ERROR_LIMIT = 2**56  # a scaled error (E * 2**40) stays far below: |E| <= h (h + 1) / 4
 _LOW20 = (1 << 20) - 1
 _LOW40 = (1 << 40) - 1
@@ -161,14 +162,14 @@ class MixtureLog:
         (2, 10, (0.75, 0.25))
     """
 
-    __slots__ = ("__weakref__", "_chain", "_frozen", "_k", "_n", "_steps", "_units", "_users")
+    __slots__ = ("__weakref__", "_blocks", "_chain", "_frozen", "_k", "_n", "_steps", "_users")
 
     def __init__(self, weights: Sequence[Any]) -> None:
         units = self._quantise("weights", weights, None)
         self._k = len(units)
         self._n = 0
         self._steps = np.zeros(16, dtype=_I64)
-        self._units = np.zeros((16, self._k), dtype=_I64)
+        self._blocks: list[npt.NDArray[np.int64]] = []  # the units, _BLOCK entries each
         self._chain: list[bytes] = [_SEED_DIGEST]
         self._frozen = 0
         self._users: weakref.WeakSet[LogMixture] = weakref.WeakSet()
@@ -190,12 +191,14 @@ class MixtureLog:
             raise type(err)(message) from None
 
     def _append(self, step: int, units: Sequence[int]) -> None:
-        if self._n == self._steps.size:
+        if self._n == self._steps.size:  # 8 bytes an entry: a copy of 80 kB at 10**4
             self._steps = np.concatenate([self._steps, np.zeros_like(self._steps)])
-            self._units = np.concatenate([self._units, np.zeros_like(self._units)])
+        block, at = divmod(self._n, _BLOCK)
+        if block == len(self._blocks):  # never a copy of the earlier units
+            self._blocks.append(np.zeros((_BLOCK, self._k), dtype=_I64))
         row = np.asarray(units, dtype=_I64)
         self._steps[self._n] = step
-        self._units[self._n] = row
+        self._blocks[block][at] = row
         self._chain.append(_chain(self._chain[-1], step, _OP_WEIGHTS, row))
         self._n += 1
 
@@ -245,7 +248,7 @@ class MixtureLog:
         """Entry ``index`` (0-based)."""
         index = check_int("index", index, min_value=0, max_value=self._n - 1)
         return LogEntry(
-            index, int(self._steps[index]), tuple(int(u) for u in self._units[index].tolist())
+            index, int(self._steps[index]), tuple(int(u) for u in self._row(index).tolist())
         )
 
     @property
@@ -256,10 +259,20 @@ class MixtureLog:
 
     @property
     def units(self) -> npt.NDArray[np.int64]:
-        """The entries' quantised weights, shape ``(len(self), K)`` (a read-only view)."""
-        view = self._units[: self._n]
-        view.flags.writeable = False
-        return view
+        """The entries' quantised weights, shape ``(len(self), K)`` (a read-only copy)."""
+        out = self._rows()
+        out.flags.writeable = False
+        return out
+
+    def _row(self, index: int) -> npt.NDArray[np.int64]:
+        """Entry ``index``'s units (a view)."""
+        block, at = divmod(index, _BLOCK)
+        return self._blocks[block][at]
+
+    def _rows(self) -> npt.NDArray[np.int64]:
+        """Every entry's units, shape ``(len(self), K)`` (a copy)."""
+        out: npt.NDArray[np.int64] = np.concatenate(self._blocks)[: self._n]
+        return out
 
     def digest(self, entries: int | None = None) -> str:
         """16 hex digits chained over the first ``entries`` entries (default: all)."""
@@ -324,7 +337,7 @@ class MixtureLog:
             step = int(saved._steps[i])
             if step < self._frozen:
                 fail("saved", f"entries from step {self._frozen} on (NOTE [ Frozen steps ])", step)
-            self._append(step, saved._units[i])
+            self._append(step, saved._row(i))
 
     def _describe(self, index: int) -> str:
         if index >= self._n:
@@ -335,7 +348,7 @@ class MixtureLog:
     def to_bytes(self) -> bytes:
         """The log as an ``.npz`` file's bytes (see :meth:`save`)."""
         buf = io.BytesIO()
-        units = self._units[: self._n].astype("<u8").view(np.uint8)
+        units = self._rows().astype("<u8").view(np.uint8)
         packed = units.reshape(self._n, self._k, 8)[:, :, :_UNIT_BYTES]
         np.savez(
             buf,
@@ -385,7 +398,7 @@ class MixtureLog:
         log._k = units.shape[1]
         log._n = 0
         log._steps = np.zeros(max(16, steps.size), dtype=_I64)
-        log._units = np.zeros((max(16, steps.size), log._k), dtype=_I64)
+        log._blocks = []
         log._chain = [_SEED_DIGEST]
         log._frozen = 0
         log._users = weakref.WeakSet()
@@ -610,7 +623,7 @@ class LogMixture:
         """Counts and scaled errors at the end of segment ``s`` after ``length`` samples: the
         walk of :meth:`_local`, one level of the tree at a time in int64 (NOTE [ Segment bases
         in int64 ])."""
-        units = self._log._units[self._seg_entry[s]]
+        units = self._log._row(self._seg_entry[s])
         base_c, base_e = self._base_c[s], self._base_e[s]
         local = self._walk.local(units, base_e, length)
         errors = (
@@ -625,7 +638,7 @@ class LogMixture:
         params = self._params.get(s)
         if params is not None:
             return params
-        units = self._log._units[self._seg_entry[s]].tolist()
+        units = self._log._row(self._seg_entry[s]).tolist()
         errors = self._base_e[s].tolist()
         pu = [0]
         pe = [0]
@@ -712,7 +725,7 @@ class LogMixture:
         t = check_int("t", t, min_value=0, max_value=MAX_POSITION)
         self._sync()
         s = self._segment_of(t)
-        units = self._log._units[self._seg_entry[s]].tolist()
+        units = self._log._row(self._seg_entry[s]).tolist()
         local = self._local(s, t - self._seg_pos[s])
         counts = self._base_c[s].tolist()
         errors = self._base_e[s].tolist()

@@ -240,9 +240,11 @@ def test_appending_never_moves_the_units_already_logged() -> None:
     first = log._blocks[0]
     for step in range(1, len(w)):
         log.set_weights(step, w[step].tolist())
-    assert log._blocks[0] is first and len(log._blocks) == 3
+    assert log._blocks[0] is first
+    assert len(log._blocks) == 3
     again = MixtureLog.from_bytes(log.to_bytes())
-    assert (again.units == log.units).all() and log.units.shape == (len(w), 3)
+    assert (again.units == log.units).all()
+    assert log.units.shape == (len(w), 3)
     assert log.entry(2000).units == tuple(log.units[2000].tolist())
     assert log.entry(2000).units == MixtureLog(w[2000].tolist()).entry(0).units
 

@@ -109,6 +109,8 @@ _U64 = np.uint64
 _BLOCK = 1024  # entries per block of a log's units: an append never copies the earlier ones
 _ERROR_LIMIT = 2**56  # a scaled error (E * 2**40) stays far below: |E| <= h (h + 1) / 4
 _LOW20 = (1 << 20) - 1
+_WAVE_LEAST = 16  # from this many segments to build, one wave of the tree per segment
+_WAVE_CHUNK = 4096  # segments a wave builds at once (bounds its memory: 2 int64 per node each)
 _LOW40 = (1 << 40) - 1
 _UNIT_BYTES = 6  # a quantised weight is at most 2**40: six bytes in a saved log
 _DIGEST = 8  # bytes of each chained digest
@@ -460,6 +462,23 @@ def _tree(k: int) -> tuple[list[tuple[int, int, int, int, int, int]], list[int]]
     return nodes, depths
 
 
+def _quota_constant(
+    ua: npt.NDArray[np.int64],
+    uv: npt.NDArray[np.int64],
+    ev: npt.NDArray[np.int64],
+    ea: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64]:
+    """``ua (E_v >> 40) - uv (E_a >> 40) + floor(L / 2**40)`` of NOTE [ Segment bases in
+    int64 ], exact in int64."""
+    evl, eal = ev & _LOW40, ea & _LOW40
+    a1 = ua * (evl >> 20) - uv * (eal >> 20)
+    a0 = ua * (evl & _LOW20) - uv * (eal & _LOW20)
+    out: npt.NDArray[np.int64] = (
+        ua * (ev >> 40) - uv * (ea >> 40) + (((uv << 19) + a1 + (a0 >> 20)) >> 20)
+    )
+    return out
+
+
 class _LevelWalk:
     """The walk of :meth:`LogMixture._local` over all nodes of a level at once, in int64.
 
@@ -489,7 +508,23 @@ class _LevelWalk:
         checks both against the per-entry walk in Python integers on random logs.
     """
 
-    __slots__ = ("_a", "_b", "_hi", "_k", "_levels", "_lo", "_mid", "_v")
+    __slots__ = (
+        "_a",
+        "_all_first",
+        "_all_level",
+        "_all_order",
+        "_b",
+        "_hi",
+        "_inner_first",
+        "_inner_level",
+        "_k",
+        "_levels",
+        "_lo",
+        "_mid",
+        "_node_hi",
+        "_node_lo",
+        "_v",
+    )
 
     def __init__(self, nodes: list[tuple[int, int, int, int, int, int]], k: int) -> None:
         self._k = k
@@ -501,6 +536,18 @@ class _LevelWalk:
         self._v, self._a, self._b, self._lo, self._mid, self._hi = cols.T.copy()
         bounds = np.cumsum(np.bincount([depth[node[0]] for node in order])).tolist()
         self._levels = [slice(lo, hi) for lo, hi in zip([0, *bounds], bounds, strict=False)]
+        # every node (sources 0 .. k - 1, then the inner ones) by level, for the waves
+        size = 2 * k - 1
+        self._node_lo = np.arange(size, dtype=np.intp)
+        self._node_hi = np.arange(1, size + 1, dtype=np.intp)
+        for v, _, _, lo, _, hi in nodes:
+            self._node_lo[v], self._node_hi[v] = lo, hi
+        levels = np.array([depth[x] for x in range(size)], dtype=np.intp)
+        self._all_order = np.argsort(levels, kind="stable").astype(np.intp)
+        self._all_level = levels[self._all_order]
+        self._all_first = np.searchsorted(self._all_level, np.arange(levels.max() + 2)).tolist()
+        self._inner_level = levels[self._v]
+        self._inner_first = np.searchsorted(self._inner_level, np.arange(levels.max() + 1)).tolist()
 
     def local(
         self, units: npt.NDArray[np.int64], errors: npt.NDArray[np.int64], length: int
@@ -523,10 +570,7 @@ class _LevelWalk:
         if empty.any():  # no weight below v: any rho keeps the bound; split its debts
             ua = np.where(empty, 1, ua)
             uv = np.where(empty, 2, uv)
-        evl, eal = ev & _LOW40, ea & _LOW40
-        a1 = ua * (evl >> 20) - uv * (eal >> 20)
-        a0 = ua * (evl & _LOW20) - uv * (eal & _LOW20)
-        const = ua * (ev >> 40) - uv * (ea >> 40) + (((uv << 19) + a1 + (a0 >> 20)) >> 20)
+        const = _quota_constant(ua, uv, ev, ea)
         rho = ua / uv
         ua_u, uv_u = ua.view(_U64), uv.view(_U64)
         c = np.zeros(2 * k - 1, dtype=_I64)
@@ -542,6 +586,86 @@ class _LevelWalk:
             c[b_all[level]] = n - ca
         out: npt.NDArray[np.int64] = c[:k].copy()
         return out
+
+    def bases(
+        self,
+        units: npt.NDArray[np.int64],
+        counts: npt.NDArray[np.int64],
+        errors: npt.NDArray[np.int64],
+        lengths: npt.NDArray[np.int64],
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """The bases at the ends of ``m`` consecutive segments (weights ``units[j]``,
+        ``lengths[j]`` samples), from the base ``counts``, ``errors`` of the first: arrays of
+        shape ``(m, K)``.
+
+        NOTE [ Waves of the tree ]
+            Node ``v`` splits segment ``s`` from its own count at the end of ``s`` (set by its
+            parent in ``s``), its error at the start of ``s`` and its first child's error at
+            the start of ``s`` (set when the child's share of ``s - 1`` was known). So level
+            ``l`` of segment ``s`` needs only level ``l - 1`` of ``s`` and level ``l`` of
+            ``s - 1``: wave ``w`` computes every level ``l`` at segment ``w - l`` at once, the
+            whole tree in one set of numpy operations per segment instead of one per level.
+            Each node's arithmetic is :meth:`local`'s.
+        """
+        k, m = self._k, len(lengths)
+        size = 2 * k - 1
+        nodes_lo, nodes_hi = self._node_lo, self._node_hi
+        pu = np.zeros((m, k + 1), dtype=_U64)
+        np.cumsum(units.view(_U64), axis=1, out=pu[:, 1:])
+        un = pu[:, nodes_hi] - pu[:, nodes_lo]  # (m, nodes): each node's units per segment
+        start = np.zeros(k + 1, dtype=_U64)
+        np.cumsum(counts.view(_U64), out=start[1:])
+        cs = (start[nodes_hi] - start[nodes_lo]).view(_I64)  # counts at the current start
+        np.cumsum(errors.view(_U64), out=start[1:])
+        es = (start[nodes_hi] - start[nodes_lo]).view(_I64)  # scaled errors there
+        pending = np.zeros(size, dtype=_I64)  # the count at the end of the current segment
+        taken = np.zeros(size, dtype=_I64)  # n: what the node received in it
+        entered = np.zeros(size, dtype=_I64)  # its error at the start of it
+        ends = int(cs[size - 1]) + np.cumsum(lengths)
+        lengths_u = lengths.view(_U64)
+        out_c = np.empty((m, k), dtype=_I64)
+        out_e = np.empty((m, k), dtype=_I64)
+        order, level_of, first = self._all_order, self._all_level, self._all_first
+        inner, inner_level, inner_first = self._v, self._inner_level, self._inner_first
+        a_all, b_all = self._a, self._b
+        top = len(first) - 2  # the deepest level
+        for w in range(m + top):
+            lo_level, hi_level = max(0, w - m + 1), min(w, top)
+            if w < m:
+                pending[size - 1] = ends[w]
+            # every node whose count at the end of its segment w - level is known: advance
+            span = slice(first[lo_level], first[hi_level + 1])
+            idx, seg = order[span], w - level_of[span]
+            n = pending[idx] - cs[idx]
+            taken[idx] = n
+            entered[idx] = es[idx]
+            cs[idx] = pending[idx]
+            es[idx] = (
+                es[idx].view(_U64) + (n.view(_U64) << _U64(40)) - un[seg, idx] * lengths_u[seg]
+            ).view(_I64)
+            leaf = idx < k
+            out_c[seg[leaf], idx[leaf]] = cs[idx[leaf]]
+            out_e[seg[leaf], idx[leaf]] = es[idx[leaf]]
+            # every inner node splits its segment w - level between its children
+            hi_inner = min(hi_level, top - 1)
+            if lo_level > hi_inner:
+                continue
+            span = slice(inner_first[lo_level], inner_first[hi_inner + 1])
+            v, seg = inner[span], w - inner_level[span]
+            a, b = a_all[span], b_all[span]
+            ua, uv = un[seg, a].view(_I64), un[seg, v].view(_I64)
+            empty = uv == 0
+            if empty.any():
+                ua = np.where(empty, 1, ua)
+                uv = np.where(empty, 2, uv)
+            const = _quota_constant(ua, uv, entered[v], es[a])
+            n = taken[v]
+            x0 = (ua / uv * n).astype(_I64)
+            t1 = (ua.view(_U64) * n.view(_U64) - uv.view(_U64) * x0.view(_U64)).view(_I64)
+            ca = np.minimum(np.maximum(x0 + (t1 + const) // uv, 0), n)
+            pending[a] = cs[a] + ca
+            pending[b] = cs[b] + n - ca
+        return out_c, out_e
 
 
 class LogMixture:
@@ -607,17 +731,28 @@ class LogMixture:
                 self._seg_count[-1] = i + 1
                 self._params.pop(len(self._seg_pos) - 1, None)
                 continue
-            if not self._seg_pos:
-                c, e = np.zeros(k, dtype=_I64), np.zeros(k, dtype=_I64)
-            else:
-                s = len(self._seg_pos) - 1
-                c, e = self._advance(s, pos - self._seg_pos[s])
             self._seg_pos.append(pos)
             self._seg_entry.append(i)
             self._seg_count.append(i + 1)
-            self._base_c.append(c)
-            self._base_e.append(e)
         self._synced = n
+        if not self._base_c:
+            self._base_c.append(np.zeros(k, dtype=_I64))
+            self._base_e.append(np.zeros(k, dtype=_I64))
+        while len(self._base_c) < len(self._seg_pos):
+            s = len(self._base_c) - 1
+            m = min(len(self._seg_pos) - 1 - s, _WAVE_CHUNK)
+            if m < _WAVE_LEAST:  # a few new entries (a running job): one walk each
+                c, e = self._advance(s, self._seg_pos[s + 1] - self._seg_pos[s])
+                self._base_c.append(c)
+                self._base_e.append(e)
+                continue
+            units = np.stack([self._log._row(self._seg_entry[s + j]) for j in range(m)])
+            lengths = np.diff(np.array(self._seg_pos[s : s + m + 1], dtype=_I64))
+            cs, es = self._walk.bases(units, self._base_c[s], self._base_e[s], lengths)
+            if int(np.abs(es).max()) >= _ERROR_LIMIT:  # pragma: no cover - as in _advance
+                raise RuntimeError("mixture log error out of range")
+            self._base_c.extend(cs)
+            self._base_e.extend(es)
 
     def _advance(self, s: int, length: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Counts and scaled errors at the end of segment ``s`` after ``length`` samples: the

@@ -518,6 +518,7 @@ class _LevelWalk:
         "_inner_first",
         "_inner_level",
         "_k",
+        "_leaf_level",
         "_levels",
         "_lo",
         "_mid",
@@ -545,6 +546,7 @@ class _LevelWalk:
         levels = np.array([depth[x] for x in range(size)], dtype=np.intp)
         self._all_order = np.argsort(levels, kind="stable").astype(np.intp)
         self._all_level = levels[self._all_order]
+        self._leaf_level = levels[:k]
         self._all_first = np.searchsorted(self._all_level, np.arange(levels.max() + 2)).tolist()
         self._inner_level = levels[self._v]
         self._inner_first = np.searchsorted(self._inner_level, np.arange(levels.max() + 1)).tolist()
@@ -613,6 +615,13 @@ class _LevelWalk:
         pu = np.zeros((m, k + 1), dtype=_U64)
         np.cumsum(units.view(_U64), axis=1, out=pu[:, 1:])
         un = pu[:, nodes_hi] - pu[:, nodes_lo]  # (m, nodes): each node's units per segment
+        drawn = un * lengths.view(_U64)[:, None]  # its integral over the segment x 2**40 (wraps)
+        ua_all, uv_all = un[:, self._a].view(_I64), un[:, self._v].view(_I64)
+        empty = uv_all == 0
+        if empty.any():  # no weight below v: any rho keeps the bound; split its debts
+            ua_all = np.where(empty, 1, ua_all)
+            uv_all = np.where(empty, 2, uv_all)
+        rho_all = ua_all / uv_all
         start = np.zeros(k + 1, dtype=_U64)
         np.cumsum(counts.view(_U64), out=start[1:])
         cs = (start[nodes_hi] - start[nodes_lo]).view(_I64)  # counts at the current start
@@ -622,12 +631,12 @@ class _LevelWalk:
         taken = np.zeros(size, dtype=_I64)  # n: what the node received in it
         entered = np.zeros(size, dtype=_I64)  # its error at the start of it
         ends = int(cs[size - 1]) + np.cumsum(lengths)
-        lengths_u = lengths.view(_U64)
-        out_c = np.empty((m, k), dtype=_I64)
-        out_e = np.empty((m, k), dtype=_I64)
+        snap_c = np.empty((m + len(self._all_first), k), dtype=_I64)  # sources after wave w
+        snap_e = np.empty_like(snap_c)
         order, level_of, first = self._all_order, self._all_level, self._all_first
         inner, inner_level, inner_first = self._v, self._inner_level, self._inner_first
         a_all, b_all = self._a, self._b
+        inner_cols = np.arange(len(inner))
         top = len(first) - 2  # the deepest level
         for w in range(m + top):
             lo_level, hi_level = max(0, w - m + 1), min(w, top)
@@ -640,32 +649,28 @@ class _LevelWalk:
             taken[idx] = n
             entered[idx] = es[idx]
             cs[idx] = pending[idx]
-            es[idx] = (
-                es[idx].view(_U64) + (n.view(_U64) << _U64(40)) - un[seg, idx] * lengths_u[seg]
-            ).view(_I64)
-            leaf = idx < k
-            out_c[seg[leaf], idx[leaf]] = cs[idx[leaf]]
-            out_e[seg[leaf], idx[leaf]] = es[idx[leaf]]
+            es[idx] = (es[idx].view(_U64) + (n.view(_U64) << _U64(40)) - drawn[seg, idx]).view(_I64)
+            snap_c[w] = cs[:k]
+            snap_e[w] = es[:k]
             # every inner node splits its segment w - level between its children
             hi_inner = min(hi_level, top - 1)
             if lo_level > hi_inner:
                 continue
             span = slice(inner_first[lo_level], inner_first[hi_inner + 1])
             v, seg = inner[span], w - inner_level[span]
-            a, b = a_all[span], b_all[span]
-            ua, uv = un[seg, a].view(_I64), un[seg, v].view(_I64)
-            empty = uv == 0
-            if empty.any():
-                ua = np.where(empty, 1, ua)
-                uv = np.where(empty, 2, uv)
+            a, b, cols = a_all[span], b_all[span], inner_cols[span]
+            ua, uv = ua_all[seg, cols], uv_all[seg, cols]
             const = _quota_constant(ua, uv, entered[v], es[a])
             n = taken[v]
-            x0 = (ua / uv * n).astype(_I64)
+            x0 = (rho_all[seg, cols] * n).astype(_I64)
             t1 = (ua.view(_U64) * n.view(_U64) - uv.view(_U64) * x0.view(_U64)).view(_I64)
             ca = np.minimum(np.maximum(x0 + (t1 + const) // uv, 0), n)
             pending[a] = cs[a] + ca
             pending[b] = cs[b] + n - ca
-        return out_c, out_e
+        # source d's base at the end of segment j is its snapshot after wave j + level(d)
+        rows = np.arange(m)[:, None] + self._leaf_level[None, :]
+        leaves = np.arange(k)[None, :]
+        return snap_c[rows, leaves], snap_e[rows, leaves]
 
 
 class LogMixture:

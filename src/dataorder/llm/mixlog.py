@@ -192,7 +192,7 @@ class MixtureLog:
             message = str(err).replace("weights", name, 1)
             raise type(err)(message) from None
 
-    def _append(self, step: int, units: Sequence[int]) -> None:
+    def _append(self, step: int, units: Sequence[int] | npt.NDArray[np.int64]) -> None:
         if self._n == self._steps.size:  # 8 bytes an entry: a copy of 80 kB at 10**4
             self._steps = np.concatenate([self._steps, np.zeros_like(self._steps)])
         block, at = divmod(self._n, _BLOCK)
@@ -269,7 +269,8 @@ class MixtureLog:
     def _row(self, index: int) -> npt.NDArray[np.int64]:
         """Entry ``index``'s units (a view)."""
         block, at = divmod(index, _BLOCK)
-        return self._blocks[block][at]
+        out: npt.NDArray[np.int64] = self._blocks[block][at]
+        return out
 
     def _rows(self) -> npt.NDArray[np.int64]:
         """Every entry's units, shape ``(len(self), K)`` (a copy)."""
@@ -752,7 +753,8 @@ class LogMixture:
                 self._base_e.append(e)
                 continue
             units = np.stack([self._log._row(self._seg_entry[s + j]) for j in range(m)])
-            lengths = np.diff(np.array(self._seg_pos[s : s + m + 1], dtype=_I64))
+            starts = np.array(self._seg_pos[s : s + m + 1], dtype=_I64)
+            lengths: npt.NDArray[np.int64] = starts[1:] - starts[:-1]
             cs, es = self._walk.bases(units, self._base_c[s], self._base_e[s], lengths)
             if int(np.abs(es).max()) >= _ERROR_LIMIT:  # pragma: no cover - as in _advance
                 raise RuntimeError("mixture log error out of range")

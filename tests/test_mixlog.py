@@ -117,6 +117,138 @@ def test_the_bound_does_not_grow_with_the_number_of_entries() -> None:
     assert deviation[-1000:].max() <= mix.deviation_bounds().max()
 
 
+def reference_bases(
+    log: MixtureLog, batches: BatchSizeSchedule, nodes: list[tuple[int, ...]]
+) -> list[tuple[list[int], list[int]]]:
+    """Each segment's starting counts and scaled errors, walked per entry in Python integers
+    (the computation the int64 level walk replaced: NOTE [ Segment bases in int64 ])."""
+    k, d = log.num_sources, MAX_TOTAL
+    starts, entries = [], []
+    for i, step in enumerate(log.steps.tolist()):
+        pos = batches.consumed_samples(step)
+        if starts and starts[-1] == pos:
+            entries[-1] = i
+        else:
+            starts.append(pos)
+            entries.append(i)
+    bases = [([0] * k, [0] * k)]
+    for s in range(len(starts) - 1):
+        counts, errors = bases[-1]
+        units = [int(u) for u in log.units[entries[s]].tolist()]
+        length = starts[s + 1] - starts[s]
+        pu, pe = [0], [0]
+        for u, e in zip(units, errors, strict=True):
+            pu.append(pu[-1] + u)
+            pe.append(pe[-1] + e)
+        c = [0] * (2 * k - 1)
+        c[-1] = length
+        for v, a, b, lo, mid, hi in nodes:
+            ua, uv = pu[mid] - pu[lo], pu[hi] - pu[lo]
+            ev, ea = pe[hi] - pe[lo], pe[mid] - pe[lo]
+            if uv == 0:
+                ua, uv = 1, 2
+            n = c[v]
+            x = (2 * ua * d * n + uv * d + 2 * ua * ev - 2 * uv * ea) // (2 * uv * d)
+            c[a] = min(max(x, 0), n)
+            c[b] = n - c[a]
+        bases.append(
+            (
+                [x + y for x, y in zip(counts, c[:k], strict=True)],
+                [e + y * d - u * length for e, y, u in zip(errors, c[:k], units, strict=True)],
+            )
+        )
+    return bases
+
+
+def assert_bases_match_the_reference(log: MixtureLog, batches: BatchSizeSchedule) -> None:
+    mix = log.compile(0, batches)
+    mix.counts(0)  # builds every segment base
+    got = [(c.tolist(), e.tolist()) for c, e in zip(mix._base_c, mix._base_e, strict=True)]
+    assert got == reference_bases(log, batches, mix._nodes)
+
+
+@settings(max_examples=30, deadline=None)
+@given(logs(max_entries=25), st.integers(0, 3), st.randoms(use_true_random=False))
+def test_segment_bases_equal_the_per_entry_walk_in_python_integers(
+    drawn: tuple[MixtureLog, int], scale: int, rnd: Any
+) -> None:
+    """The int64 level walk gives every segment's base exactly as the per-entry walk in Python
+    integers does, for segments of a few samples up to 2**45 (batches up to 2**30)."""
+    log, last = drawn
+    sizes = [1, 7, 2**17 + 3, 2**30][scale]
+    batches = BatchSizeSchedule.from_step_schedule(
+        " ".join(f"{step}:{rnd.randint(1, sizes)}" for step in range(0, last + 1, 3))
+    )
+    assert_bases_match_the_reference(log, batches)
+
+
+def test_segment_bases_are_exact_for_segments_near_the_largest_position() -> None:
+    """Segments of 2**61 samples: the float estimate inside the int64 walk is off by
+    thousands there, and the exact correction still gives the per-entry walk's bases."""
+    rng = np.random.default_rng(11)
+    log = MixtureLog((rng.random(37) ** 3).tolist())
+    log.set_weights(1, [0.0] * 36 + [1.0])
+    log.set_weights(2, (rng.random(37) ** 5).tolist())
+    log.set_weights(3, [1e-6] * 18 + [1.0] * 19)
+    assert_bases_match_the_reference(log, BatchSizeSchedule.constant(2**60 + 12345))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, MAX_TOTAL),
+    st.integers(-(2**45), 2**45),
+    st.integers(0, 2**62),
+    st.integers(-3, 3),
+)
+def test_the_int64_quota_is_exact_at_the_boundaries_of_the_floor(
+    ua: int, ev: int, n: int, r: int
+) -> None:
+    """Errors chosen so that the quota's quotient lands within 2**40 of an integer (its low
+    bits then decide the floor): the int64 walk of a two-source tree gives the Python-integer
+    quota and split."""
+    d = MAX_TOTAL
+    uv = d if ua else 2  # the sources' units sum to 2**40 (a zero first weight: rho = 1/2)
+    big, quotient = 2**40 * uv, 2**40 * ua * n + 2**39 * uv + ua * ev
+    target = quotient % 2**40 + (r % 2) * (big - 2**40)  # P mod Q near 0 or near Q
+    ea = ((quotient - target) // uv) % 2**40
+    ea -= 2**40 if ea >= 2**39 else 0
+    ea += r // 2  # and a few units either side
+    x = (2 * ua * d * n + uv * d + 2 * ua * ev - 2 * uv * ea) // (2 * uv * d)
+    want = min(max(x, 0), n)
+    walk = MixtureLog([1, 1]).compile(0, BatchSizeSchedule.constant(1))._walk
+    units = np.array([ua, d - ua], dtype=np.int64)
+    errors = np.array([ea, ev - ea], dtype=np.int64)
+    assert walk.local(units, errors, n).tolist() == [want, n - want]
+
+
+def test_segment_bases_over_200_sources_and_many_entries_equal_the_reference() -> None:
+    rng = np.random.default_rng(3)
+    w = rng.random((300, 200)) ** 3
+    w[rng.random((300, 200)) < 0.2] = 0.0
+    log = MixtureLog(w[0].tolist())
+    for step in range(1, 300):
+        log.set_weights(step, w[step].tolist())
+    assert_bases_match_the_reference(log, BatchSizeSchedule.constant(64))
+
+
+def test_appending_never_moves_the_units_already_logged() -> None:
+    """The units live in fixed blocks: an append past a block's end adds a block and leaves the
+    earlier ones where they are (no copy of the whole log), and every entry reads back."""
+    rng = np.random.default_rng(2)
+    w = rng.random((2 * 1024 + 5, 3))
+    log = MixtureLog(w[0].tolist())
+    first = log._blocks[0]
+    for step in range(1, len(w)):
+        log.set_weights(step, w[step].tolist())
+    assert log._blocks[0] is first
+    assert len(log._blocks) == 3
+    again = MixtureLog.from_bytes(log.to_bytes())
+    assert (again.units == log.units).all()
+    assert log.units.shape == (len(w), 3)
+    assert log.entry(2000).units == tuple(log.units[2000].tolist())
+    assert log.entry(2000).units == MixtureLog(w[2000].tolist()).entry(0).units
+
+
 def test_a_zero_weight_draws_nothing_new_and_a_tiny_one_is_not_rounded_away() -> None:
     log = MixtureLog([1, 0, 1e-6])
     mix = log.compile(0, BatchSizeSchedule.constant(10))

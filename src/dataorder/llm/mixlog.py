@@ -111,6 +111,13 @@ MIXLOG_FORMAT = "dataorder.mixlog.1"
 MAX_STEP = 2**62
 
 _I64 = np.int64
+_U64 = np.uint64
+_BLOCK = 1024  # entries per block of a log's units: an append never copies the earlier ones
+_ERROR_LIMIT = 2**56  # a scaled error (E * 2**40) stays far below: |E| <= h (h + 1) / 4
+_LOW20 = (1 << 20) - 1
+_WAVE_LEAST = 16  # from this many segments to build, one wave of the tree per segment
+_WAVE_CHUNK = 4096  # segments a wave builds at once (bounds its memory: 2 int64 per node each)
+_LOW40 = (1 << 40) - 1
 _UNIT_BYTES = 6  # a quantised weight is at most 2**40: six bytes in a saved log
 _DIGEST = 8  # bytes of each chained digest
 _SEED_DIGEST = hashlib.blake2b(MIXLOG_FORMAT.encode(), digest_size=_DIGEST).digest()
@@ -198,6 +205,7 @@ class MixtureLog:
 
     __slots__ = (
         "__weakref__",
+        "_blocks",
         "_chain",
         "_events",
         "_frozen",
@@ -207,7 +215,6 @@ class MixtureLog:
         "_sizes",
         "_sizes0",
         "_steps",
-        "_units",
         "_users",
     )
 
@@ -221,7 +228,7 @@ class MixtureLog:
         self._k = k
         self._n = 0
         self._steps = np.zeros(16, dtype=_I64)
-        self._units = np.zeros((16, self._k), dtype=_I64)
+        self._blocks: list[npt.NDArray[np.int64]] = []  # the units, _BLOCK entries each
         self._chain: list[bytes] = [_SEED_DIGEST]
         self._frozen = 0
         self._users: weakref.WeakSet[LogMixture] = weakref.WeakSet()
@@ -273,9 +280,11 @@ class MixtureLog:
         source: int = 0,
         size: int = 0,
     ) -> None:
-        if self._n == self._steps.size:
+        if self._n == self._steps.size:  # 8 bytes an entry: a copy of 80 kB at 10**4
             self._steps = np.concatenate([self._steps, np.zeros_like(self._steps)])
-            self._units = np.concatenate([self._units, np.zeros_like(self._units)])
+        block, at = divmod(self._n, _BLOCK)
+        if block == len(self._blocks):  # never a copy of the earlier units
+            self._blocks.append(np.zeros((_BLOCK, self._k), dtype=_I64))
         row = np.asarray(units, dtype=_I64)
         if op != _OP_WEIGHTS:
             extra = np.array([source, size], dtype="<i8").tobytes()
@@ -289,7 +298,7 @@ class MixtureLog:
         else:
             extra = b""
         self._steps[self._n] = step
-        self._units[self._n] = row
+        self._blocks[block][at] = row
         self._chain.append(_chain(self._chain[-1], step, op, row, extra))
         self._n += 1
 
@@ -359,7 +368,7 @@ class MixtureLog:
         if old == 0:
             fail("source", "a source of positive size (add_source adds an empty one)", source)
         size = check_int("size", size, min_value=old + 1, max_value=SOURCE_STRIDE)
-        self._append(step, self._units[self._n - 1].copy(), _OP_GROW, source, size)
+        self._append(step, self._row(self._n - 1).copy(), _OP_GROW, source, size)
 
     def retire(self, step: int, source: int) -> None:
         """Source ``source`` draws nothing new from global batch ``step`` on: its weight becomes
@@ -376,7 +385,7 @@ class MixtureLog:
         source = self._check_source(source)
         if self._sizes[source] == 0:
             fail("source", "a source that was added (it has size 0)", source)
-        units = self._units[self._n - 1].tolist()
+        units = self._row(self._n - 1).tolist()
         units[source] = 0
         if not any(units):
             fail("source", "a source other than the only one with a positive weight", source)
@@ -443,7 +452,7 @@ class MixtureLog:
     def entry(self, index: int) -> LogEntry:
         """Entry ``index`` (0-based)."""
         index = check_int("index", index, min_value=0, max_value=self._n - 1)
-        units = tuple(int(u) for u in self._units[index].tolist())
+        units = tuple(int(u) for u in self._row(index).tolist())
         for at, op, source, size in self._events:
             if at == index:
                 shown = None if size < 0 else size
@@ -458,10 +467,21 @@ class MixtureLog:
 
     @property
     def units(self) -> npt.NDArray[np.int64]:
-        """The entries' quantised weights, shape ``(len(self), K)`` (a read-only view)."""
-        view = self._units[: self._n]
-        view.flags.writeable = False
-        return view
+        """The entries' quantised weights, shape ``(len(self), K)`` (a read-only copy)."""
+        out = self._rows()
+        out.flags.writeable = False
+        return out
+
+    def _row(self, index: int) -> npt.NDArray[np.int64]:
+        """Entry ``index``'s units (a view)."""
+        block, at = divmod(index, _BLOCK)
+        out: npt.NDArray[np.int64] = self._blocks[block][at]
+        return out
+
+    def _rows(self) -> npt.NDArray[np.int64]:
+        """Every entry's units, shape ``(len(self), K)`` (a copy)."""
+        out: npt.NDArray[np.int64] = np.concatenate(self._blocks)[: self._n]
+        return out
 
     def digest(self, entries: int | None = None) -> str:
         """16 hex digits chained over the first ``entries`` entries (default: all)."""
@@ -527,7 +547,7 @@ class MixtureLog:
             step = int(saved._steps[i])
             if step < self._frozen:
                 fail("saved", f"entries from step {self._frozen} on (NOTE [ Frozen steps ])", step)
-            self._append(step, saved._units[i], *events.get(i, (_OP_WEIGHTS, 0, 0)))
+            self._append(step, saved._row(i), *events.get(i, (_OP_WEIGHTS, 0, 0)))
 
     def _describe(self, index: int) -> str:
         if index >= self._n:
@@ -538,7 +558,7 @@ class MixtureLog:
     def to_bytes(self) -> bytes:
         """The log as an ``.npz`` file's bytes (see :meth:`save`)."""
         buf = io.BytesIO()
-        units = self._units[: self._n].astype("<u8").view(np.uint8)
+        units = self._rows().astype("<u8").view(np.uint8)
         packed = units.reshape(self._n, self._k, 8)[:, :, :_UNIT_BYTES]
         arrays: dict[str, npt.NDArray[Any]] = {
             "format": np.array(MIXLOG_FORMAT),
@@ -592,7 +612,6 @@ class MixtureLog:
         log = cls.__new__(cls)
         log._init(units.shape[1], sizes)
         log._steps = np.zeros(max(16, steps.size), dtype=_I64)
-        log._units = np.zeros((max(16, steps.size), log._k), dtype=_I64)
         by_entry: dict[int, tuple[int, int, int]] = {}
         for row in events:
             if len(row) != 4 or row[1] not in _OPS or not 0 <= row[2] < log._k:
@@ -656,6 +675,217 @@ def _tree(k: int) -> tuple[list[tuple[int, int, int, int, int, int]], list[int]]
     return nodes, depths
 
 
+def _quota_constant(
+    ua: npt.NDArray[np.int64],
+    uv: npt.NDArray[np.int64],
+    ev: npt.NDArray[np.int64],
+    ea: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64]:
+    """``ua (E_v >> 40) - uv (E_a >> 40) + floor(L / 2**40)`` of NOTE [ Segment bases in
+    int64 ], exact in int64."""
+    evl, eal = ev & _LOW40, ea & _LOW40
+    a1 = ua * (evl >> 20) - uv * (eal >> 20)
+    a0 = ua * (evl & _LOW20) - uv * (eal & _LOW20)
+    out: npt.NDArray[np.int64] = (
+        ua * (ev >> 40) - uv * (ea >> 40) + (((uv << 19) + a1 + (a0 >> 20)) >> 20)
+    )
+    return out
+
+
+class _LevelWalk:
+    """The walk of :meth:`LogMixture._local` over all nodes of a level at once, in int64.
+
+    NOTE [ Segment bases in int64 ]
+        A segment's base (each source's count and scaled error at its start) depends on every
+        earlier segment, so a resume at ``N`` entries walks the tree ``N`` times. In Python
+        integers that is 0.66 ms an entry at K = 200; here one entry is a few dozen numpy
+        operations on arrays of a level's nodes (the tree has ``ceil(log2 K)`` levels). The
+        quota ``x = floor(P / Q)`` of :meth:`LogMixture._segment_params` (halved:
+        ``P = 2**40 ua n + 2**39 uv + ua E_v - uv E_a``, ``Q = 2**40 uv``, errors scaled by
+        ``2**40``) has 143-bit terms, yet it is computed exactly in int64:
+
+        * an estimate ``x0 = floor(float(ua / uv) * n)``, off by at most ``2**12`` for
+          ``n <= 2**62``; then ``x = x0 + floor(R / Q)`` with ``R = P - x0 Q``;
+        * ``R = 2**40 H + L``, ``H = (ua n - x0 uv) + ua (E_v >> 40) - uv (E_a >> 40)``: the
+          term ``ua n - x0 uv`` is near ``uv (rho n - x0)``, below ``2**53``, so its value
+          modulo ``2**64`` (wrapping uint64 products) is the value;
+        * ``L = 2**39 uv + ua (E_v & (2**40 - 1)) - uv (E_a & (2**40 - 1))``, each low part
+          split in two 20-bit halves so every product stays below ``2**60``, and
+          ``floor(L / 2**40)`` taken as two floors by ``2**20``;
+        * ``floor(R / Q) = floor((H + floor(L / 2**40)) / uv)``, since ``2**40 H`` is a
+          multiple of ``2**40``.
+
+        The errors at the segment's end, ``E + 2**40 c - u length``, wrap the same way and are
+        exact because they are bounded (NOTE [ Mixture log exactness ]). A lookup
+        (:meth:`LogMixture._local`) still walks in Python integers; ``tests/test_mixlog.py``
+        checks both against the per-entry walk in Python integers on random logs.
+    """
+
+    __slots__ = (
+        "_a",
+        "_all_first",
+        "_all_level",
+        "_all_order",
+        "_b",
+        "_hi",
+        "_inner_first",
+        "_inner_level",
+        "_k",
+        "_leaf_level",
+        "_levels",
+        "_lo",
+        "_mid",
+        "_node_hi",
+        "_node_lo",
+        "_v",
+    )
+
+    def __init__(self, nodes: list[tuple[int, int, int, int, int, int]], k: int) -> None:
+        self._k = k
+        depth = {2 * k - 2: 0}
+        for v, a, b, *_ in nodes:  # parents before children
+            depth[a] = depth[b] = depth[v] + 1
+        order = sorted(nodes, key=lambda node: depth[node[0]])
+        cols = np.array(order, dtype=np.intp).reshape(-1, 6)
+        self._v, self._a, self._b, self._lo, self._mid, self._hi = cols.T.copy()
+        bounds = np.cumsum(np.bincount([depth[node[0]] for node in order])).tolist()
+        self._levels = [slice(lo, hi) for lo, hi in zip([0, *bounds], bounds, strict=False)]
+        # every node (sources 0 .. k - 1, then the inner ones) by level, for the waves
+        size = 2 * k - 1
+        self._node_lo = np.arange(size, dtype=np.intp)
+        self._node_hi = np.arange(1, size + 1, dtype=np.intp)
+        for v, _, _, lo, _, hi in nodes:
+            self._node_lo[v], self._node_hi[v] = lo, hi
+        levels = np.array([depth[x] for x in range(size)], dtype=np.intp)
+        self._all_order = np.argsort(levels, kind="stable").astype(np.intp)
+        self._all_level = levels[self._all_order]
+        self._leaf_level = levels[:k]
+        self._all_first = np.searchsorted(self._all_level, np.arange(levels.max() + 2)).tolist()
+        self._inner_level = levels[self._v]
+        self._inner_first = np.searchsorted(self._inner_level, np.arange(levels.max() + 1)).tolist()
+
+    def local(
+        self, units: npt.NDArray[np.int64], errors: npt.NDArray[np.int64], length: int
+    ) -> npt.NDArray[np.int64]:
+        """Per-source counts ``length`` samples into a segment with weights ``units`` and
+        scaled errors ``errors`` at its start."""
+        k = self._k
+        if k == 1:
+            return np.array([length], dtype=_I64)
+        pu = np.zeros(k + 1, dtype=_U64)
+        np.cumsum(units.view(_U64), out=pu[1:])
+        pe = np.zeros(k + 1, dtype=_U64)
+        np.cumsum(errors.view(_U64), out=pe[1:])  # wraps; the differences are exact
+        lo, mid, hi = self._lo, self._mid, self._hi
+        ua = (pu[mid] - pu[lo]).view(_I64)
+        uv = (pu[hi] - pu[lo]).view(_I64)
+        ev = (pe[hi] - pe[lo]).view(_I64)
+        ea = (pe[mid] - pe[lo]).view(_I64)
+        empty = uv == 0
+        if empty.any():  # no weight below v: any rho keeps the bound; split its debts
+            ua = np.where(empty, 1, ua)
+            uv = np.where(empty, 2, uv)
+        const = _quota_constant(ua, uv, ev, ea)
+        rho = ua / uv
+        ua_u, uv_u = ua.view(_U64), uv.view(_U64)
+        c = np.zeros(2 * k - 1, dtype=_I64)
+        c[-1] = length
+        v_all, a_all, b_all = self._v, self._a, self._b
+        for level in self._levels:
+            n = c[v_all[level]]
+            x0 = (rho[level] * n).astype(_I64)  # n >= 0: truncation is the floor
+            t1 = (ua_u[level] * n.view(_U64) - uv_u[level] * x0.view(_U64)).view(_I64)
+            x = x0 + (t1 + const[level]) // uv[level]
+            ca = np.minimum(np.maximum(x, 0), n)
+            c[a_all[level]] = ca
+            c[b_all[level]] = n - ca
+        out: npt.NDArray[np.int64] = c[:k].copy()
+        return out
+
+    def bases(
+        self,
+        units: npt.NDArray[np.int64],
+        counts: npt.NDArray[np.int64],
+        errors: npt.NDArray[np.int64],
+        lengths: npt.NDArray[np.int64],
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """The bases at the ends of ``m`` consecutive segments (weights ``units[j]``,
+        ``lengths[j]`` samples), from the base ``counts``, ``errors`` of the first: arrays of
+        shape ``(m, K)``.
+
+        NOTE [ Waves of the tree ]
+            Node ``v`` splits segment ``s`` from its own count at the end of ``s`` (set by its
+            parent in ``s``), its error at the start of ``s`` and its first child's error at
+            the start of ``s`` (set when the child's share of ``s - 1`` was known). So level
+            ``l`` of segment ``s`` needs only level ``l - 1`` of ``s`` and level ``l`` of
+            ``s - 1``: wave ``w`` computes every level ``l`` at segment ``w - l`` at once, the
+            whole tree in one set of numpy operations per segment instead of one per level.
+            Each node's arithmetic is :meth:`local`'s.
+        """
+        k, m = self._k, len(lengths)
+        size = 2 * k - 1
+        nodes_lo, nodes_hi = self._node_lo, self._node_hi
+        pu = np.zeros((m, k + 1), dtype=_U64)
+        np.cumsum(units.view(_U64), axis=1, out=pu[:, 1:])
+        un = pu[:, nodes_hi] - pu[:, nodes_lo]  # (m, nodes): each node's units per segment
+        drawn = un * lengths.view(_U64)[:, None]  # its integral over the segment x 2**40 (wraps)
+        ua_all, uv_all = un[:, self._a].view(_I64), un[:, self._v].view(_I64)
+        empty = uv_all == 0
+        if empty.any():  # no weight below v: any rho keeps the bound; split its debts
+            ua_all = np.where(empty, 1, ua_all)
+            uv_all = np.where(empty, 2, uv_all)
+        rho_all = ua_all / uv_all
+        start = np.zeros(k + 1, dtype=_U64)
+        np.cumsum(counts.view(_U64), out=start[1:])
+        cs = (start[nodes_hi] - start[nodes_lo]).view(_I64)  # counts at the current start
+        np.cumsum(errors.view(_U64), out=start[1:])
+        es = (start[nodes_hi] - start[nodes_lo]).view(_I64)  # scaled errors there
+        pending = np.zeros(size, dtype=_I64)  # the count at the end of the current segment
+        taken = np.zeros(size, dtype=_I64)  # n: what the node received in it
+        entered = np.zeros(size, dtype=_I64)  # its error at the start of it
+        ends = int(cs[size - 1]) + np.cumsum(lengths)
+        snap_c = np.empty((m + len(self._all_first), k), dtype=_I64)  # sources after wave w
+        snap_e = np.empty_like(snap_c)
+        order, level_of, first = self._all_order, self._all_level, self._all_first
+        inner, inner_level, inner_first = self._v, self._inner_level, self._inner_first
+        a_all, b_all = self._a, self._b
+        inner_cols = np.arange(len(inner))
+        top = len(first) - 2  # the deepest level
+        for w in range(m + top):
+            lo_level, hi_level = max(0, w - m + 1), min(w, top)
+            if w < m:
+                pending[size - 1] = ends[w]
+            # every node whose count at the end of its segment w - level is known: advance
+            span = slice(first[lo_level], first[hi_level + 1])
+            idx, seg = order[span], w - level_of[span]
+            n = pending[idx] - cs[idx]
+            taken[idx] = n
+            entered[idx] = es[idx]
+            cs[idx] = pending[idx]
+            es[idx] = (es[idx].view(_U64) + (n.view(_U64) << _U64(40)) - drawn[seg, idx]).view(_I64)
+            snap_c[w] = cs[:k]
+            snap_e[w] = es[:k]
+            # every inner node splits its segment w - level between its children
+            hi_inner = min(hi_level, top - 1)
+            if lo_level > hi_inner:
+                continue
+            span = slice(inner_first[lo_level], inner_first[hi_inner + 1])
+            v, seg = inner[span], w - inner_level[span]
+            a, b, cols = a_all[span], b_all[span], inner_cols[span]
+            ua, uv = ua_all[seg, cols], uv_all[seg, cols]
+            const = _quota_constant(ua, uv, entered[v], es[a])
+            n = taken[v]
+            x0 = (rho_all[seg, cols] * n).astype(_I64)
+            t1 = (ua.view(_U64) * n.view(_U64) - uv.view(_U64) * x0.view(_U64)).view(_I64)
+            ca = np.minimum(np.maximum(x0 + (t1 + const) // uv, 0), n)
+            pending[a] = cs[a] + ca
+            pending[b] = cs[b] + n - ca
+        # source d's base at the end of segment j is its snapshot after wave j + level(d)
+        rows = np.arange(m)[:, None] + self._leaf_level[None, :]
+        leaves = np.arange(k)[None, :]
+        return snap_c[rows, leaves], snap_e[rows, leaves]
+
+
 class LogMixture:
     """A :class:`MixtureLog` compiled for one sampler: per-source counts at any sample
     (NOTE [ Mixture log exactness ]), and the trained part's digest for its state.
@@ -682,6 +912,7 @@ class LogMixture:
         self._key = key
         self._batches = batches
         self._nodes, self._depths = _tree(log.num_sources)
+        self._walk = _LevelWalk(self._nodes, log.num_sources)
         # Per segment (entries at one start merged, the last one's weights holding):
         self._seg_pos: list[int] = []  # its first sample
         self._seg_entry: list[int] = []  # the log entry whose weights it uses
@@ -718,37 +949,50 @@ class LogMixture:
                 self._seg_count[-1] = i + 1
                 self._params.pop(len(self._seg_pos) - 1, None)
                 continue
-            if not self._seg_pos:
-                c, e = np.zeros(k, dtype=_I64), np.zeros(k, dtype=_I64)
-            else:
-                s = len(self._seg_pos) - 1
-                cs, es = self._advance(s, pos - self._seg_pos[s])
-                c, e = np.array(cs, dtype=_I64), np.array(es, dtype=_I64)
             self._seg_pos.append(pos)
             self._seg_entry.append(i)
             self._seg_count.append(i + 1)
-            self._base_c.append(c)
-            self._base_e.append(e)
         self._synced = n
+        if not self._base_c:
+            self._base_c.append(np.zeros(k, dtype=_I64))
+            self._base_e.append(np.zeros(k, dtype=_I64))
+        while len(self._base_c) < len(self._seg_pos):
+            s = len(self._base_c) - 1
+            m = min(len(self._seg_pos) - 1 - s, _WAVE_CHUNK)
+            if m < _WAVE_LEAST:  # a few new entries (a running job): one walk each
+                c, e = self._advance(s, self._seg_pos[s + 1] - self._seg_pos[s])
+                self._base_c.append(c)
+                self._base_e.append(e)
+                continue
+            units = np.stack([self._log._row(self._seg_entry[s + j]) for j in range(m)])
+            starts = np.array(self._seg_pos[s : s + m + 1], dtype=_I64)
+            lengths: npt.NDArray[np.int64] = starts[1:] - starts[:-1]
+            cs, es = self._walk.bases(units, self._base_c[s], self._base_e[s], lengths)
+            if int(np.abs(es).max()) >= _ERROR_LIMIT:  # pragma: no cover - as in _advance
+                raise RuntimeError("mixture log error out of range")
+            self._base_c.extend(cs)
+            self._base_e.extend(es)
 
-    def _advance(self, s: int, length: int) -> tuple[list[int], list[int]]:
-        """Counts and scaled errors at the end of segment ``s`` after ``length`` samples."""
-        local = self._local(s, length)
-        units = self._log._units[self._seg_entry[s]].tolist()
-        counts = [int(c) + d for c, d in zip(self._base_c[s].tolist(), local, strict=True)]
-        errors = []
-        for e, d, u in zip(self._base_e[s].tolist(), local, units, strict=True):
-            err = e + d * MAX_TOTAL - u * length
-            if not -(2**62) < err < 2**62:  # pragma: no cover - the bound keeps it below 2**47
-                raise RuntimeError(f"mixture log error out of range: {err}")
-            errors.append(err)
+    def _advance(self, s: int, length: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Counts and scaled errors at the end of segment ``s`` after ``length`` samples: the
+        walk of :meth:`_local`, one level of the tree at a time in int64 (NOTE [ Segment bases
+        in int64 ])."""
+        units = self._log._row(self._seg_entry[s])
+        base_c, base_e = self._base_c[s], self._base_e[s]
+        local = self._walk.local(units, base_e, length)
+        errors = (
+            base_e.view(_U64) + (local.view(_U64) << _U64(40)) - units.view(_U64) * _U64(length)
+        ).view(_I64)
+        if int(np.abs(errors).max()) >= _ERROR_LIMIT:  # pragma: no cover - the bound: < 2**47
+            raise RuntimeError(f"mixture log error out of range: {errors.tolist()}")
+        counts: npt.NDArray[np.int64] = base_c + local
         return counts, errors
 
     def _segment_params(self, s: int) -> list[tuple[int, int, int, int, int, int]]:
         params = self._params.get(s)
         if params is not None:
             return params
-        units = self._log._units[self._seg_entry[s]].tolist()
+        units = self._log._row(self._seg_entry[s]).tolist()
         errors = self._base_e[s].tolist()
         pu = [0]
         pe = [0]
@@ -835,7 +1079,7 @@ class LogMixture:
         t = check_int("t", t, min_value=0, max_value=MAX_POSITION)
         self._sync()
         s = self._segment_of(t)
-        units = self._log._units[self._seg_entry[s]].tolist()
+        units = self._log._row(self._seg_entry[s]).tolist()
         local = self._local(s, t - self._seg_pos[s])
         counts = self._base_c[s].tolist()
         errors = self._base_e[s].tolist()

@@ -95,8 +95,10 @@ SamplerFn = Callable[[Any, int, int], Any]
 #     ``global_step`` alone: epoch ``global_step // U``, with ``(global_step % U) x accumulation``
 #     batches of it done on every rank, where ``U = ceil(batches per epoch / accumulation)`` is
 #     the update steps of an epoch. ``dataorder.json`` records the sampler's state at that very
-#     position, taken from the sampler's plan (a pure function of the step, which no read-ahead
-#     enters), and a resume checks that the new layout's skip lands on the same position.
+#     position, written by the sampler itself (``state_at``: a pure function of the step, which
+#     no read-ahead enters, every key included, such as a mixture's tag, which depends on the
+#     position), and a resume loads it and checks that the new layout's skip lands on the same
+#     position.
 
 
 def positions_per_step(sampler: Any, args: Any) -> int:
@@ -170,13 +172,16 @@ def check_resume(checkpoint: str | os.PathLike[str], sampler: Any, args: Any) ->
 
     ``sampler`` is a fresh sampler of the resumed run (not the one training reads).
 
-    Checked in order: the sampler's configuration (the saved state's, at its epoch's start), the
-    global batch, and, for a record of this version, the optimizer steps of an epoch (a short
-    last batch that ``dataloader_drop_last`` drops at one per-device batch and not at another
-    changes them) and that the Trainer's skip on this layout lands on the recorded position of
-    the last optimizer step. A 0.3.0 record (no ``version``)
-    recorded the loader's read-ahead, not the step: its configuration and global batch are
-    checked, its position is not (the Trainer's skip, from ``global_step``, is exact anyway).
+    Checked in order, for a record of this version: the global batch; the saved state, loaded
+    as it is (the sampler's own state at the last optimizer step, which the same global batch
+    continues from on any split: its configuration, naming the field that differs, and what
+    depends on the position, such as a mixture's trained part of the schedule); the optimizer
+    steps of an epoch (a short last batch that ``dataloader_drop_last`` drops at one per-device
+    batch and not at another changes them); and that the Trainer's skip on this layout lands on
+    the recorded position. A 0.3.0 record (no ``version``) recorded the loader's read-ahead,
+    not the step: its state is loaded as it is, or, when this split cannot continue from the
+    read-ahead, its configuration alone at its epoch's start; then the global batch. Its
+    position is not checked (the Trainer's skip, from ``global_step``, is exact anyway).
 
     Returns:
         False if the checkpoint has no ``dataorder.json`` (not written by

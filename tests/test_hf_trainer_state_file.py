@@ -5,6 +5,7 @@ tests/test_stack_hf_trainer.py."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -66,3 +67,96 @@ def test_a_record_without_its_description_still_names_the_global_batch(tmp_path:
     record["positions_per_step"] = 8
     with pytest.raises(ValueError, match="read 8 samples per optimizer step"):
         _check(tmp_path, json.dumps(record))
+
+
+# -- a record of a mixture: the step's own state, every key (the mixture tag) included ----------
+def _v2_record(sampler: Any, args: Any, global_step: int) -> dict[str, Any]:
+    """The record DataorderTrainer's on_save writes at ``global_step``."""
+    from dataorder.integrations.hf_trainer import (
+        RECORD_VERSION,
+        positions_per_step,
+        step_state,
+        update_steps_per_epoch,
+    )
+
+    return {
+        "version": RECORD_VERSION,
+        "sampler": step_state(sampler, args, global_step),
+        "positions_per_step": positions_per_step(sampler, args),
+        "update_steps_per_epoch": update_steps_per_epoch(sampler, args),
+        "global_step": global_step,
+    }
+
+
+def _split(per_device: int, accumulation: int) -> SimpleNamespace:
+    return SimpleNamespace(
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accumulation,
+        world_size=1,
+        dataloader_drop_last=False,
+        ignore_data_skip=False,
+    )
+
+
+def _blend(micro: int) -> Any:
+    from dataorder.llm.blend import BlendedSampler
+
+    return BlendedSampler([20, 20], [1, 1], micro, 0, 1, 4, seed=0)
+
+
+def _packed_mixture(micro: int) -> Any:
+    import numpy as np
+
+    from dataorder.llm.packing import PackedSampler
+
+    rng = np.random.default_rng(1)
+    web = rng.integers(1, 64, 40).tolist()
+    code = rng.integers(1, 140, 24).tolist()
+    return PackedSampler(
+        None, 64, micro, 0, 1, 4, seed=2, mixture=([web, code], [3, 1]), chunk=4, window=16
+    )
+
+
+@pytest.mark.parametrize("make", [_blend, _packed_mixture], ids=["blend", "packed-mixture"])
+@pytest.mark.parametrize("resumed", [(2, 2), (4, 1)], ids=["same-split", "other-split"])
+def test_a_mixture_record_is_resumed_on_the_same_global_batch(
+    tmp_path: Path, make: Callable[[int], Any], resumed: tuple[int, int]
+) -> None:
+    """A mixture's state carries a tag of the schedule trained through its position: the check
+    zeroed the position and kept the tag, refusing every blend and packed mixture."""
+    sampler = make(2)
+    batches = iter(sampler)
+    for _ in range(5):  # two steps of 2 x accumulation 2, and the loader's read-ahead
+        next(batches)
+    record = _v2_record(sampler, _split(2, 2), 2)
+    assert record["sampler"]["consumed"] == 8
+    (tmp_path / STATE_FILE).write_text(json.dumps(record))
+    assert check_resume(tmp_path, make(resumed[0]), _split(*resumed))
+
+
+def test_a_mixture_log_record_holds_the_tag_of_the_step_not_the_read_ahead() -> None:
+    """The record copied the loader's read-ahead state and replaced its position only: the
+    ``mixture`` tag described 3.5 global batches when the step was at 2."""
+    from dataorder.integrations.hf_trainer import step_state
+    from dataorder.llm.blend import BlendedSampler
+    from dataorder.llm.mixlog import MixtureLog
+
+    log = MixtureLog([1, 1])
+    log.set_weights(2, [1, 3])
+    log.set_weights(3, [3, 1])
+
+    def make() -> BlendedSampler:
+        return BlendedSampler([40, 30], log, 2, 0, 1, 4, seed=0, total_samples=40)
+
+    ahead, trained = make(), make()
+    batches = iter(ahead)
+    for _ in range(7):  # two steps of 2 x accumulation 2, and 3 micro-batches read ahead
+        next(batches)
+    batches = iter(trained)
+    for _ in range(4):  # exactly the two steps
+        next(batches)
+    record = step_state(ahead, _split(2, 2), 2)
+    assert record == trained.state_dict()
+    fresh = make()
+    fresh.load_state_dict(record)
+    assert fresh.state_dict() == trained.state_dict()

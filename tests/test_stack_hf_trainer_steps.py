@@ -35,6 +35,7 @@ from dataorder.integrations.hf_trainer import (
     loader_batches,
     step_state,
 )
+from dataorder.llm.blend import BlendedSampler
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
 from dataorder.parallel.distributed import DistributedSampler
 
@@ -67,6 +68,9 @@ def _sampler_fn(kind: str, micro: int) -> Callable[[Any, int, int], Any]:
     def make(ds: Any, rank: int, world: int) -> Any:
         if kind == "distributed":
             return DistributedSampler(ds, num_replicas=world, rank=rank, seed=1234)
+        if kind == "blend":  # two halves of the dataset at fixed weights, 4 samples a step
+            half = len(ds) // 2
+            return BlendedSampler([half, len(ds) - half], [1, 1], micro, rank, world, 4, seed=0)
         cls = MegatronPretrainingRandomSampler if kind == "random" else MegatronPretrainingSampler
         extra = {"seed": 1234} if kind == "random" else {}
         return cls(len(ds), micro, rank, world, **extra)
@@ -190,6 +194,23 @@ def test_another_cut_of_the_epoch_into_steps_is_refused(tmp_path: Path) -> None:
         ValueError, match=r"skip from global_step=2 lands at \{'epoch': 0, 'consumed': 8\}"
     ):
         check_resume(ckpt, fresh, _args(per_device=4, accumulation=1))
+
+
+def test_a_blend_resumes_in_the_trainer(tmp_path: Path) -> None:
+    """A blend's state carries the tag of the schedule it trained: the resume check zeroed the
+    position and kept the tag, so every blend (fixed weights too) was refused on resume."""
+    full = _run(tmp_path, "blend", accumulation=2, n=40, max_steps=4, save_steps=2)
+    assert len(full) == 16
+    after = _run(
+        tmp_path / "b",
+        "blend",
+        accumulation=2,
+        n=40,
+        max_steps=4,
+        save_steps=2,
+        resume=str(tmp_path / "checkpoint-2"),
+    )
+    assert after == full[8:]
 
 
 def _args(**fields: Any) -> Any:

@@ -456,6 +456,32 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         """Return the cursor as a flat, JSON-serialisable dict (see :mod:`dataorder.core.state`)."""
         return self._state_at(self._epoch, self._position)
 
+    def state_at(self, epoch: int, step: int = 0) -> dict[str, Scalar]:
+        """The state this sampler writes with its cursor after ``step`` steps of ``epoch``.
+
+        Pure: the cursor does not move. What a caller that knows the position of a step (not
+        the cursor's, which a loader's read-ahead moves past it) records: the state is this
+        sampler's own, every key it writes included (an assembled sampler's extras, such as a
+        mixture's ``mixture`` tag, which depends on the position).
+
+        Args:
+            epoch: The epoch, ``0 .. max_epoch``.
+            step: Steps of this sampler done in ``epoch`` (batches of a batch sampler, indices
+                of a per-index one), ``0 .. `` the epoch's steps on this layout.
+
+        Raises:
+            ValueError: If ``epoch`` or ``step`` is out of range (naming it and its value).
+
+        >>> from dataorder.llm import MegatronPretrainingSampler
+        >>> s = MegatronPretrainingSampler(10, 2, 0, 1)
+        >>> s.state_at(0, 3)["consumed"]
+        6
+        """
+        epoch = check_int("epoch", epoch, min_value=0, max_value=self.max_epoch)
+        plan = self.epoch_plan(epoch)
+        step = check_int("step", step, min_value=0, max_value=plan.num_steps)
+        return self._state_at(epoch, plan.progress_at(step))
+
     def _state_at(self, epoch: int, progress: Mapping[str, int]) -> dict[str, Scalar]:
         """The state this sampler writes with its cursor at ``(epoch, progress)``."""
         return build_state(

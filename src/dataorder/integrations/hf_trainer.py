@@ -95,8 +95,10 @@ SamplerFn = Callable[[Any, int, int], Any]
 #     ``global_step`` alone: epoch ``global_step // U``, with ``(global_step % U) x accumulation``
 #     batches of it done on every rank, where ``U = ceil(batches per epoch / accumulation)`` is
 #     the update steps of an epoch. ``dataorder.json`` records the sampler's state at that very
-#     position, taken from the sampler's plan (a pure function of the step, which no read-ahead
-#     enters), and a resume checks that the new layout's skip lands on the same position.
+#     position, written by the sampler itself (``state_at``: a pure function of the step, which
+#     no read-ahead enters, every key included, such as a mixture's tag, which depends on the
+#     position), and a resume loads it and checks that the new layout's skip lands on the same
+#     position.
 
 
 def positions_per_step(sampler: Any, args: Any) -> int:
@@ -154,12 +156,11 @@ def step_state(sampler: Any, args: Any, global_step: int) -> dict[str, Any]:
     move.
     """
     epoch, done = resume_position(sampler, args, global_step)
-    plan = sampler.epoch_plan(epoch)
     steps = done if is_batch_sampler(sampler) else done * int(args.per_device_train_batch_size)
-    state = dict(sampler.state_dict())
-    state["epoch"] = epoch
-    state.update(plan.progress_at(min(steps, plan.num_steps)))
-    return state
+    # the sampler's own state at the step, every key included (a mixture's tag depends on the
+    # position): never its state_dict() with the position overwritten, which kept the tag of
+    # the read-ahead
+    return dict(sampler.state_at(epoch, min(steps, sampler.epoch_plan(epoch).num_steps)))
 
 
 def _position(sampler: Any, state: Mapping[str, Any]) -> dict[str, Any]:
@@ -171,13 +172,16 @@ def check_resume(checkpoint: str | os.PathLike[str], sampler: Any, args: Any) ->
 
     ``sampler`` is a fresh sampler of the resumed run (not the one training reads).
 
-    Checked in order: the sampler's configuration (the saved state's, at its epoch's start), the
-    global batch, and, for a record of this version, the optimizer steps of an epoch (a short
-    last batch that ``dataloader_drop_last`` drops at one per-device batch and not at another
-    changes them) and that the Trainer's skip on this layout lands on the recorded position of
-    the last optimizer step. A 0.3.0 record (no ``version``)
-    recorded the loader's read-ahead, not the step: its configuration and global batch are
-    checked, its position is not (the Trainer's skip, from ``global_step``, is exact anyway).
+    Checked in order, for a record of this version: the global batch; the saved state, loaded
+    as it is (the sampler's own state at the last optimizer step, which the same global batch
+    continues from on any split: its configuration, naming the field that differs, and what
+    depends on the position, such as a mixture's trained part of the schedule); the optimizer
+    steps of an epoch (a short last batch that ``dataloader_drop_last`` drops at one per-device
+    batch and not at another changes them); and that the Trainer's skip on this layout lands on
+    the recorded position. A 0.3.0 record (no ``version``) recorded the loader's read-ahead,
+    not the step: its state is loaded as it is, or, when this split cannot continue from the
+    read-ahead, its configuration alone at its epoch's start; then the global batch. Its
+    position is not checked (the Trainer's skip, from ``global_step``, is exact anyway).
 
     Returns:
         False if the checkpoint has no ``dataorder.json`` (not written by
@@ -194,9 +198,8 @@ def check_resume(checkpoint: str | os.PathLike[str], sampler: Any, args: Any) ->
     if not os.path.isfile(path):
         return False
     saved = _read_state_file(path)
-    at_start = dict(saved["sampler"])
-    at_start.update(dict.fromkeys(sampler.progress_keys, 0))
-    sampler.load_state_dict(at_start)  # config check: names the field that differs
+    if saved.get("version") != RECORD_VERSION:
+        _load_read_ahead(sampler, saved["sampler"])
     now = positions_per_step(sampler, args)
     if saved["positions_per_step"] != now:
         raise ValueError(
@@ -210,6 +213,10 @@ def check_resume(checkpoint: str | os.PathLike[str], sampler: Any, args: Any) ->
         )
     if saved.get("version") != RECORD_VERSION:
         return True  # 0.3.0 recorded the read-ahead and not the epoch's steps: nothing more
+    # The record is the sampler's state at a step (step_state), which the same global batch
+    # continues from on any split: loading it checks the configuration (naming the field that
+    # differs) and what depends on the position (a mixture's trained part of the schedule).
+    sampler.load_state_dict(saved["sampler"])
     steps = update_steps_per_epoch(sampler, args)
     if saved["update_steps_per_epoch"] != steps:
         raise ValueError(
@@ -234,6 +241,26 @@ def check_resume(checkpoint: str | os.PathLike[str], sampler: Any, args: Any) ->
                 "its own global_step (edited, or copied from another checkpoint)"
             )
     return True
+
+
+def _load_read_ahead(sampler: Any, state: Mapping[str, Any]) -> None:
+    """Check a 0.3.0 record's state (the loader's read-ahead, NOTE [ The step's position ]).
+
+    Loaded as it is (its configuration, and a mixture's tag, are checked at the position the
+    tag describes). A read-ahead inside a global batch cannot be continued from on another
+    split of it (saved at 2 x accumulation 2, resumed at 4 x 1): then its configuration alone
+    is checked, at its epoch's start, where the Trainer's skip (from ``global_step``) is exact
+    anyway; if that is refused too, the first refusal is raised.
+    """
+    try:
+        sampler.load_state_dict(state)
+    except ValueError as err:
+        # NOTE: the one state this module edits: a 0.3.0 record, whose position is no step's
+        at_start = {**state, **dict.fromkeys(sampler.progress_keys, 0)}
+        try:
+            sampler.load_state_dict(at_start)
+        except ValueError:
+            raise err from None
 
 
 def _read_state_file(path: str) -> dict[str, Any]:

@@ -82,9 +82,13 @@ from dataorder.core.state import MAX_STATE_BYTES  # NOTE [ State size ]
 from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
 from dataorder.diffusion.calculators import image as buckets
 from dataorder.diffusion.sampler.plan import MAX_INTERLEAVE_UNIT
-from dataorder.llm import packing
+from dataorder.live import LiveBatches
+from dataorder.llm import MixtureLog, packing, split_documents
+from dataorder.llm.mixlog import MAX_STEP as MIX_MAX_STEP
 from dataorder.llm.packing import (
     DocumentLengths,
+    DocumentRange,
+    MegatronStyle,
     PackedDataset,
     PackedSampler,
     PackingPlan,
@@ -92,6 +96,7 @@ from dataorder.llm.packing import (
     deal_bounds,
     pack_window,
 )
+from dataorder.llm.packing.dataset import SequenceTokens
 from dataorder.llm.packing.dealing import MAX_COST
 from dataorder.llm.packing.plan import MAX_CHUNK, MAX_PASS, MAX_SEQ_LEN, MAX_WINDOW
 from dataorder.llm.schedule import MAX_SAMPLES
@@ -1177,6 +1182,44 @@ def _packing_cases() -> list[Case]:
         ),
         Case("DocumentLengths.slice", "stop", Int(0, len(WEB)), lambda ctx, v: lengths.slice(0, v)),
     ]
+    cases += kwargs_case(
+        "MegatronStyle",
+        MegatronStyle,
+        {"attention": "thd", "reset_position_ids": True, "eod_mask_loss": False, "eod": 2},
+        {
+            "attention": Never(),
+            "reset_position_ids": Bool(),
+            "eod_mask_loss": Bool(),
+            "eod": Int(0, 2**63 - 1, none="accept"),
+        },
+    )
+    cases += kwargs_case(
+        "DocumentRange",
+        DocumentRange,
+        {"source": SequenceTokens([[1], [2, 3], [4, 5, 6]]), "start": 0, "stop": 3},
+        {"source": Never(), "start": Int(0, 3), "stop": Int(0, 3)},
+    )
+    cases += kwargs_case(
+        "split_documents",
+        split_documents,
+        {"split": "8,1,1", "num_documents": 100},
+        {"split": Never(), "num_documents": Int(0, math.inf)},
+    )
+    cases.append(
+        Case(
+            "MixtureLog.set_weights",
+            "step",
+            Int(0, MIX_MAX_STEP),
+            lambda ctx, v: MixtureLog([1, 1]).set_weights(v, [1, 3]),
+        )
+    )
+    live = LiveBatches(MegatronPretrainingSampler(64, 2, 0, 2, global_batch_size=8))
+    cases += kwargs_case(
+        "LiveBatches.items",
+        live.items,
+        {"step": 3, "participant": 0, "participants": 3},
+        {"step": Int(0), "participant": Int(0, 2), "participants": Int(1)},
+    )
     for entry, fn in (("deal", deal), ("deal_bounds", deal_bounds)):
         cases += kwargs_case(
             entry,
@@ -1255,6 +1298,9 @@ CASES = _with_partners(build_cases())
 NOT_SWEPT = {
     "__version__": "a string",
     "BaseMegatronSampler": "the base of the two Megatron samplers, swept through both",
+    "held_out": "a sampler of the train's class (swept) over documents: tests/test_splits.py",
+    "broadcast_weights": "a torch.distributed collective: tests/test_mixlog.py (2-process gloo)",
+    "SourceDatasets": "a sequence of datasets, indexed: tests/test_mixlog_corpus.py",
     "CursorSampler": "abstract base; its methods are swept on every sampler",
     "CursorBatchSampler": "abstract base; its methods are swept on every sampler",
     "EpochPlan": "returned by epoch_plan(); built by the samplers",

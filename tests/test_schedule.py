@@ -411,20 +411,33 @@ def run_schedule(
 @pytest.mark.parametrize("cls", [MegatronPretrainingSampler, MegatronPretrainingRandomSampler])
 def test_samplers_follow_a_rampup_unchanged(cls: type[Any]) -> None:
     schedule = BatchSizeSchedule.rampup(8, 8, 300, global_batch_size=32)
-    n = 250  # 248 positions per epoch on 4 or 8 ranks: epochs end inside global batches
-    run = run_schedule([cls(n, 1, r, 4) for r in range(4)], schedule, 0, 60)
+    # The target global batch (as the Megatron-LM provider passes it) only decides where an
+    # epoch ends: 224 of 250 positions, whole global batches of 32 on every layout of the ramp,
+    # so a run-wide count means one position on all of them (NOTE [ The run-wide count ]).
+    n, gbs = 250, 32
+
+    def build(mbs: int, rank: int, dp: int, **kw: Any) -> Any:
+        return cls(n, mbs, rank, dp, global_batch_size=gbs, **kw)
+
+    run = run_schedule([build(1, r, 4) for r in range(4)], schedule, 0, 60)
     assert [len(b) for b in run[:3]] == [8, 8, 8]
     assert len(run[-1]) == 32
     # a restart at any step from Megatron's consumed_samples continues the same global batches,
-    # also on 8 ranks (micro-batches of 2, or 8 ranks of 1)
+    # past the first epoch too, also on 8 ranks (micro-batches of 2, or 8 ranks of 1)
     for step in (7, 23, 41):
         consumed = schedule.consumed_samples(step)
-        restarted = [cls(n, 1, r, 4, consumed_samples=consumed) for r in range(4)]
+        restarted = [build(1, r, 4, consumed_samples=consumed) for r in range(4)]
         assert run_schedule(restarted, schedule, step, 60) == run[step:]
     step = schedule.step_at(200)
     schedule.check_layout(micro_batch_size=1, data_parallel_size=8, from_step=step)
     consumed = schedule.consumed_samples(step)
-    wider = [cls(n, 1, r, 8, consumed_samples=consumed) for r in range(8)]
+    wider = [build(1, r, 8, consumed_samples=consumed) for r in range(8)]
     assert run_schedule(wider, schedule, step, 60) == run[step:]
-    bigger = [cls(n, 2, r, 4, consumed_samples=consumed) for r in range(4)]
+    bigger = [build(2, r, 4, consumed_samples=consumed) for r in range(4)]
     assert run_schedule(bigger, schedule, step, 60) == run[step:]
+    # without it an epoch's end depends on the layout (n mod M dropped), and a bare count past
+    # the first epoch could mean another position on the layout that counted it: refused
+    late = schedule.consumed_samples(41)
+    assert late > n - n % gbs  # the restart at step 41 above is past the first epoch
+    with pytest.raises(ValueError, match="consumed_samples must be inside the first epoch"):
+        cls(n, 1, 0, 8, consumed_samples=late)

@@ -142,7 +142,7 @@ def test_restore_drops_the_iterator_a_template_state_dict_started(name: str, wor
 
 def test_order_state_refuses_a_foreign_state() -> None:
     state = OrderState(FAMILIES["megatron-random"](0, 2))
-    with pytest.raises(TypeError, match="state_dict must be a dict with the one key 'sampler'"):
+    with pytest.raises(TypeError, match=r"state_dict must be a dict with the keys \['sampler'\]"):
         state.load_state_dict({"dp_rank_0": b"..."})
     with pytest.raises(ValueError, match="seed is 4 in the state but 3 in this sampler"):
         state.load_state_dict(

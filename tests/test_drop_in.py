@@ -25,7 +25,12 @@ from dataorder import (
 )
 from dataorder.parallel.compat_torch import TORCH_MODE
 from dataorder.testing import run_epoch
-from test_multires import item, nemo_dataset, nemo_diffusion_module, write_cache
+from tests.diffusion.sampler.test_dataset import (
+    item,
+    nemo_dataset,
+    nemo_diffusion_module,
+    write_cache,
+)
 
 
 # -- 1. the calculator's NeMo attributes ----------------------------------------------------------

@@ -100,7 +100,7 @@ from dataorder.llm.packing.dataset import SequenceTokens
 from dataorder.llm.packing.dealing import MAX_COST
 from dataorder.llm.packing.plan import MAX_CHUNK, MAX_PASS, MAX_SEQ_LEN, MAX_WINDOW
 from dataorder.llm.schedule import MAX_SAMPLES
-from hang import Hang, hang_guard
+from tests.helpers.hang import Hang, hang_guard
 
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "setitimer"), reason="the hang guard needs signal.setitimer (POSIX)"

@@ -66,7 +66,7 @@ from dataorder.llm.mixture import MixtureSchedule, Ramp
 from dataorder.llm.packing import DocumentLengths, PackedSampler
 from dataorder.llm.packing.plan import MAX_CHUNK, MAX_SEQ_LEN, MAX_WINDOW
 from dataorder.llm.packing.sampler import MAX_BLOCK_ROWS
-from hang import Hang, hang_guard
+from tests.helpers.hang import Hang, hang_guard
 
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "setitimer"), reason="the hang guard needs signal.setitimer (POSIX)"

@@ -81,7 +81,7 @@ def collate_list(batch: list[Any]) -> list[Any]:
 
 def example(script: str) -> ModuleType:
     """``examples/<script>`` as a module (its ``main()`` is not run), under a name of its own."""
-    path = Path(__file__).resolve().parents[1] / "examples" / script
+    path = Path(__file__).resolve().parents[2] / "examples" / script
     spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
     assert spec is not None
     assert spec.loader is not None

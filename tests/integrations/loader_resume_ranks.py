@@ -16,11 +16,12 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# run as a script: the repository root on the path, for the tests package
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dataorder.integrations.dcp import OrderState
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler
-from stack_samplers import Items, collate_list
+from tests.helpers.stack_samplers import Items, collate_list
 
 N = 42
 

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# run as a script: the repository root on the path, for the tests package
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dataorder.integrations.common import check_same_on_all_ranks, consumed_state
-from stack_samplers import FAMILIES
-from test_stack_common import loader
+from tests.helpers.stack_samplers import FAMILIES
+from tests.integrations.test_common import loader
 
 
 def main() -> None:

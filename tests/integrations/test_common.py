@@ -30,8 +30,8 @@ from dataorder.integrations.common import (
     sampler_state_from_loader_state,
 )
 from dataorder.integrations.dcp import OrderState
-from stack_samplers import FAMILIES, Items, collate_list
-from test_examples import torchrun
+from tests.helpers.stack_samplers import FAMILIES, Items, collate_list
+from tests.test_examples import torchrun
 
 LOADER_BATCH = 4  # a per-index sampler's loader batch
 
@@ -153,7 +153,7 @@ def test_order_state_refuses_a_foreign_state() -> None:
 @pytest.mark.multiprocess
 @pytest.mark.timeout(150)
 def test_the_state_is_identical_on_every_rank_of_a_real_job(tmp_path: Any) -> None:
-    proc = torchrun("../tests/stack_ranks.py", 3, cwd=tmp_path)
+    proc = torchrun("../tests/integrations/stack_ranks.py", 3, cwd=tmp_path)
     for name in FAMILIES:
         assert f"{name}: state identical on 3 ranks" in proc.stdout
     assert "a per-rank state is refused on every rank" in proc.stdout

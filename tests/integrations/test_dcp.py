@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from stack_samplers import example, token_coverage
-from test_examples import torchrun
+from tests.helpers.stack_samplers import example, token_coverage
+from tests.test_examples import torchrun
 
 N = 48
 

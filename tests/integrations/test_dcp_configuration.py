@@ -17,7 +17,7 @@ import pytest
 from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 from dataorder.integrations.dcp import OrderState
 from dataorder.integrations.nemo_automodel import DiffusionBucketLoader
-from stack_samplers import bucket_dataset, collate_list
+from tests.helpers.stack_samplers import bucket_dataset, collate_list
 
 
 def _bucket(order: str, rank: int = 0, size: int = 2) -> SequentialBucketSampler:

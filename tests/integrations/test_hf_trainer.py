@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from test_examples import EXAMPLES, torchrun
+from tests.test_examples import EXAMPLES, torchrun
 
 pytest.importorskip("transformers")
 

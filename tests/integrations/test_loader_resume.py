@@ -20,8 +20,8 @@ from dataorder.integrations.common import consumed_state
 from dataorder.integrations.dcp import OrderState
 from dataorder.integrations.nemo_automodel import LoaderSampler
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler
-from stack_samplers import FAMILIES, Items, collate_list
-from test_examples import torchrun
+from tests.helpers.stack_samplers import FAMILIES, Items, collate_list
+from tests.test_examples import torchrun
 
 
 def _loader(sampler: Any, workers: int, every: int = 1, dataset: Any = None) -> StatefulDataLoader:
@@ -147,5 +147,7 @@ def test_a_refused_state_leaves_the_loaders_pending_state() -> None:
 @pytest.mark.timeout(150)
 def test_a_real_job_with_workers_resumes_the_next_epoch_whole(tmp_path: Path) -> None:
     """3 ranks, 2 workers each, a snapshot every 3 of 14 steps: saved after set_epoch(1)."""
-    proc = torchrun("../tests/loader_resume_ranks.py", 3, str(tmp_path / "ckpt"), cwd=tmp_path)
+    proc = torchrun(
+        "../tests/integrations/loader_resume_ranks.py", 3, str(tmp_path / "ckpt"), cwd=tmp_path
+    )
     assert "epoch 1: 42 ids, each once" in proc.stdout

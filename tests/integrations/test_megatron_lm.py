@@ -30,9 +30,9 @@ from dataorder.integrations.megatron_lm import (
 )
 from dataorder.llm.packing import write_megatron
 from dataorder.llm.packing.dataset import MegatronTokens
-from test_megatron_lm_compat import GOLDEN
+from tests.llm.test_compat_megatron import GOLDEN
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "megatron_lm.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "megatron_lm.py"
 
 
 def test_the_example_reads_every_token_of_a_packed_mixture_once_across_dp_4_2_3() -> None:

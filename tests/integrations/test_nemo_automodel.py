@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from test_examples import torchrun
+from tests.test_examples import torchrun
 
 pytest.importorskip("nemo_automodel.recipes.base_recipe")
 
@@ -101,7 +101,7 @@ def _files_recipe(workers: int, ckpt_dir: Path) -> Any:
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     from dataorder.integrations.nemo_automodel import LoaderSampler
-    from stack_samplers import FAMILIES, Items, collate_list
+    from tests.helpers.stack_samplers import FAMILIES, Items, collate_list
 
     class Recipe(BaseRecipe):
         pass
@@ -133,7 +133,7 @@ def test_a_files_resume_with_another_number_of_workers_reads_every_sample_once(
     state: the sampler state places the cursor, whatever the number of workers."""
     import torch
 
-    from stack_samplers import N as items
+    from tests.helpers.stack_samplers import N as items
 
     ckpt = tmp_path / "epoch_0_step_3"
     before = _files_recipe(saved_with, tmp_path)

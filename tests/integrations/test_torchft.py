@@ -23,7 +23,7 @@ from dataorder.integrations.torchft import STATE_KEY, LiveLoader
 from dataorder.live import LiveBatches
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class ScriptedManager:

@@ -29,7 +29,7 @@ from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPre
 from dataorder.llm.packing import PackedSampler
 from dataorder.llm.schedule import BatchSizeSchedule
 from dataorder.parallel.distributed import DistributedSampler
-from stack_samplers import DOCUMENT_LENGTHS, FAMILIES, N
+from tests.helpers.stack_samplers import DOCUMENT_LENGTHS, FAMILIES, N
 
 D = 4  # the nominal data-parallel size of every case
 

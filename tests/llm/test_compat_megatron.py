@@ -143,7 +143,7 @@ def test_contract(sharding: bool) -> None:
 
 # -- the oracle: Megatron-LM's own file, when MEGATRON_LM_DATA_SAMPLERS points at it ---------------
 def test_oracle_grid() -> None:
-    from megatron_lm_oracle import cyclic_passes
+    from tests.llm.megatron_lm_oracle import cyclic_passes
 
     checked = refused = 0
     for n in range(1, 19):

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-import nemo_oracle
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
+from tests.helpers import nemo_oracle
 
 SAMPLER_FILE = "components/datasets/llm/megatron/sampler.py"
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-import mp_workers as W
+from tests.parallel import mp_workers as W
 
 pytestmark = pytest.mark.multiprocess
 

@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -333,9 +334,10 @@ def test_recipes_catch_what_direct_checks_miss() -> None:
 
 def test_the_contract_holds_under_python_O() -> None:
     """Explicit errors, never a bare assert: ``python -O`` still catches a broken sampler."""
+    root = Path(__file__).resolve().parents[2]  # the repository, for the tests package
     code = (
-        "import sys; sys.path.insert(0, 'tests');"
-        "from test_contract_core import _case, Overlapping;"
+        f"import sys; sys.path.insert(0, {str(root)!r});"
+        "from tests.testing.test_contract import _case, Overlapping;"
         "from dataorder.testing import check_epoch_partition, ContractViolation\n"
         "try:\n    check_epoch_partition(_case(Overlapping))\n"
         "except ContractViolation:\n    print('caught')\n"

@@ -24,7 +24,7 @@ from dataorder.tools.demo import CHECKS, DemoConfig, MeshShape
 from dataorder.tools.demo_checks import check_sampler
 from dataorder.tools.plots import ScheduleBatch, plot_schedule
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "src" / "dataorder" / "data"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -49,7 +49,7 @@ from dataorder.diffusion.calculators.video import VideoBucketCalculator
 from dataorder.diffusion.scan.images import build_manifest, read_manifest, write_manifest
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 from dataorder.tools import cli
-from hang import Hang
+from tests.helpers.hang import Hang
 
 monkeypatch_context = pytest.MonkeyPatch.context
 

@@ -36,7 +36,7 @@ import pytest
 
 from dataorder import MultiTierBucketCalculator, VideoBucketCalculator
 from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
-from hang import Hang, hang_guard
+from tests.helpers.hang import Hang, hang_guard
 
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "setitimer"), reason="the hang guard needs signal.setitimer (POSIX)"

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataorder.diffusion.calculators.image import NEMO_ASPECT_RATIOS, MultiTierBucketCalculator
-from nemo_oracle import load
+from tests.helpers.nemo_oracle import load
 
 NEMO_FILE = "components/datasets/diffusion/multi_tier_bucketing.py"
 

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import nemo_oracle
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 from dataorder.diffusion.sampler.table import BucketTable, aspect_name, group_by_bucket
+from tests.helpers import nemo_oracle
 
 
 def write_cache(root: Path, shards: Sequence[Sequence[dict[str, Any]]]) -> Path:

@@ -18,7 +18,12 @@ import pytest
 from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 from dataorder.testing import run_epoch
-from test_multires import item, nemo_dataset, nemo_diffusion_module, write_cache
+from tests.diffusion.sampler.test_dataset import (
+    item,
+    nemo_dataset,
+    nemo_diffusion_module,
+    write_cache,
+)
 
 S = SequentialBucketSampler
 

@@ -303,7 +303,7 @@ def _free_port() -> int:
 @needs_mcore
 def test_a_tiny_gpt_model_gives_the_same_loss_packed_and_one_by_one() -> None:
     script = Path(__file__).with_name("megatron_core_gpt.py")
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(Path(__file__).resolve().parents[3] / "src")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run(
         [sys.executable, str(script), str(_free_port())],

@@ -1298,9 +1298,9 @@ CASES = _with_partners(build_cases())
 NOT_SWEPT = {
     "__version__": "a string",
     "BaseMegatronSampler": "the base of the two Megatron samplers, swept through both",
-    "held_out": "a sampler of the train's class (swept) over documents: tests/test_splits.py",
-    "broadcast_weights": "a torch.distributed collective: tests/test_mixlog.py (2-process gloo)",
-    "SourceDatasets": "a sequence of datasets, indexed: tests/test_mixlog_corpus.py",
+    "held_out": "a sampler of the train's class (swept) over documents: tests/llm/test_splits.py",
+    "broadcast_weights": "a torch.distributed collective: tests/llm/test_mixlog.py (2 processes)",
+    "SourceDatasets": "a sequence of datasets, indexed: tests/llm/test_mixlog_corpus.py",
     "CursorSampler": "abstract base; its methods are swept on every sampler",
     "CursorBatchSampler": "abstract base; its methods are swept on every sampler",
     "EpochPlan": "returned by epoch_plan(); built by the samplers",
@@ -1313,31 +1313,31 @@ NOT_SWEPT = {
     "CropResult": "returned by resize_and_crop (swept)",
     "DataParallelReport": "returned by verify_data_parallel (swept)",
     "DataParallelError": "an exception raised by verify_data_parallel",
-    "MixtureSchedule": "a list of (start, weights) segments, not a scalar: tests/test_blend.py",
-    "Ramp": "two weight vectors, not scalars: tests/test_blend.py checks its errors",
-    "CostModel": "exact rationals only (floats refused): tests/test_video.py checks its errors",
+    "MixtureSchedule": "a list of (start, weights) segments, not a scalar: tests/llm/test_blend.py",
+    "Ramp": "two weight vectors, not scalars: tests/llm/test_blend.py checks its errors",
+    "CostModel": "exact rationals only (floats refused): tests/diffusion/calculators/test_video.py",
     "VideoScan": "returned by scan_videos",
-    "scan_videos": "takes paths; tests/test_video_scan.py feeds it broken files",
-    "manifest_from_scan": "takes a VideoScan: tests/test_video_integration.py",
+    "scan_videos": "takes paths; tests/diffusion/scan/test_videos.py feeds it broken files",
+    "manifest_from_scan": "takes a VideoScan: tests/diffusion/test_video_end_to_end.py",
     "FitResult": "returned by fit_to_data (MultiTierBucketCalculator.fit_to_data)",
-    "permute_many": "arrays of sizes, keys and positions: tests/test_permutation.py",
+    "permute_many": "arrays of sizes, keys and positions: tests/core/test_permutation.py",
     "AssembledSampler": "abstract: a sampler's base class (every concrete sampler is swept)",
-    "Schema": "a declaration read by the assembly; tests/test_assembly.py checks it",
+    "Schema": "a declaration read by the assembly; tests/core/test_assembly.py checks it",
     "BucketSampler": "the class SequentialBucketSampler names for NeMo (swept under that name)",
     "samplers": "takes no argument",
-    "ConcatTokens": "a sequence of token sources: tests/test_pack_regressions.py",
+    "ConcatTokens": "a sequence of token sources: tests/llm/packing/test_regressions.py",
 }
 
 
 #: Exported by dataorder.llm.packing, not in the sweep, and why.
 NOT_SWEPT_PACKING = {
-    "ConcatTokens": "a sequence of token sources: tests/test_pack_regressions.py",
+    "ConcatTokens": "a sequence of token sources: tests/llm/packing/test_regressions.py",
     "EpochRows": "returned by PackingPlan.epoch (swept)",
     "PackedRows": "the batching rule PackedSampler declares; built from its checked seq_len",
     "PackedWindow": "returned by pack_window (swept)",
     "PackingStats": "returned by PackingPlan.stats (swept, probed)",
-    "read_index": "takes paths: tests/test_hostile_files_cli.py feeds it corrupt and special files",
-    "write_megatron": "writes files: tests/test_pack_regressions.py checks its errors",
+    "read_index": "takes paths: tests/tools/test_hostile_files_cli.py feeds it corrupt files",
+    "write_megatron": "writes files: tests/llm/packing/test_regressions.py checks its errors",
 }
 
 

@@ -1,4 +1,4 @@
-"""Rank program for tests/test_loader_resume.py (run under torchrun, gloo on loopback).
+"""Rank program for tests/integrations/test_loader_resume.py (run under torchrun, gloo on loopback).
 
 Three ranks read epoch 0 of a ``MegatronPretrainingRandomSampler`` through a
 ``StatefulDataLoader`` with 2 workers and ``snapshot_every_n_steps=3`` (14 steps: the last

@@ -1,4 +1,4 @@
-"""Rank program for tests/test_stack_common.py (run under torchrun, gloo on loopback).
+"""Rank program for tests/integrations/test_common.py (run under torchrun, gloo on loopback).
 
 Every sampler family reads two batches through a ``StatefulDataLoader`` on every rank; the
 consumed state must then be identical on all ranks (``check_same_on_all_ranks``, an

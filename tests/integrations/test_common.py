@@ -1,4 +1,6 @@
-"""What every stack integration relies on, for every sampler family (tests/stack_samplers.py).
+"""What every stack integration relies on, for every sampler family.
+
+The families are those of tests/helpers/stack_samplers.py.
 
 * The state inside a torchdata ``StatefulDataLoader`` state is the state training consumed,
   with and without workers; a state taken between worker snapshots is refused, or counted
@@ -8,7 +10,7 @@
 * ``load_state_dict`` is absolute: the same state twice, or two states in a row (NeMo applies
   the loader's and then rank 0's), leave the last one.
 * The state is identical on every rank of a real gloo job, and a per-rank state is refused
-  there on every rank (tests/stack_ranks.py under torchrun).
+  there on every rank (tests/integrations/stack_ranks.py under torchrun).
 * Each integration module imports without its stack and, used, names the pip line.
 """
 

@@ -1,6 +1,6 @@
 """``check_resume`` on a malformed ``dataorder.json``, in one process (no transformers needed:
 the file is read before the Trainer is). The resume itself is tested in
-tests/test_stack_hf_trainer.py."""
+tests/integrations/test_hf_trainer.py."""
 
 from __future__ import annotations
 

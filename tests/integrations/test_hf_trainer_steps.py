@@ -1,8 +1,8 @@
 """HF Transformers Trainer options that change what a step holds, in the Trainer's own loop.
 
 One process (the loop, its checkpoints and ``train(resume_from_checkpoint=...)`` are the stock
-Trainer's; two processes run in tests/test_stack_hf_trainer.py). Each option is crossed with a
-per-index sampler and both Megatron batch samplers:
+Trainer's; two processes run in tests/integrations/test_hf_trainer.py). Each option is crossed
+with a per-index sampler and both Megatron batch samplers:
 
 * ``remove_unused_columns`` (on by default): an item ``{idx, x, length}`` trains a model whose
   ``forward(idx, x)`` does not take ``length``; off, the stock Trainer's crash is kept.

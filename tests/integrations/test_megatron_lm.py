@@ -5,7 +5,7 @@ its calls with a fake ``args``: the checkpoint's ``consumed_train_samples`` is r
 provider builds every rank's iterator, each iteration takes ``global_batch / (mbs x dp)``
 micro-batches per rank and adds the global batch to the count; the job is rebuilt on DP 4 -> 2
 -> 3. ``compat="megatron"`` is compared with the golden sequences taken from Megatron-LM's own
-``data_samplers.py`` (tests/test_megatron_lm_compat.py), crossing epochs as its ``cyclic_iter``.
+``data_samplers.py`` (tests/llm/test_compat_megatron.py), crossing epochs as its ``cyclic_iter``.
 """
 
 from __future__ import annotations

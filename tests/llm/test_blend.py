@@ -2,7 +2,7 @@
 ramps, schedule validation and editing rules, epochs, batch-size ramp-ups, coverage counters,
 random access, from_state and describe_progress, the factory's mixture=, the DataLoader
 integration, golden outputs and doctests. (permute_many is tested with the core permutation, in
-tests/test_permutation.py.)"""
+tests/core/test_permutation.py.)"""
 
 from __future__ import annotations
 

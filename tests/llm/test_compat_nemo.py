@@ -7,7 +7,7 @@
   epoch, and from any ``consumed_samples``.
 
 The worked examples of nemo_behaviour.md run everywhere; the oracle tests compare with NeMo's own
-file and skip unless ``nemo-automodel==0.7.0`` is installed (``tests/nemo_oracle.py``).
+file and skip unless ``nemo-automodel==0.7.0`` is installed (``tests/helpers/nemo_oracle.py``).
 """
 
 from __future__ import annotations

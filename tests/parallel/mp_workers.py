@@ -1,4 +1,4 @@
-"""Rank programs for ``tests/test_multiprocess.py``, run under a node agent.
+"""Rank programs for ``tests/parallel/test_multiprocess.py``, run under a node agent.
 
 ``python mp_workers.py JOB WORLD PORT WORKDIR PHASE DEADLINE`` starts :func:`agent`, which forks
 WORLD ranks; each joins a gloo process group on loopback, does its job and writes what it saw to

@@ -2,8 +2,8 @@
 
 Each test skips when its package is absent. Ranks are simulated in one process through the
 arguments the frameworks derive from the environment (``num_processes``/``process_index`` for
-Accelerate, an explicit ``rank``/``num_replicas`` for the sampler); ``tests/test_multiprocess.py``
-runs the Accelerate recipe in a real 8-process job too.
+Accelerate, an explicit ``rank``/``num_replicas`` for the sampler);
+``tests/parallel/test_multiprocess.py`` runs the Accelerate recipe in a real 8-process job too.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 What only real processes show: a real ``DeviceMesh`` and its groups, ``all_gather_object`` over
 them, DataLoader worker processes, and a rank that dies mid-step. The rank programs are in
-``tests/mp_workers.py``. A node agent plays torchrun: it imports torch once, forks the ranks, and
-when one fails it gives the others a second to fail in their collective, then stops them. Every
-job has a hard deadline (the agent's, then the test's, then pytest-timeout), so a hang fails fast.
+``tests/parallel/mp_workers.py``. A node agent plays torchrun: it imports torch once, forks the
+ranks, and when one fails it gives the others a second to fail in their collective, then stops
+them. Every job has a hard deadline (the agent's, then the test's, then pytest-timeout), so a
+hang fails fast.
 
 The results are checked here, independently of
 :func:`dataorder.parallel.verify.verify_data_parallel`:

@@ -3,8 +3,8 @@
 The grid runs every simulated rank's :func:`dataorder.parallel.verify._verify` in its own thread,
 with
 all-gathers over in-process groups, so the nesting of gathers along several dims and the shared
-verdict are exercised exactly as with torch.distributed (``tests/test_multiprocess.py`` runs the
-real thing on gloo).
+verdict are exercised exactly as with torch.distributed
+(``tests/parallel/test_multiprocess.py`` runs the real thing on gloo).
 """
 
 from __future__ import annotations

@@ -745,7 +745,7 @@ def test_scan_plan_and_inspect_a_video_folder(
     code, out, err = run(capsys, "inspect", str(state), "--manifest", str(manifest), "--plain")
     assert code == 0, err
     assert "480x832x37f" in out  # the bucket being read, frames included
-    # --fit: two clips of two shapes cannot share a global batch (tests/test_video_fit.py
+    # --fit: two clips of two shapes cannot share a global batch (tests/diffusion/fit/test_video.py
     # fits real populations)
     code, _, err = run(capsys, "plan", str(manifest), "--num-replicas", "2", "--batch-size",
                        "1", "--video", "--fit", "--max-waste", "0.5", "--plain")  # fmt: skip

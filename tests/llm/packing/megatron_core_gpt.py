@@ -1,7 +1,8 @@
-"""Optional oracle, run as a subprocess by tests/test_pack_megatron_style.py: a tiny megatron-core
-``GPTModel`` (local layer spec, CPU) takes a micro-batch of packed rows in Megatron's format and
-gives the same loss as the same documents fed one by one. Prints ``packed <loss> one-by-one
-<loss>``.
+"""Optional oracle, run as a subprocess by tests/llm/packing/test_megatron_style.py.
+
+A tiny megatron-core ``GPTModel`` (local layer spec, CPU) takes a micro-batch of packed rows in
+Megatron's format and gives the same loss as the same documents fed one by one. Prints
+``packed <loss> one-by-one <loss>``.
 
 megatron-core 0.16.1's local ``DotProductAttention`` touches CUDA twice even on CPU tensors: it
 takes its score buffer from ``parallel_state.get_global_memory_buffer().get_tensor(...,

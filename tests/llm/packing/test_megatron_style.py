@@ -4,7 +4,8 @@ megatron-core's ``GPTModel`` take (NOTE [ Megatron rows ]).
 The oracle tests need megatron-core (``pip install -c constraints/test.txt megatron-core==0.16.1``)
 and skip without it: one document's items equal ``GPTDataset``'s, a row of EOD-terminated
 documents equals ``GPTDataset``'s sample under the three reset flags, and a tiny ``GPTModel``
-gives the same loss on packed rows as on the documents one by one (tests/megatron_core_gpt.py).
+gives the same loss on packed rows as on the documents one by one
+(tests/llm/packing/megatron_core_gpt.py).
 A tiny torch causal model checks the same loss equality in CI, through ``cu_seqlens`` and
 through ``attention_mask``.
 """

@@ -1,7 +1,7 @@
 """Regressions of the outside review of ``dataorder.llm.packing`` (hostile-user pass before it
 ships): one test per defect, each failing on the code before its fix.
 
-The sweeps that would have caught them are in ``tests/test_hostile_*.py``.
+The sweeps that would have caught them are in the hostile-input tables (tests/README.md).
 """
 
 from __future__ import annotations

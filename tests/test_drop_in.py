@@ -1,4 +1,4 @@
-"""Drop-in for real (issue 12): the originals' attributes, subclass hooks, error words and states.
+"""Drop-in for real: the originals' attributes, subclass hooks, error words and states.
 
 A job must be able to move over between two checkpoints: a NeMo bucket-sampler state and a
 torchdata ``StatefulDistributedSampler`` state load in the compat mode that reproduces their order

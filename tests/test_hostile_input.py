@@ -196,8 +196,8 @@ STATE_EDITS: dict[str, tuple[Callable[[dict[Any, Any]], None], str]] = {
 )
 @pytest.mark.parametrize("edit", list(STATE_EDITS))
 def test_hostile_states(ctx: SimpleNamespace, kind: str, edit: str) -> None:
-    """An edited checkpoint is refused naming the key, and is not mutated (issue 12: mixed-type
-    keys raised ``'<' not supported``, ``version: True`` was accepted)."""
+    """An edited checkpoint is refused naming the key, and is not mutated (mixed-type keys once
+    raised ``'<' not supported``, ``version: True`` was accepted)."""
     sampler = _samplers(ctx)[kind]
     state: dict[Any, Any] = dict(sampler.state_dict())
     mutate, fragment = STATE_EDITS[edit]
@@ -287,7 +287,7 @@ def _extremes(ctx: SimpleNamespace) -> dict[str, Callable[[], Any]]:
     ],
 )
 def test_states_fit_512_bytes_at_the_extremes(ctx: SimpleNamespace, name: str) -> None:
-    """Issue 12: states exceeded the promised bound at in-range extremes. Every sampler built
+    """Regression: states exceeded the promised bound at in-range extremes. Every sampler built
     with the largest values it accepts, at the largest epoch ``set_epoch`` accepts."""
     with hang_guard(HANG_SECONDS):
         s = _extremes(ctx)[name]()

@@ -316,7 +316,7 @@ def test_quantize_deterministic_ties_and_raising() -> None:
         (([1, True],), TypeError, "weights[1] must be a non-negative int; got weights[1]=True"),
         (([1, 2.0],), TypeError, "weights[1] must be a non-negative int; got weights[1]=2.0"),
         (("12",), TypeError, "weights must be a sequence of non-negative ints; got weights='12'"),
-        (  # issue 20, item 11: numpy's "iteration over a 0-d array" named nothing
+        (  # regression: numpy's "iteration over a 0-d array" named nothing
             (np.array(10),),
             TypeError,
             "weights must be a sequence of non-negative ints; got weights=array(10)",

@@ -4,7 +4,7 @@ A plan of another layout is how a state from that layout is checked and continue
 way to ask "what would rank r read on L". Each case builds a sampler on one layout, asks it for
 the plan of a random other layout, and compares every rank's batches with a sampler built on
 that layout; where no sampler can be built on ``L`` the plan must be refused with a ValueError
-too (issue 21: ``data_sharding`` once kept the old layout's shards).
+too (``data_sharding`` once kept the old layout's shards).
 """
 
 from __future__ import annotations

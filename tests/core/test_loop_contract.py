@@ -1,8 +1,8 @@
 """The loop contract (NOTE [ The loop contract ] in dataorder.core.cursor): a test per break.
 
-Each test is a repro from the issue that asked for the contract, in the few lines a user would
-write; all of them lost or repeated data before. The recipe matrix in dataorder.testing checks
-the same promises at every batch for every sampler; these keep the original cases readable.
+Each test is a reported repro, in the few lines a user would write; all of them lost or repeated
+data before. The recipe matrix in dataorder.testing checks the same promises at every batch for
+every sampler; these keep the original cases readable.
 """
 
 from __future__ import annotations

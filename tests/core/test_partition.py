@@ -130,7 +130,7 @@ def test_bad_input(kwargs: dict[str, object], exc: type[Exception], match: str) 
     ],
 )
 def test_zero_d_arrays_are_not_one_element_arrays(kwargs: dict[str, object], match: str) -> None:
-    """Issue 20, item 11: a 0-d int array was taken as a 1-element array (check_int_array)."""
+    """Regression: a 0-d int array was taken as a 1-element array (check_int_array)."""
     args: dict[str, object] = {"n": [10], "per_rank": [2], "dp_size": 2, "tail": "drop", **kwargs}
     with pytest.raises(TypeError, match=match):
         plan_segments(**args)  # type: ignore[arg-type]

@@ -46,7 +46,7 @@ def test_fingerprint_ignores_key_order() -> None:
         (lambda s: s.update({"config.seed": 4}), "seed is 4 in the state but 3 in this sampler"),
         (lambda s: s.update({"config.mode": "nemo"}), "mode is 'nemo' in the state but 'default'"),
         (lambda s: s.update({"version": 2}), "state version 2 is not supported"),
-        # issue 12: True == 1 was accepted as version 1; mixed-type keys broke the sort
+        # regression: True == 1 was accepted as version 1; mixed-type keys broke the sort
         (lambda s: s.update({"version": True}), "state version True is not supported"),
         (lambda s: s.update({"version": 1.0}), "state version 1.0 is not supported"),
         (lambda s: s.update({1: "x", "surprise": 2}), r"unknown keys \['surprise', 1\]"),

@@ -133,7 +133,7 @@ def build_cases() -> list[Case]:
             lambda ctx, v: MultiTierBucketCalculator(64, v),  # type: ignore[arg-type]
             use_calculator,
             values=(),
-            extra=(1e30, np.float64(65536.0), 2**40, 2**40 + 1),  # issue 12: 1e30 was a MemoryError
+            extra=(1e30, np.float64(65536.0), 2**40, 2**40 + 1),  # 1e30 was once a MemoryError
         )
     )
     cases += kwargs_case(

@@ -214,7 +214,7 @@ class Case:
     use: Callable[[Any], object] | None = None
     names: tuple[str, ...] = ()
     values: tuple[str, ...] = tuple(VALUES)
-    extra: tuple[object, ...] = ()  # more values to try (issue 12's own numbers)
+    extra: tuple[object, ...] = ()  # more values to try (numbers that once broke an entry)
     partner: str = ""  # None here may be refused for the partner (a rank outside the size)
 
     def words(self, value: object) -> tuple[str, ...]:

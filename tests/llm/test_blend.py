@@ -88,7 +88,7 @@ def test_distinct_draws_counts_what_the_draws_read(
 
 
 def test_a_global_batch_across_a_source_epoch_may_read_a_sample_twice() -> None:
-    """Issue 20, also noticed: documented, not avoided (NOTE [ Source orders ]). Global batch 2
+    """Documented, not avoided (NOTE [ Source orders ]). Global batch 2
     reads draws 8 .. 11 of the one source of 5: draw 9 ends source epoch 1, 10 and 11 start
     epoch 2, whose fresh order starts with the sample epoch 1 ended with."""
     job = ranks([5], [1], 2, 4, dp=2, seed=0, total_samples=12)
@@ -212,7 +212,7 @@ def _share(schedule: MixtureSchedule, top: int) -> list[list[Fraction]]:
 def test_every_source_stays_within_the_stated_bound_of_its_share(
     schedule: MixtureSchedule, key: int
 ) -> None:
-    """Issue 20, item 15: the bound README and the docstrings state, on random step and ramp
+    """The bound README and the docstrings state, on random step and ramp
     schedules, at every sample: ``|c_d(t) - S_d(t)|`` within the sum of the entries' own bounds
     (``B_d < 1.75`` per constant entry, ``< 4`` per ramp), and within ``B_d < 1.75`` with
     constant weights."""
@@ -237,7 +237,7 @@ def test_every_source_stays_within_the_stated_bound_of_its_share(
 
 
 def test_a_step_schedule_can_leave_a_source_more_than_1_75_short_within_its_bound() -> None:
-    """Issue 20, item 15: the docs promised 1.75 after every global batch; this schedule leaves
+    """Regression: the docs promised 1.75 after every global batch; this schedule leaves
     source 0 2.11 short from global batch 5 on, within the bound now stated (5 x 0.5)."""
     schedule = MixtureSchedule(
         [(0, [7, 1]), (12, [2, 7]), (17, [4, 4]), (22, [1, 1]), (49, [7, 7])]
@@ -374,7 +374,7 @@ NAN, INF = float("nan"), float("inf")
             "schedule[1][1].end_weights must be a sequence with at least one positive weight",
         ),
         ([(-1, [1])], ValueError, "schedule[0][0] must be an int in [0, 4611686018427387904]"),
-        (  # issue 20, item 11: numpy's "iteration over a 0-d array" named nothing
+        (  # regression: numpy's "iteration over a 0-d array" named nothing
             [(0, np.array(1.0))],
             TypeError,
             "schedule[0][1] must be a sequence of non-negative reals, one per source; "
@@ -429,7 +429,7 @@ GOOD: dict[str, Any] = {
             TypeError,
             "sizes must be a sequence of positive ints, one per source; got sizes=10",
         ),
-        (  # issue 20, item 11: numpy's "iteration over a 0-d array" named nothing
+        (  # regression: numpy's "iteration over a 0-d array" named nothing
             {"sizes": np.array(10), "weights": [1]},
             TypeError,
             "sizes must be a sequence of positive ints, one per source; got sizes=array(10)",
@@ -755,7 +755,7 @@ def test_load_is_strict_about_the_other_fields() -> None:
 
 
 def test_an_edit_inside_the_global_batch_under_way_is_refused() -> None:
-    """Issue 20, item 1: a state saved after one micro-batch of each of two ranks (inside global
+    """Regression: a state saved after one micro-batch of each of two ranks (inside global
     batch 0 of 16) loaded a schedule that changes at sample 8; global batch 0 then read sample
     81 twice and never read 17 or 88."""
     old = MixtureSchedule([(0, [1, 1, 1])])
@@ -895,7 +895,7 @@ def _trained_canonical(schedule: MixtureSchedule, end: int) -> list[Any]:
 def test_a_state_saved_at_any_micro_step_refuses_or_continues_an_edit_exactly(
     case: dict[str, Any],
 ) -> None:
-    """Issue 20, item 1, as a property: a state saved at any micro-step, loaded with a schedule
+    """As a property: a state saved at any micro-step, loaded with a schedule
     edited anywhere (before, inside, at the end of or after the global batch under way), on
     another layout where it divides, is either refused naming the first entry that differs, or
     continues so that the run reads exactly what an uninterrupted run with the edited schedule

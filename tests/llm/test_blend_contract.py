@@ -326,7 +326,7 @@ def test_global_stream_is_the_reference_and_exact(config: dict[str, Any], epochs
             dev = abs(counts[d] - base[d] - target[d])
             assert dev <= Fraction(bound[d]) + Fraction(1, 10**9)
             if not seg.is_ramp:
-                assert dev < 2  # the "within 2 samples", proven < 1.75
+                assert dev < 2  # the asked "within 2 samples", proven < 1.75
         # no repeats until a source has read all its samples: multiplicities differ by <= 1
         for d in range(k):
             mine = Counter(x for x, s in zip(stream[:t], source[:t], strict=True) if s == d)

@@ -155,7 +155,7 @@ def test_ramp_thresholds_at_any_magnitude(increments: int, samples: int, i: int)
 
 
 def test_huge_ramps_are_refused_at_once_or_built_quickly() -> None:
-    """Issue 12: ``rampup_samples=10**30`` and ``global_batch_size=2**62`` ran for ever."""
+    """Regression: ``rampup_samples=10**30`` and ``global_batch_size=2**62`` ran for ever."""
     cases = [
         (lambda: BatchSizeSchedule.rampup(1, 1, 10**30, global_batch_size=64),
          "rampup_samples must be an int in [1, 4611686018427387904]; "
@@ -189,7 +189,7 @@ def test_huge_ramps_are_refused_at_once_or_built_quickly() -> None:
 
 
 def test_numpy_steps_give_python_ints() -> None:
-    """Issue 12: ``consumed_samples(np.int64(2**60))`` wrapped to 0 and ``StepInfo`` held
+    """Regression: ``consumed_samples(np.int64(2**60))`` wrapped to 0 and ``StepInfo`` held
     ``np.int64`` (not JSON)."""
     s = BatchSizeSchedule.constant(16)
     assert s.consumed_samples(np.int64(2**60)) == 2**64
@@ -322,7 +322,7 @@ def test_parse_count_errors(text: Any, exc: type[Exception], message: str) -> No
             "global_batch_size must be an int unless step_batch_size_schedule is given; "
             "got global_batch_size=None",
         ),
-        (  # issue 20, item 11: numpy's "iteration over a 0-d array" named nothing
+        (  # regression: numpy's "iteration over a 0-d array" named nothing
             lambda: BatchSizeSchedule(np.array(10)),
             TypeError,
             "thresholds must be an iterable of (samples, global_batch_size) pairs; "

@@ -396,7 +396,7 @@ class Unsized:
         ((range(4), 2, 0, True, 0, 1), {}, TypeError, "drop_last must be a bool; got drop_la"),
         ((range(4), 2, 0), {"compat": "nemo"}, ValueError, "compat must be one of 'default', "),
         ((range(4), 2, 0), {"dp_dims": ("dp",)}, ValueError, "dp_dims needs a mesh"),
-        (  # issue 20, item 11: a 0-d array raised "len() of unsized object"
+        (  # regression: a 0-d array raised "len() of unsized object"
             (np.array(10), 2, 0),
             {},
             TypeError,

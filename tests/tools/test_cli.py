@@ -523,7 +523,7 @@ def test_plain_and_rich_tables_hold_the_same_cells(capsys: pytest.CaptureFixture
     assert np.all([c in plain for c in ("id", "resolution", "pixels")])
 
 
-# -- hostile input (issue 12) ---------------------------------------------------------------------
+# -- hostile input ---------------------------------------------------------------------------------
 POSITIVE = "must be a positive int; got"
 NON_NEGATIVE = "must be a non-negative int; got"
 
@@ -556,7 +556,7 @@ def test_hostile_numbers_are_refused_in_one_line(
     argv: list[str],
     fragment: str,
 ) -> None:
-    """Issue 12: ``--num-replicas 0``, ``--micro-batch-size 0`` and ``--count -1`` were silently
+    """Regression: ``--num-replicas 0``, ``--micro-batch-size 0`` and ``--count -1`` were silently
     ignored, ``--num-replicas -3`` and ``--max-pixels 10**30`` gave tracebacks."""
     state = save(tmp_path / "s.json", megatron_state(1))
     argv = [a.format(state=state, manifest=manifest_path) for a in argv]
@@ -587,7 +587,7 @@ def _layout_error(key: str, value: object) -> str:
 def test_inspect_an_edited_state_names_the_field(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, edit: dict[str, Any], fragment: str
 ) -> None:
-    """Issue 12: a state with ``layout.data_parallel_size=0`` ended in a traceback."""
+    """Regression: a state with ``layout.data_parallel_size=0`` ended in a traceback."""
     path = save(tmp_path / "s.json", {**megatron_state(1), **edit})
     code, out, err = run(capsys, "inspect", str(path), "--plain")
     assert code == EXIT_USAGE
@@ -599,7 +599,7 @@ def test_inspect_an_edited_state_names_the_field(
 def test_plan_on_a_cut_manifest_names_the_file_and_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, manifest_path: Path, cut: str
 ) -> None:
-    """Issue 12: ``plan`` on a truncated ``.gz`` manifest ended in an EOFError traceback."""
+    """Regression: ``plan`` on a truncated ``.gz`` manifest ended in an EOFError traceback."""
     if cut == "gzip":
         bad = tmp_path / "cut.tsv.gz"
         write_manifest(read_manifest(manifest_path), bad)

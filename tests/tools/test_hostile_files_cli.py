@@ -1,4 +1,4 @@
-"""Hostile files and command lines (issue 20), as tables of families, plus its regressions.
+"""Hostile files and command lines, as tables of families, plus the regressions they found.
 
 Each family is a table; every row runs under a hang guard (a hang detector, not a speed test):
 
@@ -836,12 +836,12 @@ def test_hostile_json_in_manifest_headers(
     expect_usage_error(run, f"plan on {name}", str(path))
 
 
-# -- regressions: issue 20's own examples ---------------------------------------------------------
+# -- regressions: the reported examples ------------------------------------------------------------
 @pytest.mark.parametrize("runner", RUNNERS)
-def test_item5_a_fifo_named_like_media_does_not_hang_the_scans(
+def test_a_fifo_named_like_media_does_not_hang_the_scans(
     runner: str, media: dict[str, bytes], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 20, item 5: ``pipe.mp4`` and ``pipe.jpg`` hung every scan."""
+    """Regression: ``pipe.mp4`` and ``pipe.jpg`` hung every scan."""
     ext, good = _good(runner, media)
     folder = tmp_path / "data"
     folder.mkdir()
@@ -856,10 +856,10 @@ def test_item5_a_fifo_named_like_media_does_not_hang_the_scans(
     )
 
 
-def test_item6_absurd_frame_counts_are_the_files_errors(
+def test_absurd_frame_counts_are_the_files_errors(
     media: dict[str, bytes], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 20, item 6: an .avi saying 4,294,967,280 frames, an .mkv with a Duration of 1e15:
+    """Regression: an .avi saying 4,294,967,280 frames, an .mkv with a Duration of 1e15:
     ``ValueError: frames[3] must be ...`` lost the whole folder, and the CLI wrote nothing."""
     from dataorder.diffusion.scan.videos import scan_videos
 
@@ -893,17 +893,17 @@ def test_item6_absurd_frame_counts_are_the_files_errors(
          "argument --batch-size: must be a positive int of at most 2147483648"),
     ],
 )  # fmt: skip
-def test_item7_cli_numbers_past_the_range_are_usage_errors(
+def test_cli_numbers_past_the_range_are_usage_errors(
     argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 20, item 7 (the command line): both printed an OverflowError traceback."""
+    """Regression: both printed an OverflowError traceback."""
     expect_usage_error(run_cli(capsys, argv), " ".join(argv), fragment)
 
 
-def test_item8_demo_refuses_in_the_parent(
+def test_demo_refuses_a_huge_seed_or_mesh_in_the_parent(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Issue 20, item 8: ``--seed 99999999999999999999999 --mesh 1,1,1`` started the job and
+    """Regression: ``--seed 99999999999999999999999 --mesh 1,1,1`` started the job and
     exited 1 with a child's traceback; ``--mesh 1000,1,1`` started about 2,000 processes."""
     from dataorder.tools.demo import DemoConfig, MeshShape, run_demo
     from dataorder.tools.demo_config import max_demo_processes
@@ -933,10 +933,8 @@ def test_item8_demo_refuses_in_the_parent(
         run_demo(DemoConfig(first_mesh=MeshShape(1, 1, cap + 1), mesh=MeshShape(1, 1, 1)), out)
 
 
-def test_item9_inspect_deeply_nested_json(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Issue 20, item 9: ``dataorder inspect deep.json`` printed a RecursionError traceback; and
+def test_inspect_deeply_nested_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: ``dataorder inspect deep.json`` printed a RecursionError traceback; and
     find_sampler_states recursed."""
     deep = tmp_path / "deep.json"
     deep.write_text("[" * DEEP + "]" * DEEP)
@@ -952,10 +950,10 @@ def test_item9_inspect_deeply_nested_json(
     assert where.count(".k") == DEEP // 2 - 1
 
 
-def test_item14_scan_video_says_the_clips_were_read_but_too_small(
+def test_scan_video_says_the_clips_were_read_but_too_small(
     media: dict[str, bytes], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 20, item 14: readable clips too small for every bucket gave "no readable clip (3
+    """Regression: readable clips too small for every bucket gave "no readable clip (3
     unusable)"."""
     _need_av(media)
     folder = tmp_path / "small"
@@ -974,10 +972,10 @@ def test_item14_scan_video_says_the_clips_were_read_but_too_small(
     )
 
 
-def test_item17_the_demo_inspect_command_rebuilds_its_mixture(
+def test_the_demo_inspect_command_rebuilds_its_mixture(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 20, item 17: the demo's mixture.json could not be rebuilt (``--weights`` takes only
+    """Regression: the demo's mixture.json could not be rebuilt (``--weights`` takes only
     a constant vector). The mixture's sampler as the demo's first phase builds it, its state at
     the demo's checkpoint (half the epoch), and the command line the demo prints."""
     from dataorder.llm.blend import BlendedSampler
@@ -1213,7 +1211,7 @@ def test_the_judge_can_fail(
             pass
 
     def blocks_on_a_fifo(argv: list[str]) -> int:
-        with open(fifo, "rb"):  # what scans did before issue 20
+        with open(fifo, "rb"):  # what scans did before the fix
             return 0
 
     def escapes(argv: list[str]) -> int:

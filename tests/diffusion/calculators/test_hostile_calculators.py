@@ -1,5 +1,5 @@
-"""Hostile bucket calculators (issue 20): the two families of cases that would have caught its
-items 2, 3, 4 and 7, as tables, each case under a hang guard.
+"""Hostile bucket calculators: two families of cases (budgets up to the caps, fits of absurd
+lattices), as tables, each case under a hang guard.
 
 Family (a), ``LIMIT_CASES``: custom image and video calculators at the largest budgets they
 accept (2**40 pixels a frame, 2**62 tokens, quantization 2**20), with upscale limits that are
@@ -51,8 +51,8 @@ TOP = MAX_IMAGE_SIDE  # 2**31 - 1, the largest side of an image or a clip
 Calculator = MultiTierBucketCalculator | VideoBucketCalculator
 
 LIMIT_CASES: dict[str, Callable[[], Calculator]] = {
-    # video: the issue's example, then budgets up to the caps with every kind of limit
-    "video 1.01 at 1080p (issue)": lambda: VideoBucketCalculator(
+    # video: a reported example, then budgets up to the caps with every kind of limit
+    "video 1.01 at 1080p (reported)": lambda: VideoBucketCalculator(
         100_000, max_frames=5, max_pixels=1920 * 1080, max_upscale=1.01
     ),
     "video float 1.01 at 2**40": lambda: _video(1.01),
@@ -289,7 +289,7 @@ QUANTIZATION_CASES: dict[str, Case] = {
     "fit(q=2**20, max_pixels=2**40)": Case(
         lambda: _fit(quantization=2**20, max_pixels=2**40), "accept"
     ),
-    "fit(q=1, max_pixels=2**31 - 1) (issue)": Case(
+    "fit(q=1, max_pixels=2**31 - 1) (reported)": Case(
         lambda: _fit(quantization=1, max_pixels=2**31 - 1), "reject", ("quantization",)
     ),
     "fit(q=1, max_pixels=2**40)": Case(

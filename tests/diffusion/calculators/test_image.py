@@ -211,7 +211,7 @@ def test_preset_errors() -> None:
 
 
 def test_a_quantization_the_default_budget_cannot_hold_is_refused_not_a_hang() -> None:
-    """Issue 20, item 3: with max_pixels None (65,536 pixels) a 257x257 cell does not fit, and
+    """Regression: with max_pixels None (65,536 pixels) a 257x257 cell does not fit, and
     the bucket search never ended. Now the refusal names both arguments."""
     message = "quantization must be at most 256 when max_pixels is None (the default budget of"
     for compat in ("default", "nemo"):
@@ -271,7 +271,7 @@ def test_method_argument_errors(kw: dict[str, object]) -> None:
 
 
 def test_from_config_names_the_bad_field() -> None:
-    """Issue 20, item 12: a field of a saved config that the constructor refuses is named as
+    """A field of a saved config that the constructor refuses is named as
     the field, never left to numpy ("inhomogeneous shape")."""
     fitted = MultiTierBucketCalculator.fit_to_data(
         [100, 200, 300] * 5, [100, 100, 100] * 5, global_batch_size=1, max_waste=0.5
@@ -317,7 +317,7 @@ def test_from_config_names_the_bad_field() -> None:
     ],
 )
 def test_sizes_are_reported_as_given_before_any_cast(widths: object, shown: str) -> None:
-    """Issue 20, item 13: a uint64 of 2**63 was cast to int64 first and reported as
+    """Regression: a uint64 of 2**63 was cast to int64 first and reported as
     -9223372036854775808. Image and video assign check sizes in the input's own dtype."""
     n = len(widths)  # type: ignore[arg-type]
     image = MultiTierBucketCalculator.from_preset("512p")

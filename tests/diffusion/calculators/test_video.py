@@ -180,7 +180,7 @@ def test_from_config_refuses_other_configs() -> None:
 
 
 #: (field, value, exception, message): a bad field of a saved config is named as the field
-#: (issue 20, item 12), whichever check of the constructor refuses it.
+#: whichever check of the constructor refuses it.
 CONFIG_FIELD_ERRORS: list[tuple[str, object, type[Exception], str]] = [
     ("max_tokens", "x", TypeError, "config['max_tokens'] must be a positive int; got config['ma"),
     ("max_tokens", 0, ValueError, "config['max_tokens'] must be a positive int; got config['max"),
@@ -514,13 +514,13 @@ def _check_limits(calc: VideoBucketCalculator, clips: list[tuple[int, int, int]]
 
 
 def test_a_float_upscale_limit_does_not_wrap_at_large_buckets() -> None:
-    """Issue 20, item 2: ``1.01`` is a fraction over 2**52, and ``bw * 2**52`` wrapped in int64
+    """Regression: ``1.01`` is a fraction over 2**52, and ``bw * 2**52`` wrapped in int64
     once a bucket was wider than 2048: 2014x984 went to 2064x992, an upscale of 1.025."""
     c = VideoBucketCalculator(100000, max_frames=5, max_pixels=1920 * 1080, max_upscale=1.01)
     assert c.get_bucket_id_for_video(2014, 984, 5) == TOO_SMALL
     assert c.assign([2014], [984], [5]).tolist() == [TOO_SMALL]
     rng = np.random.default_rng(20)
-    n = 20_000  # the issue's count: 57 of them disagreed
+    n = 20_000  # the reported count: 57 of them disagreed
     clips = list(
         zip(
             rng.integers(1500, 2600, n).tolist(),
@@ -535,7 +535,7 @@ def test_a_float_upscale_limit_does_not_wrap_at_large_buckets() -> None:
 
 
 def test_upscale_limits_of_any_size_are_exact() -> None:
-    """Issue 20, item 7: an int, a float or a Fraction too large for int64 is taken exactly."""
+    """An int, a float or a Fraction too large for int64 is taken exactly."""
     base = VideoBucketCalculator.from_preset("wan2.1-480p", max_upscale=None)
     clips = [(1, 1, 81), (2, 3, 81), (640, 360, 81), (2**31 - 1, 1, 5), (1, 2**31 - 1, 1)]
     for limit in (10**20, 1e300, Fraction(10**30 + 1, 10**30), 1 + 2**-52):
@@ -767,7 +767,7 @@ CONSTRUCTOR_ERRORS: list[tuple[dict[str, object], type[Exception], str]] = [
         ValueError,
         "max_batch_size must be a positive int; got max_batch_size=0",
     ),
-    # The caps (issue 20, item 7): no int64 product of a bucket can wrap.
+    # The caps: no int64 product of a bucket can wrap.
     (
         {**_BASE, "max_tokens": 2**62 + 1},
         ValueError,
@@ -962,7 +962,7 @@ def test_video_batch_sizes() -> None:
     assert again.tolist() == calc.cost_model.batch_sizes(tokens, ref, 2, 64).tolist()
     # Default clamp: 4x the reference.
     assert int(VideoBucketCalculator.from_preset("wan2.1-480p").batch_sizes(3).max()) == 12
-    # Issue 20, item 7: past 2**31 a batch size is refused by name, never an OverflowError.
+    # Past 2**31 a batch size is refused by name, never an OverflowError.
     wan = VideoBucketCalculator.from_preset("wan2.1-480p")
     assert int(wan.batch_sizes(2**31).max()) == 2**33  # the default clamp, 4x: still an int64
     with pytest.raises(
@@ -978,7 +978,7 @@ def test_video_batch_sizes() -> None:
 
 
 def test_large_budgets_up_to_the_caps_build_and_assign() -> None:
-    """Every int64 product of a bucket stays exact at the largest legal values (issue 20, item 7):
+    """Every int64 product of a bucket stays exact at the largest legal values:
     a 2**40-pixel frame at the largest quantization, and the largest token budget."""
     top = VideoBucketCalculator(2**62, frame_counts=[1, 5], max_pixels=2**40, quantization=2**20)
     assert top.resolutions.tolist() == [[2**20, 2**20]] * 2

@@ -973,8 +973,8 @@ def test_errors_name_the_argument_and_the_value(
         F.fit_to_data([100, 200], [100, 100], **args)
 
 
-def test_the_issue_examples_are_refused_by_name() -> None:
-    """Issue 20, items 4 and 10, as reported: a lattice of 2**31 cells (quantization=1) was
+def test_a_huge_lattice_and_a_huge_global_batch_are_refused_by_name() -> None:
+    """Regression: a lattice of 2**31 cells (quantization=1) was
     listed whole (15 s, 3 GB), and global_batch_size=2**40 was named per_rank[0]."""
     with pytest.raises(ValueError, match=r"^quantization must be coarse enough to list the"):
         F.fit_to_data(

@@ -128,7 +128,7 @@ def test_elastic_on_divisors_of_the_unit_and_refused_elsewhere() -> None:
 
 
 def test_a_state_of_another_unit_or_order_names_interleave_unit() -> None:
-    """Issue 20, item 14 (first half): the state key is ``config.interleaved``; a mismatch said
+    """The state key is ``config.interleaved``; a mismatch said
     "interleaved is 8 in the state but 4", naming no argument."""
     ds = _ds([50, 20, 33])
     eight = _sampler(ds, 0, 4, base_batch_size=2, interleave_unit=8, seed=3).state_dict()

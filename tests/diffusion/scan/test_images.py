@@ -134,7 +134,7 @@ def _png_header(path: Path, width: int, height: int) -> None:
 def test_huge_and_absurd_headers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pixel_limit: str | None
 ) -> None:
-    """Issue 12: with ``MAX_IMAGE_PIXELS=None`` one TIFF claiming width 2**32-1 aborted the scan
+    """Regression: with ``MAX_IMAGE_PIXELS=None`` one TIFF claiming width 2**32-1 aborted the scan
     (naming a row, not the file); with the default limit valid images over ~179 MP were listed as
     unreadable. Only headers are read, so Pillow's pixel limit does not apply; an absurd side is
     that file's error, naming it."""
@@ -355,7 +355,7 @@ def test_read_manifest_refuses_bad_files(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("suffix", [".tsv", ".tsv.gz"])
 def test_read_manifest_refuses_a_file_cut_anywhere(tmp_path: Path, suffix: str) -> None:
-    """Issue 12: a file cut inside its last row was read with the last path cut short, and a cut
+    """Regression: a file cut inside its last row was read with the last path cut short, and a cut
     .gz raised a bare EOFError. Every cut of the file is refused with its name and a line."""
     m = build_manifest(["a.jpg", "b.jpg", "long name.jpg"], [640, 300, 50], [480, 900, 60], CALC)
     good = tmp_path / f"good{suffix}"

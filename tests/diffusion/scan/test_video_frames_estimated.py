@@ -47,7 +47,7 @@ def _bucket_frames(calc: VideoBucketCalculator, frames: int) -> int:
 
 @pytest.mark.parametrize(("ext", "codec"), [(".mkv", "ffv1"), (".webm", "libvpx-vp9")])
 def test_a_variable_rate_clip_is_counted_low(tmp_path: Path, ext: str, codec: str) -> None:
-    """Issue 20, "also noticed": 40 frames over 2.03 s at a nominal 30 fps were counted as
+    """Regression: 40 frames over 2.03 s at a nominal 30 fps were counted as
     round(2.03 * 30) = 61 and bucketed at 61 frames, more than the clip has."""
     calc = VideoBucketCalculator.from_preset("wan2.1-480p", max_upscale=None)  # 4k + 1 frames
     sparse = [round(i * 1000 / 30) for i in range(20)] + [667 + 70 * k for k in range(20)]

@@ -48,10 +48,10 @@ def test_every_row_once_and_per_rank_each(per_rank: int, dp_size: int, data: Any
     assert sorted(dealt.ravel().tolist()) == list(range(n))
     assert all(row == sorted(row) for row in dealt.tolist())
     assert deal(np.array(costs), per_rank, dp_size).tolist() == dealt.tolist()  # deterministic
-    issue, best = deal_bounds(costs, per_rank, dp_size)
+    lower, best = deal_bounds(costs, per_rank, dp_size)
     worst = costliest(costs, dealt)
-    assert worst >= best >= issue
-    assert issue == max(-(-sum(costs) // dp_size), max(costs))
+    assert worst >= best >= lower
+    assert lower == max(-(-sum(costs) // dp_size), max(costs))
     # no worse than the greedy list scheduling guarantee: mean + largest row
     assert worst <= sum(costs) / dp_size + max(costs)
 

@@ -541,8 +541,8 @@ def test_counting_rooms_run_by_run_is_best_fit(s: int, raw: list[int]) -> None:
     assert got == expect
 
 
-def test_the_issue_targets_and_the_readme_figures_on_their_distribution() -> None:
-    """Issue 22's targets on its distribution (2 x 10^5 lognormal(6.0, 1.1) lengths, the
+def test_padding_and_splitting_targets_and_the_readme_figures_on_lognormal_lengths() -> None:
+    """The packing's targets on a lognormal distribution (2 x 10^5 lognormal(6.0, 1.1) lengths, the
     benchmark's draw): overflow at 8192 pads at most 0.1 % and splits at most 1 % of the
     documents shorter than seq_len; never at 2048 pads at most 0.2 %. The README quotes the
     figures rounded (0.05 %, none split, 0.02 %): they are these."""

@@ -1,4 +1,4 @@
-"""Drop-in for real (issue 12): the originals' attributes, subclass hooks, error words and states.
+"""Drop-in for real: the originals' attributes, subclass hooks, error words and states.
 
 A job must be able to move over between two checkpoints: a NeMo bucket-sampler state and a
 torchdata ``StatefulDistributedSampler`` state load in the compat mode that reproduces their order
@@ -25,7 +25,12 @@ from dataorder import (
 )
 from dataorder.parallel.compat_torch import TORCH_MODE
 from dataorder.testing import run_epoch
-from test_multires import item, nemo_dataset, nemo_diffusion_module, write_cache
+from tests.diffusion.sampler.test_dataset import (
+    item,
+    nemo_dataset,
+    nemo_diffusion_module,
+    write_cache,
+)
 
 
 # -- 1. the calculator's NeMo attributes ----------------------------------------------------------

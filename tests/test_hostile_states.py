@@ -1,4 +1,4 @@
-"""Hostile states (issue 20): checkpoints taken anywhere, loaded into an edited run, and the
+"""Hostile states: checkpoints taken anywhere, loaded into an edited run, and the
 largest state each sampler can write.
 
 Two families, each a table, each call under a hang guard (a hang detector, not a speed test):
@@ -66,7 +66,7 @@ from dataorder.llm.mixture import MixtureSchedule, Ramp
 from dataorder.llm.packing import DocumentLengths, PackedSampler
 from dataorder.llm.packing.plan import MAX_CHUNK, MAX_SEQ_LEN, MAX_WINDOW
 from dataorder.llm.packing.sampler import MAX_BLOCK_ROWS
-from hang import Hang, hang_guard
+from tests.helpers.hang import Hang, hang_guard
 
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "setitimer"), reason="the hang guard needs signal.setitimer (POSIX)"
@@ -126,8 +126,8 @@ class Run:
 PACKED_LENGTHS = [int(x) for x in np.random.default_rng(7).integers(0, 40, 40)]
 
 RUNS = [
-    # issue 20, item 1: two ranks, global batches of 16, one constant entry
-    Run("issue", (50, 30, 20), ((0, [1, 1, 1]),), 16, 3, 100, (2, 2), (2, 2)),
+    # the reported run: two ranks, global batches of 16, one constant entry
+    Run("reported", (50, 30, 20), ((0, [1, 1, 1]),), 16, 3, 100, (2, 2), (2, 2)),
     # a batch-size ramp-up (4, then 8, then 12) under a ramp entry; loaded on 4 ranks of 1
     Run(
         "rampup",
@@ -206,7 +206,7 @@ def edit_points(run: Run, saved: int) -> dict[str, int]:
 
 
 def edited(run: Run, x: int) -> list[tuple[int, Any]]:
-    """The run's entries before sample ``x``, then new weights from ``x`` on: the issue's
+    """The run's entries before sample ``x``, then new weights from ``x`` on: the reported
     ``[10, 0, 1]`` (``[10, 0, ..., 0, 1]``), which no entry of ``RUNS`` has."""
     kept = [(s, v) for s, v in run.entries if s < x]
     k = len(run.sizes)
@@ -314,8 +314,8 @@ def test_a_state_saved_at_any_micro_step_refuses_or_continues_an_edit(
     assert problem is None, problem
 
 
-def test_the_issue_example_is_in_the_table() -> None:
-    """Issue 20, item 1: one micro-batch on each of two ranks, an edit from sample 8."""
+def test_the_reported_edit_inside_a_global_batch_is_in_the_table() -> None:
+    """One micro-batch on each of two ranks, an edit from sample 8."""
     run = RUNS[0]
     assert edit_points(run, 4)["inside the batch"] == 10
     assert must_refuse(run, 4, 8)
@@ -723,8 +723,8 @@ WORST: dict[str, Callable[[], Mapping[str, Any]]] = {
         ),
         bucket=MAX_POSITIONS - 1, consumed=MAX_BATCH_SIZE * MAX_INTERLEAVE_UNIT,
     ),
-    # issue 20, item 16: 513 bytes, over the 512 then promised (a dataset that fits in memory)
-    "bucket interleaved, issue 20": lambda: widened(
+    # 513 bytes, over the 512 once promised (a dataset that fits in memory)
+    "bucket interleaved, 513 bytes": lambda: widened(
         _bucket(
             base_batch_size=2**20, num_replicas=8, bucket_order="interleaved",
             interleave_unit=MAX_INTERLEAVE_UNIT,
@@ -772,7 +772,7 @@ WORST["packed mixture, never-drop, batch-size schedule"] = _packed_mixture(
 
 
 def test_a_packed_state_at_the_caps_is_within_512_bytes() -> None:
-    """Issue 22 asks a packed state below 512 bytes: one corpus at every cap at once is; a
+    """A packed state stays below 512 bytes: one corpus at every cap at once is; a
     mixture adds the blend's fields (the schedule's tag, total_rows) and stays within
     MAX_STATE_BYTES (the packing's four arguments share ``config.packing``: NOTE [ Packed state
     fields ])."""
@@ -803,7 +803,7 @@ def test_the_worst_cases_are_at_the_caps() -> None:
                 assert state["epoch"] == MAX_EPOCH, name
     assert sizes["bucket, compat nemo"] == max(sizes.values()) == 555
     assert sizes["megatron random, data_sharding"] == 530
-    assert sizes["bucket interleaved, issue 20"] == 513
+    assert sizes["bucket interleaved, 513 bytes"] == 513
     assert MAX_STATE_BYTES - max(sizes.values()) < 32
 
 
@@ -818,7 +818,7 @@ def test_the_judges_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:
         m.setattr(BlendOrder, "quotas_fixed_through", lambda self, samples: samples)
         problem = judge_edit(run, 1, 8)
     assert problem is not None
-    # the issue's samples: 81 read twice (65 in 17's place), 17 and 88 never
+    # the reported samples: 81 read twice (65 in 17's place), 17 and 88 never
     assert "[65, 81] read more often, [17, 88] less" in problem, problem
     # a check that refuses what the rule allows
     with monkeypatch.context() as m:

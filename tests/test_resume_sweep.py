@@ -39,11 +39,6 @@ import pytest
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import BatchSampler
 
-import test_contract_blend as blend_cases
-import test_contract_bucket_sampler as bucket_cases
-import test_contract_distributed as distributed_cases
-import test_contract_megatron as megatron_cases
-import test_contract_packed as packed_cases
 from dataorder.core.batching import coverage, read_spans
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
@@ -52,7 +47,12 @@ from dataorder.integrations.dcp import OrderState
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 from dataorder.testing import SamplerCase
 from dataorder.testing.contract import run_epoch
-from stack_samplers import Items, collate_list
+from tests.diffusion.sampler import test_sampler_contract as bucket_cases
+from tests.helpers.stack_samplers import Items, collate_list
+from tests.llm import test_blend_contract as blend_cases
+from tests.llm import test_megatron_contract as megatron_cases
+from tests.llm.packing import test_sampler_contract as packed_cases
+from tests.parallel import test_distributed_contract as distributed_cases
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,7 @@ def _render_name(module: ModuleType, name: str) -> list[str]:
 
 
 def render() -> str:
+    dataorder.samplers()  # every sampler registered, whatever the lazy packages imported so far
     lines = [
         "# API reference\n",
         "Generated from the docstrings by `python docs/gen_api.py`; do not edit by hand "

@@ -75,16 +75,55 @@ def test_every_sampler_is_registered_whatever_was_imported_before() -> None:
     ]
 
 
-@pytest.mark.parametrize("package", ["diffusion", "parallel"])
+#: Every package that exports names (the others have a docstring only); its ``__init__`` is the
+#: one kind docs/design.md ("One kind of package __init__") describes.
+LAZY_PACKAGES = ["core", "diffusion", "live", "llm", "llm.packing", "parallel", "testing"]
+
+
+def test_every_package_init_is_the_one_kind() -> None:
+    """A package's ``__init__`` is its docstring, then either nothing or the lazy table
+    (``_EXPORTS``, ``__all__ = sorted(_EXPORTS)``, the typing block, ``__getattr__`` and
+    ``__dir__``): it imports none of its modules, so ``import dataorder.llm`` costs nothing."""
+    import ast
+
+    lazy, bare = [], []
+    for path in sorted((ROOT / "src/dataorder").rglob("__init__.py")):
+        package = ".".join(path.relative_to(ROOT / "src/dataorder").parent.parts)
+        if not package:
+            continue  # the top level: the subpackages' tables, lazily (its own test below)
+        body = ast.parse(path.read_text()).body
+        assert body, f"{package} is empty"
+        assert isinstance(body[0], ast.Expr), f"{package} has no docstring"
+        rest = [ast.unparse(node).split("\n")[0] for node in body[1:]]
+        if not rest:
+            bare.append(package)
+            continue
+        assert rest == [
+            "from __future__ import annotations",
+            "import importlib",
+            "from typing import TYPE_CHECKING, Any",
+            "_EXPORTS: dict[str, str] = {" + rest[3].removeprefix("_EXPORTS: dict[str, str] = {"),
+            "__all__ = sorted(_EXPORTS)",
+            "if TYPE_CHECKING:",
+            "def __getattr__(name: str) -> Any:",
+            "def __dir__() -> list[str]:",
+        ], package
+        lazy.append(package)
+    assert lazy == LAZY_PACKAGES
+    assert bare  # the diffusion subpackages, integrations, tools
+
+
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
 def test_the_lazy_package_types_what_it_exports(package: str) -> None:
-    """dataorder.diffusion and dataorder.parallel import their names lazily (no torch for the
-    bucket tables and the pure checks); the typing block, for type checkers, must name exactly
-    what the package exports, from the module that has it."""
+    """A package imports its names lazily (no torch for the bucket tables and the pure checks,
+    nothing at all for ``import dataorder.core``); the typing block, for type checkers, must
+    name exactly what the package exports, from the module that has it."""
     import ast
     import importlib
 
     exports = importlib.import_module(f"dataorder.{package}")._EXPORTS
-    tree = ast.parse((ROOT / f"src/dataorder/{package}/__init__.py").read_text())
+    path = ROOT / "src/dataorder" / package.replace(".", "/") / "__init__.py"
+    tree = ast.parse(path.read_text())
     typed: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
@@ -93,3 +132,27 @@ def test_the_lazy_package_types_what_it_exports(package: str) -> None:
                 for alias in stmt.names:
                     typed[alias.name] = str(stmt.module).removeprefix(f"dataorder.{package}.")
     assert typed == exports
+
+
+def test_importing_the_packages_imports_none_of_their_modules() -> None:
+    """``import dataorder.llm`` (or any package) loads its ``__init__`` only: no module of
+    the package, no numpy, no optional dependency, until a name is asked for."""
+    code = (
+        "import importlib, sys\n"
+        f"for p in {LAZY_PACKAGES!r}:\n"
+        "    importlib.import_module('dataorder.' + p)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dataorder', 'numpy')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.split() == [
+        "['dataorder',",
+        "'dataorder.core',",
+        "'dataorder.diffusion',",
+        "'dataorder.live',",
+        "'dataorder.llm',",
+        "'dataorder.llm.packing',",
+        "'dataorder.parallel',",
+        "'dataorder.testing']",
+    ]

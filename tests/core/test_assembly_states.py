@@ -5,6 +5,7 @@ a key cut out, and a state of another configuration of the same class.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from typing import Any
@@ -139,3 +140,91 @@ def test_from_state_of_another_kind_says_which_class_rebuilds_it() -> None:
         "state['kind'] must be 'packed'; got state['kind']='megatron_random' (rebuild a "
         "'megatron_random' state with MegatronPretrainingRandomSampler.from_state)"
     )
+
+
+#: kind -> the constructor's keywords for the data-parallel rank and size.
+CONSTRUCTOR_NAMES = {
+    "megatron_single": ("data_parallel_rank", "data_parallel_size"),
+    "megatron_random": ("data_parallel_rank", "data_parallel_size"),
+    "blended": ("data_parallel_rank", "data_parallel_size"),
+    "packed": ("data_parallel_rank", "data_parallel_size"),
+    "distributed": ("rank", "num_replicas"),
+    "sequential_bucket": ("rank", "num_replicas"),
+}
+
+
+def _spellings(kind: str, rank: int, size: int) -> list[dict[str, int]]:
+    """Every way to say ``(rank, size)`` to ``from_state``: the constructor's keywords, the
+    generic ``rank``/``dp_size``, one of each, and both at once with the same values."""
+    own_rank, own_size = CONSTRUCTOR_NAMES[kind]
+    return [
+        {own_rank: rank, own_size: size},
+        {"rank": rank, "dp_size": size},
+        {own_rank: rank, "dp_size": size},
+        {"rank": rank, own_size: size},
+        {"rank": rank, own_rank: rank, "dp_size": size, own_size: size},
+    ]
+
+
+def test_the_constructor_names_are_the_constructors() -> None:
+    assert set(CONSTRUCTOR_NAMES) == set(KINDS)
+    for kind, names in CONSTRUCTOR_NAMES.items():
+        cls = SAMPLERS[kind]
+        assert (cls.schema.layout.rank, cls.schema.layout.size) == names
+        assert set(names) <= set(inspect.signature(cls.__init__).parameters)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize(("rank", "size"), [(1, 2), (0, 1)])
+def test_from_state_takes_the_constructors_rank_and_size_keywords(
+    kind: str, rank: int, size: int
+) -> None:
+    """The state was saved on 2 ranks; ``(0, 1)`` is an elastic resume on one."""
+    state = _state(kind)
+    made = KINDS[kind][0](rank, size)
+    made.load_state_dict(state)
+    expected = (made.state_dict(), next(iter(made)))
+    for kw in _spellings(kind, rank, size):
+        again = _rebuild(kind, state, **kw)
+        assert (again.topology.dp_rank, again.topology.dp_size) == (rank, size), kw
+        assert (again.state_dict(), next(iter(again))) == expected, kw
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_from_state_refuses_a_rank_or_size_given_twice_with_different_values(kind: str) -> None:
+    own_rank, own_size = CONSTRUCTOR_NAMES[kind]
+    state = _state(kind)
+    clashes = [({"dp_size": 1, own_size: 2}, f"dp_size=1 and {own_size}=2")]
+    if own_rank != "rank":
+        clashes.append(({"rank": 0, own_rank: 1}, f"rank=0 and {own_rank}=1"))
+    clashes.append(({"dp_size": 2, own_size: True}, f"dp_size=2 and {own_size}=True"))
+    for kw, named in clashes:
+        with pytest.raises(TypeError) as info:
+            _rebuild(kind, state, **kw)
+        assert named in str(info.value), kw
+        assert "give one of them" in str(info.value)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_from_state_names_a_bad_rank_or_size_by_the_keyword_given(kind: str) -> None:
+    own_rank, own_size = CONSTRUCTOR_NAMES[kind]
+    state = _state(kind)
+    for kw, exc, message in [
+        ({own_size: 0}, ValueError, f"{own_size} must be a positive int; got {own_size}=0"),
+        ({own_rank: -1}, ValueError, f"{own_rank} must be a non-negative int; got {own_rank}=-1"),
+        ({own_rank: "1"}, TypeError, f"{own_rank} must be a non-negative int; got {own_rank}='1'"),
+    ]:
+        with pytest.raises(exc) as info:
+            _rebuild(kind, state, **kw)
+        assert message in str(info.value), kw
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_from_state_lists_the_constructors_keywords_for_an_unknown_one(kind: str) -> None:
+    own_rank, own_size = CONSTRUCTOR_NAMES[kind]
+    with pytest.raises(TypeError) as info:
+        _rebuild(kind, _state(kind), world_size=2)
+    message = str(info.value)
+    assert f"from_state() takes {own_rank}, {own_size}, " in message
+    assert "dp_size" in message
+    assert "unexpected keyword 'world_size'" in message

@@ -20,36 +20,65 @@ itself with (``Field``, ``Given``, ``Mode`` ...) are in :mod:`dataorder.core.ass
 in :mod:`dataorder.core.batching` (NOTE [ Adding a sampler or a compat mode ]).
 """
 
-from dataorder.core.apportion import Apportionment, quantize_weights
-from dataorder.core.assembly import AssembledSampler, Schema
-from dataorder.core.cursor import CursorBatchSampler, CursorSampler, EpochPlan
-from dataorder.core.keys import derive_key
-from dataorder.core.partition import EpochBlocks, SegmentPlan, plan_epoch, plan_segments
-from dataorder.core.permutation import Permutation, permute_many
-from dataorder.core.topology import (
-    Topology,
-    data_parallel_dims,
-    data_parallel_topology,
-    resolve_topology,
-)
+from __future__ import annotations
 
-__all__ = [
-    "Apportionment",
-    "AssembledSampler",
-    "CursorBatchSampler",
-    "CursorSampler",
-    "EpochBlocks",
-    "EpochPlan",
-    "Permutation",
-    "Schema",
-    "SegmentPlan",
-    "Topology",
-    "data_parallel_dims",
-    "data_parallel_topology",
-    "derive_key",
-    "permute_many",
-    "plan_epoch",
-    "plan_segments",
-    "quantize_weights",
-    "resolve_topology",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Every public name of the package -> the module that defines it (one list: ``__all__`` and the
+#: lazy import both read it; tests/test_static.py checks the typing block below against it).
+_EXPORTS: dict[str, str] = {
+    "Apportionment": "apportion",
+    "AssembledSampler": "assembly",
+    "CursorBatchSampler": "cursor",
+    "CursorSampler": "cursor",
+    "EpochBlocks": "partition",
+    "EpochPlan": "cursor",
+    "Permutation": "permutation",
+    "Schema": "assembly",
+    "SegmentPlan": "partition",
+    "Topology": "topology",
+    "data_parallel_dims": "topology",
+    "data_parallel_topology": "topology",
+    "derive_key": "keys",
+    "permute_many": "permutation",
+    "plan_epoch": "partition",
+    "plan_segments": "partition",
+    "quantize_weights": "apportion",
+    "resolve_topology": "topology",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
+    from dataorder.core.apportion import Apportionment as Apportionment
+    from dataorder.core.apportion import quantize_weights as quantize_weights
+    from dataorder.core.assembly import AssembledSampler as AssembledSampler
+    from dataorder.core.assembly import Schema as Schema
+    from dataorder.core.cursor import CursorBatchSampler as CursorBatchSampler
+    from dataorder.core.cursor import CursorSampler as CursorSampler
+    from dataorder.core.cursor import EpochPlan as EpochPlan
+    from dataorder.core.keys import derive_key as derive_key
+    from dataorder.core.partition import EpochBlocks as EpochBlocks
+    from dataorder.core.partition import SegmentPlan as SegmentPlan
+    from dataorder.core.partition import plan_epoch as plan_epoch
+    from dataorder.core.partition import plan_segments as plan_segments
+    from dataorder.core.permutation import Permutation as Permutation
+    from dataorder.core.permutation import permute_many as permute_many
+    from dataorder.core.topology import Topology as Topology
+    from dataorder.core.topology import data_parallel_dims as data_parallel_dims
+    from dataorder.core.topology import data_parallel_topology as data_parallel_topology
+    from dataorder.core.topology import resolve_topology as resolve_topology
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dataorder.core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"dataorder.core.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -402,6 +402,47 @@ def _layout_value(layout: Mapping[str, object], config: Mapping[str, object], na
     raise ValueError(f"state is missing keys ['layout.{name}']")
 
 
+#: The keywords :meth:`AssembledSampler.from_state` takes for the rank and the size of every
+#: sampler, whatever its constructor calls them (NOTE [ from_state's layout keywords ]).
+_LAYOUT_ALIASES = MappingProxyType({"rank": "rank", "dp_size": "size"})
+
+# NOTE [ from_state's layout keywords ]
+#     ``from_state`` takes the rank and the data-parallel size under the constructor's own
+#     keywords (the schema's :class:`Layout`: ``data_parallel_rank``/``data_parallel_size`` for
+#     the Megatron, blended and packed samplers, ``rank``/``num_replicas`` for the torch and
+#     bucket samplers), so a call reads like the constructor it stands for. ``rank=`` and
+#     ``dp_size=`` stay accepted for every sampler, without a warning: code that rebuilds a
+#     state of any kind (``dataorder inspect``, the resume sweep) needs one spelling that does
+#     not depend on the class. Both spellings at once must agree (same type and value), else
+#     the call is refused naming both.
+
+
+def _layout_keywords(
+    owner: str, layout: Layout, rank: object, dp_size: object, given: dict[str, Any]
+) -> list[tuple[str, object]]:
+    """``[(name, value)]`` of the rank and the size ``from_state`` was given: under the
+    constructor's keyword (popped from ``given``) or its alias ``rank``/``dp_size``; None where
+    neither was given. ``name`` is the keyword the caller used, for messages.
+
+    Raises:
+        TypeError: If an alias and the constructor's keyword give different values.
+    """
+    out: list[tuple[str, object]] = []
+    for alias, value in (("rank", rank), ("dp_size", dp_size)):
+        own: str = getattr(layout, _LAYOUT_ALIASES[alias])
+        name = alias
+        mine = given.pop(own, None) if own != alias else None
+        if mine is not None:
+            if value is not None and not (type(value) is type(mine) and value == mine):
+                raise TypeError(
+                    f"{owner}.from_state() got {alias}={value!r} and {own}={mine!r}: {alias} "
+                    f"is another name for {own}; give one of them"
+                )
+            name, value = own, mine
+        out.append((name, value))
+    return out
+
+
 # -- the assembled sampler ------------------------------------------------------------------------
 class AssembledSampler(CursorSampler[T_co]):
     """A :class:`~dataorder.core.cursor.CursorSampler` whose state follows from its
@@ -599,21 +640,30 @@ class AssembledSampler(CursorSampler[T_co]):
         cls,
         state: Mapping[str, Any],
         *,
-        rank: int = 0,
+        rank: int | None = None,
         dp_size: int | None = None,
         **given: Any,
     ) -> Any:
-        """Rebuild the sampler that wrote ``state``, on ``rank``, positioned where it was.
+        """Rebuild the sampler that wrote ``state``, on a rank, positioned where it was.
+
+        The rank and the size take the constructor's keywords (``data_parallel_rank=``,
+        ``data_parallel_size=``; ``rank=``, ``num_replicas=``), or ``rank=`` and ``dp_size=``
+        for any sampler (NOTE [ from_state's layout keywords ]).
 
         Args:
             state: A ``state_dict()`` of this class.
-            rank: The data-parallel rank to build.
-            dp_size: Another data-parallel size (an elastic resume); default: the state's.
-            **given: Another value of a layout field (``micro_batch_size=``), and what the
-                state does not hold (the schema's :class:`Given` values, e.g. ``dataset=``).
+            rank: The data-parallel rank to build (default 0); the constructor's keyword for
+                it is accepted too.
+            dp_size: Another data-parallel size (an elastic resume); default: the state's. The
+                constructor's keyword for it is accepted too.
+            **given: The constructor's rank and size keywords, another value of a layout field
+                (``micro_batch_size=``), and what the state does not hold (the schema's
+                :class:`Given` values, e.g. ``dataset=``).
 
         Raises:
-            TypeError: If a keyword is not one this sampler takes from the caller.
+            TypeError: If a keyword is not one this sampler takes from the caller, or the rank
+                or the size is given twice (an alias and the constructor's keyword) with
+                different values.
             ValueError: If the state is not of this class, a value it does not hold is missing,
                 or the values or the layout cannot continue it.
         """
@@ -627,17 +677,22 @@ class AssembledSampler(CursorSampler[T_co]):
             raise ValueError(
                 f"state['kind'] must be {schema.kind!r}; got state['kind']={kind!r}{hint}"
             )
-        allowed = {g.name for g in schema.given} | set(schema.layout.others)
+        lay = schema.layout
+        (rank_name, rank_given), (size_name, size_given) = _layout_keywords(
+            cls.__name__, lay, rank, dp_size, given
+        )
+        allowed = {g.name for g in schema.given} | set(lay.others)
         unknown = sorted(set(given) - allowed)
         if unknown:
+            names = dict.fromkeys((lay.rank, lay.size, *_LAYOUT_ALIASES))
             raise TypeError(
-                f"{cls.__name__}.from_state() takes rank, dp_size"
+                f"{cls.__name__}.from_state() takes {', '.join(names)}"
                 + "".join(f", {name}" for name in sorted(allowed))
                 + f"; got unexpected keyword {', '.join(map(repr, unknown))}"
             )
-        rank = check_int("rank", rank, min_value=0)
-        if dp_size is not None:
-            dp_size = check_int("dp_size", dp_size, min_value=1)
+        rank = check_int(rank_name, 0 if rank_given is None else rank_given, min_value=0)
+        if size_given is not None:
+            dp_size = check_int(size_name, size_given, min_value=1)
         config, layout, _ = split_state(state)
         absent = [
             f"config.{f.name}" for f in schema.fields if not f.optional and f.name not in config
@@ -650,7 +705,6 @@ class AssembledSampler(CursorSampler[T_co]):
         for f in schema.fields:
             if f.args is not None and f.name in config:
                 kwargs.update(f.args(_config_value(config, f.name)))
-        lay = schema.layout
         for name in lay.others:  # a value given is checked by the constructor, 0 included
             value = given.pop(name, None)
             kwargs[name] = _layout_value(layout, config, name) if value is None else value

@@ -211,7 +211,7 @@ class EpochBlocks:
 
         Returns:
             At most two arrays: the full blocks in the range as one ``(k, per_rank)`` array, then
-            the final smaller block of a ``"shrink"`` layout as a ``(1, tail_per_rank)`` array.
+            the final smaller block of a ``"shrink"`` tail as a ``(1, tail_per_rank)`` array.
             Padding positions are ``>= n``.
         """
         rank = check_int("rank", rank, min_value=0, max_value=self.dp_size - 1)

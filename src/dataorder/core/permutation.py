@@ -4,7 +4,7 @@
 materialising the permutation, so an epoch of a billion samples costs a few machine words, its
 first index is ready in microseconds, and resuming at position ``p`` is just evaluating ``pi(p)``.
 :func:`permute_many` evaluates many such permutations at once, a size and a key per element (a
-source epoch per sample of a data mixture): the same network, element by element.
+source's pass per sample of a blend): the same network, element by element.
 
 Construction: an unbalanced Feistel network on ``w``-bit words with cycle walking.
 
@@ -431,9 +431,9 @@ def permute_many(
 
     The same network as :class:`Permutation`, element by element (bit-identical: the same word
     widths, round keys, rounds and cycle walking), for batches where every element has its own
-    domain and key, e.g. each sample of a data mixture drawn from its source's current epoch
-    order. Elements are grouped by word width: one or two widths run with the shifts of
-    :class:`Permutation`, more in one pass with a shift per element. Runs of equal neighbouring
+    domain and key, e.g. each sample of a blend drawn from the order of its source's current
+    pass. Elements are grouped by word width: one or two widths run with the shifts of
+    :class:`Permutation`, more in one sweep with a shift per element. Runs of equal neighbouring
     keys derive their round keys once. O(1) memory per element, no per-domain table.
 
     Args:

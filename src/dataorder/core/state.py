@@ -33,8 +33,8 @@ NOTE [ State size ]
     fits in memory (a 16.8 M-sample bucket among 120 k buckets at the largest epoch).
     ``tests/test_hostile_states.py`` builds every sampler and mode at these extremes. The
     packed sampler writes its packing in one field (NOTE [ Packed state fields ] in
-    :mod:`dataorder.llm.packing.sampler`): one corpus at most 459 bytes, a mixture with a
-    batch-size schedule 546.
+    :mod:`dataorder.llm.packing.sampler`): one corpus at most 459 bytes, a blend of packed
+    sources with a batch-size schedule 546.
 """
 
 from __future__ import annotations

@@ -17,45 +17,71 @@ module                      what it is
 Nothing here imports torch until tensors are made.
 """
 
-from dataorder.llm.blend import BlendedSampler
-from dataorder.llm.factory import create_megatron_sampler
-from dataorder.llm.megatron import (
-    BaseMegatronSampler,
-    MegatronPretrainingRandomSampler,
-    MegatronPretrainingSampler,
-)
-from dataorder.llm.mixlog import MixtureLog, SourceDatasets, broadcast_weights
-from dataorder.llm.mixture import MixtureSchedule, Ramp
-from dataorder.llm.packing import (
-    ConcatTokens,
-    DocumentLengths,
-    DocumentRange,
-    MegatronStyle,
-    PackedDataset,
-    PackedSampler,
-)
-from dataorder.llm.schedule import BatchSizeSchedule, StepInfo
-from dataorder.llm.splits import held_out, split_documents
+from __future__ import annotations
 
-__all__ = [
-    "BaseMegatronSampler",
-    "BatchSizeSchedule",
-    "BlendedSampler",
-    "ConcatTokens",
-    "DocumentLengths",
-    "DocumentRange",
-    "MegatronPretrainingRandomSampler",
-    "MegatronPretrainingSampler",
-    "MegatronStyle",
-    "MixtureLog",
-    "MixtureSchedule",
-    "PackedDataset",
-    "PackedSampler",
-    "Ramp",
-    "SourceDatasets",
-    "StepInfo",
-    "broadcast_weights",
-    "create_megatron_sampler",
-    "held_out",
-    "split_documents",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Every public name of the package -> the module that defines it (one list: ``__all__`` and the
+#: lazy import both read it; tests/test_static.py checks the typing block below against it).
+_EXPORTS: dict[str, str] = {
+    "BaseMegatronSampler": "megatron",
+    "BatchSizeSchedule": "schedule",
+    "BlendedSampler": "blend",
+    "ConcatTokens": "packing.dataset",
+    "DocumentLengths": "packing.lengths",
+    "DocumentRange": "packing.dataset",
+    "MegatronPretrainingRandomSampler": "megatron",
+    "MegatronPretrainingSampler": "megatron",
+    "MegatronStyle": "packing.batch_styles",
+    "MixtureLog": "mixlog",
+    "MixtureSchedule": "mixture",
+    "PackedDataset": "packing.dataset",
+    "PackedSampler": "packing.sampler",
+    "Ramp": "mixture",
+    "SourceDatasets": "mixlog",
+    "StepInfo": "schedule",
+    "broadcast_weights": "mixlog",
+    "create_megatron_sampler": "factory",
+    "held_out": "splits",
+    "split_documents": "splits",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
+    from dataorder.llm.blend import BlendedSampler as BlendedSampler
+    from dataorder.llm.factory import create_megatron_sampler as create_megatron_sampler
+    from dataorder.llm.megatron import BaseMegatronSampler as BaseMegatronSampler
+    from dataorder.llm.megatron import (
+        MegatronPretrainingRandomSampler as MegatronPretrainingRandomSampler,
+    )
+    from dataorder.llm.megatron import MegatronPretrainingSampler as MegatronPretrainingSampler
+    from dataorder.llm.mixlog import MixtureLog as MixtureLog
+    from dataorder.llm.mixlog import SourceDatasets as SourceDatasets
+    from dataorder.llm.mixlog import broadcast_weights as broadcast_weights
+    from dataorder.llm.mixture import MixtureSchedule as MixtureSchedule
+    from dataorder.llm.mixture import Ramp as Ramp
+    from dataorder.llm.packing.batch_styles import MegatronStyle as MegatronStyle
+    from dataorder.llm.packing.dataset import ConcatTokens as ConcatTokens
+    from dataorder.llm.packing.dataset import DocumentRange as DocumentRange
+    from dataorder.llm.packing.dataset import PackedDataset as PackedDataset
+    from dataorder.llm.packing.lengths import DocumentLengths as DocumentLengths
+    from dataorder.llm.packing.sampler import PackedSampler as PackedSampler
+    from dataorder.llm.schedule import BatchSizeSchedule as BatchSizeSchedule
+    from dataorder.llm.schedule import StepInfo as StepInfo
+    from dataorder.llm.splits import held_out as held_out
+    from dataorder.llm.splits import split_documents as split_documents
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dataorder.llm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"dataorder.llm.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

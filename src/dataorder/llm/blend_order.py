@@ -24,20 +24,20 @@ what makes the sampler elastic.
 
 NOTE [ Source orders ]
     Source ``d`` reads its samples in epochs of its own: its ``j``-th draw of the run is
-    position ``j mod n_d`` of source epoch ``E = j // n_d``, mapped by
+    position ``j mod n_d`` of source pass ``E = j // n_d``, mapped by
     ``Permutation(n_d, member_key(source_key, d, E))``. So an upsampled source repeats a sample
-    only after reading all of its samples, in a fresh order every source epoch, and a
+    only after reading all of its samples, in a fresh order every source pass, and a
     downsampled one never repeats within the run's first ``n_d`` draws. No per-source index
     array exists: a draw is O(1) work. The global batch's slot order is the same construction,
     ``Permutation(G_k, member_key(slot_key, k, 0))``.
 
     ``member_key`` is a SplitMix64 hash of ``(base key, a, b)`` (injective in ``b`` for a fixed
-    ``a``): a BLAKE2b :func:`~dataorder.core.keys.derive_key` per source and source epoch would
+    ``a``): a BLAKE2b :func:`~dataorder.core.keys.derive_key` per source and source pass would
     cost 10 us each, K of them per global batch. The core's
     :func:`~dataorder.core.permutation.permute_many` evaluates all of these permutations, with
     their different sizes and keys, in one vectorised pass of the core's own network.
 
-    A global batch whose draws from ``d`` straddle a source epoch boundary (``h`` draws that
+    A global batch whose draws from ``d`` straddle a source pass boundary (``h`` draws that
     end epoch ``E - 1``, then ``t`` that start epoch ``E``) may read a sample twice: the first
     ``t`` samples of epoch ``E``'s fresh order can include some of the last ``h`` of epoch
     ``E - 1`` (``h t / n_d`` of them on average, at most ``min(h, t)``; ``BlendedSampler([5],
@@ -47,10 +47,10 @@ NOTE [ Source orders ]
     repeated ones must still be read in epoch ``E``, by later global batches (many batches
     later for a source of small weight), so epoch ``E``'s order would depend on which global
     batch straddled its start. Finding it is a search over the mixture's counts for every draw
-    near the start of a source epoch instead of O(1) work per draw, and counting distinct reads
+    near the start of a source pass instead of O(1) work per draw, and counting distinct reads
     (:func:`distinct_draws`) would have to follow the same exchange. What it would save is
     small: a source read ``q = h + t`` times per global batch repeats at most ``q**2 / (4
-    n_d)`` samples per source epoch on average (0.0025 for ``q = 100`` and ``n_d = 10**6``),
+    n_d)`` samples per source pass on average (0.0025 for ``q = 100`` and ``n_d = 10**6``),
     once per ``n_d / q`` global batches; a source with ``n_d < q`` repeats samples in every
     global batch whatever the order. A fixed order for every epoch (cyclic reading) would
     avoid the repeats for free but read each sample at the same point of every epoch, a
@@ -125,7 +125,7 @@ _MEMBER_A = 0x9E3779B97F4A7C15
 _MEMBER_B = 0xD6E8FEB86659FD93
 # Slots of a chunk's windows laid out in one table when it is this small (or 4 x the positions).
 _OWNER_TABLE = 2**16
-# Positions of one source epoch read per vectorised call when counting distinct samples.
+# Positions of one source pass read per vectorised call when counting distinct samples.
 _COVERAGE_CHUNK = 2**20
 
 
@@ -162,7 +162,7 @@ def distinct_draws(size: int, start: int, stop: int, order: Callable[[int], Perm
     """How many distinct samples draws ``start .. stop - 1`` of a source read.
 
     Draw ``j`` reads ``order(j // size)(j % size)`` (NOTE [ Source orders ]). Draws inside one
-    source epoch are distinct; a range that holds a whole source epoch reads every sample; a
+    source pass are distinct; a range that holds a whole source pass reads every sample; a
     range across one epoch boundary reads the end of one epoch's order and the start of the
     next, whose overlap is counted through the inverse permutation on the shorter side, in
     chunks: O(min(head, tail)) time, O(1) memory in the size.
@@ -422,8 +422,8 @@ class BlendOrder:
         return first, end
 
     def epoch_of(self, samples: int) -> tuple[int, int]:
-        """``(epoch, samples consumed in it)`` at run position ``samples``; a position that ends
-        an epoch is the start of the next one."""
+        """``(epoch, position in it)`` at the run-wide count ``samples``; a count that ends an
+        epoch is the start of the next one."""
         epoch = samples // self.total_samples
         if self.epoch_bounds(epoch + 1)[0] <= samples:
             epoch += 1
@@ -520,7 +520,7 @@ class BlendOrder:
         return (self.offsets[d] + self.source_samples(d, j)).reshape(np.shape(p))
 
     def source_order(self, source: int, epoch: int) -> Permutation:
-        """The order of one source epoch: what :meth:`source_samples` evaluates, as one
+        """The order of one source pass: what :meth:`source_samples` evaluates, as one
         :class:`~dataorder.core.permutation.Permutation`."""
         return Permutation(int(self.sizes[source]), member_key(self.source_key, source, epoch))
 

@@ -35,8 +35,8 @@ __all__ = ["DATALOADER_TYPES", "create_megatron_sampler"]
 #: The ``dataloader_type`` values :func:`create_megatron_sampler` accepts.
 DATALOADER_TYPES: tuple[str, ...] = ("single", "cyclic")
 
-#: ``mixture=``: the sources' sizes and their weights (or a schedule of them).
-Mixture = tuple[Sequence[int], WeightVector | MixtureSchedule]
+#: ``mixture=``: a blend's sources (their sizes) and its mixture (weights, or a schedule of them).
+SourcesAndMixture = tuple[Sequence[int], WeightVector | MixtureSchedule]
 
 
 @overload
@@ -65,7 +65,7 @@ def create_megatron_sampler(
     world_size: int = 1,
     seed: int = 0,
     *,
-    mixture: Mixture,
+    mixture: SourcesAndMixture,
 ) -> BlendedSampler: ...
 def create_megatron_sampler(
     dataset_len: int,
@@ -78,7 +78,7 @@ def create_megatron_sampler(
     world_size: int = 1,
     seed: int = 0,
     *,
-    mixture: Mixture | None = None,
+    mixture: SourcesAndMixture | None = None,
 ) -> BaseMegatronSampler | BlendedSampler:
     """Build a Megatron micro-batch sampler for one data-parallel rank (NeMo's factory).
 

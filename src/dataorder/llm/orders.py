@@ -17,7 +17,7 @@ How an epoch is laid out. The epoch is a *global stream* of positions ``0, 1, 2,
 ``p`` holds the sample ``order(p)`` for ``p < total_samples`` and padding beyond. The stream is cut
 into global blocks of ``M = micro_batch_size x data_parallel_size`` positions; block ``k`` is
 micro-step ``k`` on every rank, and rank ``r`` reads the contiguous slice
-``[r * micro_batch_size, (r + 1) * micro_batch_size)`` of it (Megatron's layout). The end of the
+``[r * micro_batch_size, (r + 1) * micro_batch_size)`` of it (Megatron's placement). The end of the
 epoch is decided for the whole job, never per rank (:func:`plan_megatron_epoch`):
 
 =========  =================  =======  ===========================================================

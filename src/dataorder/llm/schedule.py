@@ -85,11 +85,12 @@ def parse_count(text: str, *, name: str = "count") -> int:
 
 @dataclass(frozen=True)
 class ScheduleSegment:
-    """A run of steps with one global batch size.
+    """A run of global steps with one global batch size.
 
     Attributes:
-        first_step: The first step of the run.
-        consumed_samples: Samples consumed before ``first_step``.
+        first_step: The first global step of the run.
+        consumed_samples: The start of ``first_step``: the samples of the global batches
+            before it.
         global_batch_size: The global batch size of every step of the run.
         num_steps: Steps in the run; None for the last run, which never ends.
     """
@@ -102,13 +103,14 @@ class ScheduleSegment:
 
 @dataclass(frozen=True)
 class StepInfo:
-    """One training step of a schedule on one layout.
+    """One global step (an optimizer step, one global batch) of a schedule on one layout.
 
     Attributes:
-        step: The step (0-based).
+        step: The global step (0-based).
         global_batch_size: Samples the step consumes, over all ranks.
         num_micro_batches: Micro-batches every rank takes in the step (gradient accumulation).
-        consumed_samples: Samples consumed before the step (Megatron's ``consumed_samples``).
+        consumed_samples: The start of the step: the samples of the global batches before it
+            (Megatron-LM's ``consumed_samples`` when it begins the step).
     """
 
     step: int
@@ -370,14 +372,17 @@ class BatchSizeSchedule:
         return self._segment_for_step(step)[1].global_batch_size
 
     def consumed_samples(self, step: int) -> int:
-        """Samples consumed before ``step`` (so ``consumed_samples(0) == 0``); a Python int."""
+        """The start of global step ``step``: the samples of the global batches before it (so
+        ``consumed_samples(0) == 0``); a Python int. The name is Megatron's; docs/design.md's
+        glossary calls it the start of a global step, apart from a sampler's run-wide count."""
         step, seg = self._segment_for_step(step)
         return seg.consumed_samples + (step - seg.first_step) * seg.global_batch_size
 
     def step_at(self, consumed_samples: int) -> int:
-        """The step that reads the sample at run-wide position ``consumed_samples``.
+        """The global step that reads sample ``consumed_samples`` of the schedule's stream.
 
-        When ``consumed_samples`` is a step boundary this is the number of steps completed.
+        When ``consumed_samples`` is the start of a global step, this is the number of global
+        steps completed.
         """
         consumed = check_int("consumed_samples", consumed_samples, min_value=0)
         seg = self._segments[bisect.bisect_right(self._starts, consumed) - 1]

@@ -124,9 +124,9 @@ def held_out(
         train: The train :class:`~dataorder.llm.packing.sampler.PackedSampler` or
             :class:`~dataorder.llm.blend.BlendedSampler`.
         data: For a packed sampler of one corpus, the held-out documents' lengths; of a
-            mixture, one lengths per source (the same weights); for a blend, one size per
-            source.
-        consumed_samples: Where the held-out sampler starts (Megatron's
+            blend of packed sources, one lengths per source (the same mixture); for a
+            :class:`~dataorder.llm.blend.BlendedSampler`, one size per source.
+        consumed_samples: Where the held-out sampler starts, a run-wide count (Megatron's
             ``consumed_valid_samples``: rows for a packed sampler, samples for a blend).
         micro_batch_size: Default: the train's (Megatron's ``--eval-micro-batch-size`` if
             given).

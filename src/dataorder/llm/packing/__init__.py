@@ -21,31 +21,59 @@ tensors.
 
 from __future__ import annotations
 
-from dataorder.llm.packing.batch_styles import MegatronStyle
-from dataorder.llm.packing.dataset import ConcatTokens, DocumentRange, PackedDataset
-from dataorder.llm.packing.dealing import deal, deal_bounds
-from dataorder.llm.packing.fit import PackedWindow, pack_window
-from dataorder.llm.packing.lengths import DocumentLengths
-from dataorder.llm.packing.megatron_files import read_index, write_megatron
-from dataorder.llm.packing.plan import EpochRows, PackingPlan, PackingStats
-from dataorder.llm.packing.rule import PackedRows
-from dataorder.llm.packing.sampler import PackedSampler
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "ConcatTokens",
-    "DocumentLengths",
-    "DocumentRange",
-    "EpochRows",
-    "MegatronStyle",
-    "PackedDataset",
-    "PackedRows",
-    "PackedSampler",
-    "PackedWindow",
-    "PackingPlan",
-    "PackingStats",
-    "deal",
-    "deal_bounds",
-    "pack_window",
-    "read_index",
-    "write_megatron",
-]
+#: Every public name of the package -> the module that defines it (one list: ``__all__`` and the
+#: lazy import both read it; tests/test_static.py checks the typing block below against it).
+_EXPORTS: dict[str, str] = {
+    "ConcatTokens": "dataset",
+    "DocumentLengths": "lengths",
+    "DocumentRange": "dataset",
+    "EpochRows": "plan",
+    "MegatronStyle": "batch_styles",
+    "PackedDataset": "dataset",
+    "PackedRows": "rule",
+    "PackedSampler": "sampler",
+    "PackedWindow": "fit",
+    "PackingPlan": "plan",
+    "PackingStats": "plan",
+    "deal": "dealing",
+    "deal_bounds": "dealing",
+    "pack_window": "fit",
+    "read_index": "megatron_files",
+    "write_megatron": "megatron_files",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
+    from dataorder.llm.packing.batch_styles import MegatronStyle as MegatronStyle
+    from dataorder.llm.packing.dataset import ConcatTokens as ConcatTokens
+    from dataorder.llm.packing.dataset import DocumentRange as DocumentRange
+    from dataorder.llm.packing.dataset import PackedDataset as PackedDataset
+    from dataorder.llm.packing.dealing import deal as deal
+    from dataorder.llm.packing.dealing import deal_bounds as deal_bounds
+    from dataorder.llm.packing.fit import PackedWindow as PackedWindow
+    from dataorder.llm.packing.fit import pack_window as pack_window
+    from dataorder.llm.packing.lengths import DocumentLengths as DocumentLengths
+    from dataorder.llm.packing.megatron_files import read_index as read_index
+    from dataorder.llm.packing.megatron_files import write_megatron as write_megatron
+    from dataorder.llm.packing.plan import EpochRows as EpochRows
+    from dataorder.llm.packing.plan import PackingPlan as PackingPlan
+    from dataorder.llm.packing.plan import PackingStats as PackingStats
+    from dataorder.llm.packing.rule import PackedRows as PackedRows
+    from dataorder.llm.packing.sampler import PackedSampler as PackedSampler
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dataorder.llm.packing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"dataorder.llm.packing.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -153,7 +153,7 @@ class ArrowTokens:
 class ConcatTokens:
     """Token sources end to end: document ``i`` of source ``d`` is the flat document
     ``sum(len(sources[:d])) + i``, the numbering of a
-    :class:`~dataorder.llm.packing.sampler.PackedSampler` mixture's rows.
+    :class:`~dataorder.llm.packing.sampler.PackedSampler` blend's rows.
 
     >>> both = ConcatTokens([SequenceTokens([[1, 2]]), SequenceTokens([[3], [4, 5, 6]])])
     >>> len(both), both.length(2), both.tokens(2, 1, 3).tolist()

@@ -107,7 +107,7 @@ MAX_CHUNK = 2**20
 #: document: 1.2 s at 2**20), and its token total stays below 2**55 (NOTE [ Length bounds ]).
 MAX_WINDOW = 2**20
 #: Largest epoch of a plan: 2**62 (``MAX_POSITIONS``), past a sampler's ``MAX_EPOCH``. A sampler's
-#: epochs stop at ``MAX_EPOCH``, the bound of its state; a mixture reads its ``j``-th row of a
+#: epochs stop at ``MAX_EPOCH``, the bound of its state; a blend reads its ``j``-th row of a
 #: source from that source's pass ``j // rows_per_epoch``, and ``j`` reaches 2**62 in a long run
 #: over a small source. Nothing in a plan depends on the bound: epochs only enter keys.
 MAX_PASS = 2**62
@@ -123,7 +123,7 @@ FILL_BINS = 200
 #: Packed windows an :class:`EpochRows` keeps (a global batch rarely spans more than two).
 CACHED_WINDOWS = 4
 #: Epochs whose :class:`EpochRows` a plan keeps: building one is a permutation of every window
-#: and a cumulative sum (2-3 ms at 62,500 windows), and a mixture asks each source for one or two
+#: and a cumulative sum (2-3 ms at 62,500 windows), and a blend asks each source for one or two
 #: passes on every batch.
 CACHED_EPOCHS = 4
 

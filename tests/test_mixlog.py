@@ -624,5 +624,7 @@ def test_the_module_examples_hold() -> None:
     import doctest
 
     import dataorder.llm.mixlog as module
+    import dataorder.llm.mixlog_corpus as corpus
 
-    assert doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE).failed == 0
+    for each in (module, corpus):
+        assert doctest.testmod(each, optionflags=doctest.NORMALIZE_WHITESPACE).failed == 0

@@ -1,0 +1,350 @@
+"""A mixture log compiled for one sampler: per-source counts at any sample.
+
+:class:`LogMixture` (what :meth:`~dataorder.llm.mixlog.MixtureLog.compile` returns) is both a
+sampler's mixture (``counts``, ``counts_at``) and its schedule (``trained_tag``,
+``check_trained``): NOTE [ Mixture log exactness ] and NOTE [ Frozen steps ] in
+:mod:`dataorder.llm.mixlog`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from dataorder._validate import check_int, fail
+from dataorder.core.apportion import MAX_POSITION, MAX_TOTAL
+from dataorder.llm.mixlog_entries import DIGEST_BYTES, EntryLog
+from dataorder.llm.mixlog_tree import LevelWalk, source_tree
+from dataorder.llm.schedule import BatchSizeSchedule
+
+if TYPE_CHECKING:  # for annotations only: MixtureLog is built on this module
+    from dataorder.llm.mixlog import MixtureLog
+
+__all__ = ["LogMixture"]
+
+_I64 = np.int64
+_U64 = np.uint64
+_ERROR_LIMIT = 2**56  # a scaled error (E * 2**40) stays far below: |E| <= h (h + 1) / 4
+_WAVE_LEAST = 16  # from this many segments to build, one wave of the tree per segment
+_WAVE_CHUNK = 4096  # segments a wave builds at once (bounds its memory: 2 int64 per node each)
+
+
+class LogMixture:
+    """A :class:`MixtureLog` compiled for one sampler: per-source counts at any sample
+    (NOTE [ Mixture log exactness ]), and the trained part's digest for its state.
+
+    It serves both as the sampler's mixture (``counts``, ``counts_at``) and as its schedule
+    (``trained_tag``, ``check_trained``). Segment bases (each entry's starting counts and
+    errors, two int64 rows of K) are computed once, as the log grows; a lookup bisects the
+    entries and walks the tree once: O(log entries + K).
+
+    Args:
+        log: The log.
+        key: Unused by the counts (kept for the interface of
+            :class:`~dataorder.llm.mixture.Mixture`; the tree needs no tie-break).
+        batches: The sampler's global batch size schedule: an entry at step ``k`` starts at
+            sample ``batches.consumed_samples(k)``.
+    """
+
+    def __init__(self, log: MixtureLog, key: int, batches: BatchSizeSchedule) -> None:
+        if not isinstance(log, EntryLog):
+            fail("log", "a MixtureLog", log, TypeError)
+        if not isinstance(batches, BatchSizeSchedule):
+            fail("batches", "a BatchSizeSchedule", batches, TypeError)
+        self._log = log
+        self._key = key
+        self._batches = batches
+        self._nodes, self._depths = source_tree(log.num_sources)
+        self._walk = LevelWalk(self._nodes, log.num_sources)
+        # Per segment (entries at one start merged, the last one's weights holding):
+        self._seg_pos: list[int] = []  # its first sample
+        self._seg_entry: list[int] = []  # the log entry whose weights it uses
+        self._seg_count: list[int] = []  # log entries that start at or before it
+        self._base_c: list[npt.NDArray[np.int64]] = []  # per-source counts at its start
+        self._base_e: list[npt.NDArray[np.int64]] = []  # per-source errors x 2**40 at its start
+        self._synced = 0
+        self._params: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
+        log._users.add(self)
+
+    @property
+    def log(self) -> MixtureLog:
+        """The log."""
+        return self._log
+
+    @property
+    def num_sources(self) -> int:
+        """The number of sources K."""
+        return self._log.num_sources
+
+    # -- segments -------------------------------------------------------------------------------
+    def _sync(self) -> None:
+        log = self._log
+        n = len(log)
+        if self._synced == n:
+            return
+        k = self.num_sources
+        for i in range(self._synced, n):
+            pos = self._batches.consumed_samples(int(log._steps[i]))
+            if pos > MAX_POSITION:
+                fail(f"log.entry({i}).step", "a step that starts within 2**62 samples", pos)
+            if self._seg_pos and self._seg_pos[-1] == pos:
+                self._seg_entry[-1] = i  # same start: the later entry's weights hold
+                self._seg_count[-1] = i + 1
+                self._params.pop(len(self._seg_pos) - 1, None)
+                continue
+            self._seg_pos.append(pos)
+            self._seg_entry.append(i)
+            self._seg_count.append(i + 1)
+        self._synced = n
+        if not self._base_c:
+            self._base_c.append(np.zeros(k, dtype=_I64))
+            self._base_e.append(np.zeros(k, dtype=_I64))
+        while len(self._base_c) < len(self._seg_pos):
+            s = len(self._base_c) - 1
+            m = min(len(self._seg_pos) - 1 - s, _WAVE_CHUNK)
+            if m < _WAVE_LEAST:  # a few new entries (a running job): one walk each
+                c, e = self._advance(s, self._seg_pos[s + 1] - self._seg_pos[s])
+                self._base_c.append(c)
+                self._base_e.append(e)
+                continue
+            units = np.stack([self._log._row(self._seg_entry[s + j]) for j in range(m)])
+            starts = np.array(self._seg_pos[s : s + m + 1], dtype=_I64)
+            lengths: npt.NDArray[np.int64] = starts[1:] - starts[:-1]
+            cs, es = self._walk.bases(units, self._base_c[s], self._base_e[s], lengths)
+            if int(np.abs(es).max()) >= _ERROR_LIMIT:  # pragma: no cover - as in _advance
+                raise RuntimeError("mixture log error out of range")
+            self._base_c.extend(cs)
+            self._base_e.extend(es)
+
+    def _advance(self, s: int, length: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Counts and scaled errors at the end of segment ``s`` after ``length`` samples: the
+        walk of :meth:`_local`, one level of the tree at a time in int64 (NOTE [ Segment bases
+        in int64 ])."""
+        units = self._log._row(self._seg_entry[s])
+        base_c, base_e = self._base_c[s], self._base_e[s]
+        local = self._walk.local(units, base_e, length)
+        errors = (
+            base_e.view(_U64) + (local.view(_U64) << _U64(40)) - units.view(_U64) * _U64(length)
+        ).view(_I64)
+        if int(np.abs(errors).max()) >= _ERROR_LIMIT:  # pragma: no cover - the bound: < 2**47
+            raise RuntimeError(f"mixture log error out of range: {errors.tolist()}")
+        counts: npt.NDArray[np.int64] = base_c + local
+        return counts, errors
+
+    def _segment_params(self, s: int) -> list[tuple[int, int, int, int, int, int]]:
+        params = self._params.get(s)
+        if params is not None:
+            return params
+        units = self._log._row(self._seg_entry[s]).tolist()
+        errors = self._base_e[s].tolist()
+        pu = [0]
+        pe = [0]
+        for u, e in zip(units, errors, strict=True):
+            pu.append(pu[-1] + u)
+            pe.append(pe[-1] + e)
+        d = MAX_TOTAL
+        params = []
+        for v, a, b, lo, mid, hi in self._nodes:
+            ua, uv = pu[mid] - pu[lo], pu[hi] - pu[lo]
+            ev, ea = pe[hi] - pe[lo], pe[mid] - pe[lo]
+            if uv == 0:
+                ua, uv = 1, 2  # no weight below v: any rho keeps the bound; split its debts
+            params.append((v, a, b, 2 * ua * d, uv * d + 2 * ua * ev - 2 * uv * ea, 2 * uv * d))
+        if len(self._params) > 64:
+            self._params.clear()
+        self._params[s] = params
+        return params
+
+    def _local(self, s: int, tau: int) -> list[int]:
+        """Per-source counts ``tau`` samples into segment ``s`` (relative to its start)."""
+        k = self.num_sources
+        c = [0] * (2 * k - 1)
+        c[-1 if k > 1 else 0] = tau
+        for v, a, b, slope, num0, den in self._segment_params(s):
+            n = c[v]
+            if n == 0:
+                continue
+            x = (slope * n + num0) // den
+            ca = n if x >= n else (x if x > 0 else 0)
+            c[a] = ca
+            c[b] = n - ca
+        return c[:k]
+
+    def _segment_of(self, t: int) -> int:
+        return bisect.bisect_right(self._seg_pos, t) - 1
+
+    def _note(self, t: int) -> None:
+        """Counts at ``t`` were computed: freeze the steps they depend on."""
+        b = self._batches
+        step = b.step_at(t)
+        self._log._freeze(step if b.consumed_samples(step) == t else step + 1)
+
+    # -- the Mixture interface --------------------------------------------------------------------
+    def counts(self, t: int) -> npt.NDArray[np.int64]:
+        """``c_d(t)``: how many of samples ``0 .. t - 1`` each source supplies, with the log as
+        it stands (a query: it freezes no step, unlike :meth:`counts_at`)."""
+        t = check_int("t", t, min_value=0, max_value=MAX_POSITION)
+        self._sync()
+        s = self._segment_of(t)
+        local = np.array(self._local(s, t - self._seg_pos[s]), dtype=_I64)
+        out: npt.NDArray[np.int64] = self._base_c[s] + local
+        return out
+
+    def counts_at(self, ts: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """``c_d(t)`` for many ``t``: an int64 array of shape ``(n, K)``.
+
+        What the order calls to lay out global batches: the steps the counts depend on are
+        frozen (NOTE [ Frozen steps ]).
+        """
+        arr = np.asarray(ts)
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
+            raise TypeError(f"ts must be integers; got dtype {arr.dtype}")
+        if arr.ndim != 1:
+            raise ValueError(f"ts must be 1-D; got shape {arr.shape}")
+        out = np.empty((arr.size, self.num_sources), dtype=_I64)
+        if arr.size == 0:
+            return out
+        if int(arr.min()) < 0 or int(arr.max()) > MAX_POSITION:
+            raise ValueError(
+                f"ts must lie in [0, 2**62]; got min={int(arr.min())}, max={int(arr.max())}"
+            )
+        self._sync()
+        self._note(int(arr.max()))
+        for i, t in enumerate(arr.tolist()):
+            s = self._segment_of(t)
+            out[i] = self._base_c[s] + np.array(self._local(s, t - self._seg_pos[s]), dtype=_I64)
+        return out
+
+    # -- what the counts track (NOTE [ Mixture log exactness ]) ------------------------------------
+    def shares(self, t: int) -> npt.NDArray[np.float64]:
+        """``S_d(t)``: the integral of each source's logged (quantised) weight over samples
+        ``[0, t)``, the target the counts track."""
+        t = check_int("t", t, min_value=0, max_value=MAX_POSITION)
+        self._sync()
+        s = self._segment_of(t)
+        units = self._log._row(self._seg_entry[s]).tolist()
+        local = self._local(s, t - self._seg_pos[s])
+        counts = self._base_c[s].tolist()
+        errors = self._base_e[s].tolist()
+        tau = t - self._seg_pos[s]
+        # S = c - E exactly: (c * 2**40 - E * 2**40) / 2**40 with E at the segment start
+        return np.array(
+            [
+                ((c + d) * MAX_TOTAL - (e + d * MAX_TOTAL - u * tau)) / MAX_TOTAL
+                for c, d, e, u in zip(counts, local, errors, units, strict=True)
+            ],
+            dtype=np.float64,
+        )
+
+    def deviation_bounds(self) -> npt.NDArray[np.float64]:
+        """Per-source bound on ``|c_d(t) - S_d(t)|`` at every sample, whatever the log:
+        ``h (h + 1) / 4`` for a source at depth ``h`` of the tree (NOTE [ Mixture log
+        exactness ])."""
+        return np.array([h * (h + 1) / 4 for h in self._depths], dtype=np.float64)
+
+    def share_bounds(self, t: int) -> npt.NDArray[np.float64]:
+        """:meth:`deviation_bounds` (they do not grow with ``t`` or the entries)."""
+        check_int("t", t, min_value=0, max_value=MAX_POSITION)
+        return self.deviation_bounds()
+
+    # -- the schedule interface (NOTE [ Trained part of a schedule ] in mixture.py) -------------
+    def __len__(self) -> int:
+        return len(self._log)
+
+    def trained_entries(self, samples: int) -> int:
+        """How many log entries start before sample ``samples``."""
+        samples = check_int("samples", samples, min_value=0, max_value=MAX_POSITION)
+        self._sync()
+        s = bisect.bisect_left(self._seg_pos, samples)
+        return self._seg_count[s - 1] if s else 0
+
+    def trained_tag(self, samples: int) -> str:
+        """``"<entries>:<digest>"`` of the log entries that start before ``samples`` (``"0"``
+        before any sample): the log's length and chained digest a state records."""
+        m = self.trained_entries(samples)
+        return "0" if m == 0 else f"{m}:{self._log.digest(m)}"
+
+    def check_trained(
+        self,
+        tag: object,
+        samples: int,
+        *,
+        name: str = "state['mixture']",
+        saved_at: int | None = None,
+        unit: str = "sample",
+    ) -> None:
+        """Refuse this log if its entries before ``samples`` are not the ones ``tag`` digests.
+
+        Raises:
+            ValueError: If ``tag`` is malformed, or the log's trained part differs: the message
+                names the first entry that differs when the lengths differ, else the range.
+        """
+        ours = self.trained_tag(samples)
+        if tag == ours:
+            self._note(samples)  # the entries before it are trained: none may be added there
+            return
+        fields = tag.split(":") if isinstance(tag, str) else []
+        valid = fields == ["0"] or (
+            len(fields) == 2 and fields[0].isdigit() and len(fields[1]) == 2 * DIGEST_BYTES
+        )
+        if not valid:
+            fail(name, "a mixture-log tag such as '12:9f12ab34cd56ef78'", tag)
+        theirs = int(fields[0])
+        mine = self.trained_entries(samples)
+        at = f"before {unit} {samples}"
+        if saved_at is not None and saved_at != samples:
+            at += f" (the end of the global batch under way at the saved {unit} {saved_at})"
+        if theirs != mine:
+            prefix = theirs < mine and self._log.digest(theirs) == fields[1]
+            what = (
+                f"the state trained {theirs} log entries {at} and this log has {mine} there; "
+                + (
+                    f"the first {theirs} agree, so entry {theirs} is the first that differs"
+                    if prefix
+                    else f"entry {min(theirs, mine)} is the first that differs at the latest"
+                )
+            )
+        else:
+            what = (
+                f"its first {mine} entries (the ones {at}) digest to {self._log.digest(mine)}, "
+                f"the state's to {fields[1]}: one of entries 0..{mine - 1} differs (compare the "
+                "saved log with MixtureLog.first_difference to name it)"
+            )
+        raise ValueError(
+            f"the mixture log cannot continue this state: {what}. Resume with the log saved "
+            "beside the state (MixtureLog.load, or OrderState)"
+        )
+
+    def segment_at(self, samples: int) -> int:
+        """The index of the log entry in effect at sample ``samples``."""
+        samples = check_int("samples", samples, min_value=0, max_value=MAX_POSITION)
+        self._sync()
+        return self._seg_entry[self._segment_of(samples)]
+
+    def entry_start(self, index: int) -> int:
+        """The sample at which log entry ``index`` starts."""
+        entry = self._log.entry(index)
+        return self._batches.consumed_samples(entry.step)
+
+    def weights_at(self, samples: int) -> tuple[float, ...]:
+        """The normalised weights in effect at sample ``samples``."""
+        return self._log.entry(self.segment_at(samples)).weights
+
+    def describe(self, samples: int) -> str:
+        """Which entry holds at ``samples``, and the counts against their integral, in words."""
+        index = self.segment_at(samples)
+        counts = self.counts(samples).tolist() if samples else [0] * self.num_sources
+        shares = self.shares(samples).tolist()
+        shown = "; ".join(
+            f"source {d}: {c} vs {s:.2f}"
+            for d, (c, s) in enumerate(zip(counts, shares, strict=True))
+        )
+        if self.num_sources > 8:
+            shown = "; ".join(shown.split("; ")[:8]) + f"; ... {self.num_sources - 8} more"
+        return (
+            f"log entry {index} of {len(self._log)} (from step {self._log.entry(index).step}, "
+            f"sample {self.entry_start(index)}); counts vs integral of the weights: {shown}"
+        )

@@ -103,6 +103,7 @@ from dataorder.llm.mixlog_entries import (
     OPS,
     SOURCE_STRIDE,
     LogEntry,
+    SegmentBases,
 )
 from dataorder.llm.schedule import BatchSizeSchedule
 
@@ -211,6 +212,8 @@ class MixtureLog(CorpusLog):
             if step < self._frozen:
                 fail("saved", f"entries from step {self._frozen} on (NOTE [ Frozen steps ])", step)
             self._append(step, saved._row(i), *events.get(i, (OP_WEIGHTS, 0, 0)))
+        if saved._bases is not None:  # checked against this log when a sampler takes them
+            self._bases = saved._bases
 
     # -- files ----------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
@@ -227,14 +230,33 @@ class MixtureLog(CorpusLog):
         if self._sizes0 is not None:  # corpus changes: the first sizes and every change
             arrays["sizes"] = np.array(self._sizes0, dtype="<i8")
             arrays["events"] = np.array(self._events, dtype="<i8").reshape(-1, 4)
+        bases = self._bases_to_save()
+        if bases is not None:  # NOTE [ Saved segment bases ]
+            arrays["bases_entries"] = np.array(bases.entries, dtype="<i8")
+            arrays["bases_starts"] = bases.starts.astype("<i8")
+            arrays["bases_segments"] = bases.segments.astype("<i8")
+            arrays["bases_counts"] = bases.counts.astype("<i8")
+            arrays["bases_digest"] = np.array(bases.digest)
         np.savez(buf, **arrays)  # type: ignore[arg-type]
         return buf.getvalue()
+
+    def _bases_to_save(self) -> SegmentBases | None:
+        """The saved bases of the sampler over this log that knows the most, else the ones
+        this log was loaded with (NOTE [ Saved segment bases ])."""
+        best = self._bases
+        for user in list(self._users):
+            bases = user.saved_bases()
+            if bases is not None and (best is None or len(bases.segments) > len(best.segments)):
+                best = bases
+        return best
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the log to ``path``: an uncompressed ``.npz`` of ``format``, ``steps`` (int64),
         ``units`` (each quantised weight, at most 2**40, in 6 little-endian bytes: 1200 bytes
         per entry at K = 200, 12 MB for 10**4 entries) and ``digest`` (the chained digest of
-        all entries, checked on load). Written to a temporary file and renamed into place."""
+        all entries, checked on load); and, once a sampler over the log has built them, the
+        segment bases a resume starts from (``bases_*``: 0.3 MB at 10**4 entries, K = 200;
+        NOTE [ Saved segment bases ]). Written to a temporary file and renamed into place."""
         tmp = f"{os.fspath(path)}.tmp"
         with open(tmp, "wb") as f:
             f.write(self.to_bytes())
@@ -256,6 +278,9 @@ class MixtureLog(CorpusLog):
                 recorded = str(z["digest"])
                 sizes = z["sizes"].tolist() if "sizes" in z.files else None
                 events = z["events"].tolist() if "events" in z.files else []
+                saved = {
+                    key: z[key] for key in z.files if key.startswith("bases_")
+                }  # NOTE [ Saved segment bases ]
         except Exception as err:  # any unreadable file is the same refusal
             fail(name, f"a saved MixtureLog ({MIXLOG_FORMAT} .npz)", f"<unreadable: {err}>")
         if fmt != MIXLOG_FORMAT:
@@ -288,7 +313,48 @@ class MixtureLog(CorpusLog):
                 f"the digest of its entries, {log.digest()} (the file was edited or truncated)",
                 recorded,
             )
+        if saved:
+            log._bases = cls._bases_from(saved, log, name)
         return log
+
+    @staticmethod
+    def _bases_from(saved: dict[str, npt.NDArray[Any]], log: MixtureLog, name: str) -> SegmentBases:
+        """The segment bases of a saved log, refused unless their digest is the one of the
+        log's entries and the bases (NOTE [ Saved segment bases ])."""
+        keys = {"bases_entries", "bases_starts", "bases_segments", "bases_counts"}
+        if set(saved) != keys | {"bases_digest"}:
+            fail(f"{name}.bases_*", f"the arrays {sorted(keys | {'bases_digest'})}", sorted(saved))
+        try:
+            entries = int(saved["bases_entries"])
+            starts = saved["bases_starts"].astype(_I64)
+            segments = saved["bases_segments"].astype(_I64)
+            counts = saved["bases_counts"].astype(_I64)
+        except (TypeError, ValueError) as err:
+            fail(f"{name}.bases_*", "int64 arrays", f"<unreadable: {err}>")
+        if not 0 < entries <= len(log):
+            fail(f"{name}.bases_entries", f"a number of entries in [1, {len(log)}]", entries)
+        fine = (
+            starts.ndim == segments.ndim == 1
+            and counts.shape == (segments.size, log.num_sources)
+            and segments.size > 0
+            and bool((np.diff(segments) > 0).all())
+            and int(segments[0]) > 0
+            and int(segments[-1]) == starts.size - 1
+        )
+        if not fine:
+            fail(
+                f"{name}.bases_segments",
+                "increasing positive segments, the last one ending the starts, with counts each",
+                segments.shape,
+            )
+        digest = SegmentBases.digest_of(log._chain[entries], entries, starts, segments, counts)
+        if str(saved["bases_digest"]) != digest:
+            fail(
+                f"{name}.bases_digest",
+                f"the digest of its segment bases and entries, {digest} (the file was edited)",
+                str(saved["bases_digest"]),
+            )
+        return SegmentBases(entries, starts, segments, counts, digest)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> MixtureLog:

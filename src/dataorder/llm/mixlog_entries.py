@@ -37,6 +37,7 @@ __all__ = [
     "SOURCE_STRIDE",
     "EntryLog",
     "LogEntry",
+    "SegmentBases",
     "chain_digest",
 ]
 
@@ -103,12 +104,52 @@ def chain_digest(
     return h.digest()
 
 
+@dataclass(frozen=True, eq=False)
+class SegmentBases:
+    """Per-source counts at some segment starts of a log compiled for one batch size schedule,
+    saved beside the log so that a resume does not rebuild them (NOTE [ Saved segment bases ]
+    in :mod:`dataorder.llm.mixlog_counts`).
+
+    Attributes:
+        entries: The log entries they were saved with: they are bound to those entries' digest.
+        starts: Every segment's first sample, up to the last saved segment (int64).
+        segments: The saved segments, indices into ``starts`` (int64, increasing, positive).
+        counts: Each saved segment's per-source counts at its start, shape
+            ``(len(segments), K)`` (int64).
+        digest: 16 hex digits of blake2b over the entries' chained digest and the arrays.
+    """
+
+    entries: int
+    starts: npt.NDArray[np.int64]
+    segments: npt.NDArray[np.int64]
+    counts: npt.NDArray[np.int64]
+    digest: str
+
+    @staticmethod
+    def digest_of(
+        log_digest: bytes,
+        entries: int,
+        starts: npt.NDArray[np.int64],
+        segments: npt.NDArray[np.int64],
+        counts: npt.NDArray[np.int64],
+    ) -> str:
+        """The ``digest`` of bases saved with a log whose first ``entries`` entries digest to
+        ``log_digest``."""
+        h = hashlib.blake2b(log_digest, digest_size=DIGEST_BYTES)
+        h.update(int(entries).to_bytes(8, "little"))
+        for array in (starts, segments, counts):
+            h.update(len(array).to_bytes(8, "little"))
+            h.update(np.ascontiguousarray(array, dtype="<i8").tobytes())
+        return h.hexdigest()
+
+
 class EntryLog:
     """The entries of a mixture log and their chained digest; see
     :class:`~dataorder.llm.mixlog.MixtureLog`, the class to use."""
 
     __slots__ = (
         "__weakref__",
+        "_bases",
         "_blocks",
         "_chain",
         "_events",
@@ -129,6 +170,7 @@ class EntryLog:
         self._blocks: list[npt.NDArray[np.int64]] = []  # the units, BLOCK entries each
         self._chain: list[bytes] = [_SEED_DIGEST]
         self._frozen = 0
+        self._bases: SegmentBases | None = None  # saved with the log (NOTE [ Saved segment bases ])
         self._users: weakref.WeakSet[Any] = weakref.WeakSet()
         self._events: list[tuple[int, int, int, int]] = []  # (entry, op, source, size)
         self._retired: set[int] = set()
@@ -246,6 +288,15 @@ class EntryLog:
         """Entry ``index``'s units (a view)."""
         block, at = divmod(index, BLOCK)
         out: npt.NDArray[np.int64] = self._blocks[block][at]
+        return out
+
+    def _rows_at(self, indices: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+        """The units of entries ``indices``, shape ``(len(indices), K)`` (a copy)."""
+        out = np.empty((len(indices), self._k), dtype=_I64)
+        blocks, at = np.divmod(indices, BLOCK)
+        for block in np.unique(blocks).tolist():
+            where = blocks == block
+            out[where] = self._blocks[block][at[where]]
         return out
 
     def _rows(self) -> npt.NDArray[np.int64]:

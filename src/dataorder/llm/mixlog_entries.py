@@ -215,7 +215,7 @@ class EntryLog:
             self._steps = np.concatenate([self._steps, np.zeros_like(self._steps)])
         block, at = divmod(self._n, BLOCK)
         if block == len(self._blocks):  # never a copy of the earlier units
-            self._blocks.append(np.zeros((BLOCK, self._k), dtype=_I64))
+            self._blocks.append(np.empty((BLOCK, self._k), dtype=_I64))  # rows below _n only
         row = np.asarray(units, dtype=_I64)
         if op != OP_WEIGHTS:
             extra = np.array([source, size], dtype="<i8").tobytes()

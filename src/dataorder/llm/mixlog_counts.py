@@ -33,6 +33,21 @@ NOTE [ Saved segment bases ]
     recomputed by hand (the log's own digest is as forgeable; the state's digest is what a
     resume checks the log against). Checking a base fully means rebuilding it, which is the
     cost this note avoids.
+
+NOTE [ Naming the entry from the state ]
+    A state records the trained part of the log as its length ``m`` and chained digest (the
+    log itself is saved beside it). A log of ``m`` entries with another digest differs at one
+    of entries ``0 .. m - 1``; one digest cannot say which, and equal lengths are the common
+    case (a controller that decided differently at its last step or two). So the tag also
+    holds the first 8 hex digits of the digests of the ``m - 1 .. m - 4`` first entries
+    (:data:`TAG_BACK`; 33 more bytes: the worst packed mixture state at the caps is then 560
+    of the 576 bytes of NOTE [ State size ]). Since the digests are chained, the longest of
+    those prefixes whose digest agrees with the live log's ends just before the first entry
+    that differs: a log that diverged in its last four entries is refused naming the entry,
+    an earlier divergence still names the range ``0 .. m - 5``. The refusal itself rests on
+    the full 64-bit digest; the shorter ones (32 bits) only name the entry, and a false match
+    (odds ``2**-32`` each) would name a later one. A state written before these digests, a
+    tag ``"<m>:<digest>"``, is read as it was, and names the range.
 """
 
 from __future__ import annotations
@@ -52,13 +67,16 @@ from dataorder.llm.schedule import BatchSizeSchedule
 if TYPE_CHECKING:  # for annotations only: MixtureLog is built on this module
     from dataorder.llm.mixlog import MixtureLog
 
-__all__ = ["BASE_SPACING", "LogMixture"]
+__all__ = ["BASE_SPACING", "TAG_BACK", "LogMixture"]
 
 _I64 = np.int64
 _Row = npt.NDArray[np.int64]
 _U64 = np.uint64
 _ERROR_LIMIT = 2**56  # a scaled error (E * 2**40) stays far below: |E| <= h (h + 1) / 4
 _WAVE_LEAST = 16  # from this many segments to build, one wave of the tree per segment
+#: The shorter prefixes of the trained entries whose digests a state's tag also holds, 8 hex
+#: digits each (NOTE [ Naming the entry from the state ]).
+TAG_BACK = 4
 #: Every this many segments, a sampler's segment base is saved with the log (NOTE [ Saved
 #: segment bases ]): a resume builds at most this many bases.
 BASE_SPACING = 64
@@ -381,10 +399,16 @@ class LogMixture:
         return self._seg_count[s - 1] if s else 0
 
     def trained_tag(self, samples: int) -> str:
-        """``"<entries>:<digest>"`` of the log entries that start before ``samples`` (``"0"``
-        before any sample): the log's length and chained digest a state records."""
+        """``"<entries>:<digest>[:<back>]"`` of the log entries that start before ``samples``
+        (``"0"`` before any sample): the log's length and chained digest a state records, and
+        the first 8 hex digits of the digests of its last :data:`TAG_BACK` shorter prefixes
+        (NOTE [ Naming the entry from the state ])."""
         m = self.trained_entries(samples)
-        return "0" if m == 0 else f"{m}:{self._log.digest(m)}"
+        if m == 0:
+            return "0"
+        digest = self._log.digest
+        back = "".join(digest(m - i)[:8] for i in range(1, min(TAG_BACK, m - 1) + 1))
+        return f"{m}:{digest(m)}" + (f":{back}" if back else "")
 
     def check_trained(
         self,
@@ -397,22 +421,30 @@ class LogMixture:
     ) -> None:
         """Refuse this log if its entries before ``samples`` are not the ones ``tag`` digests.
 
+        A tag without the shorter prefixes' digests (written before they were added) is read
+        the same way.
+
         Raises:
             ValueError: If ``tag`` is malformed, or the log's trained part differs: the message
-                names the first entry that differs when the lengths differ, else the range.
+                names the first entry that differs when the lengths differ or the divergence is
+                among the last :data:`TAG_BACK` entries, else the range
+                (NOTE [ Naming the entry from the state ]).
         """
-        ours = self.trained_tag(samples)
-        if tag == ours:
-            self._note(samples)  # the entries before it are trained: none may be added there
-            return
         fields = tag.split(":") if isinstance(tag, str) else []
         valid = fields == ["0"] or (
-            len(fields) == 2 and fields[0].isdigit() and len(fields[1]) == 2 * DIGEST_BYTES
+            len(fields) in (2, 3)
+            and fields[0].isdigit()
+            and len(fields[1]) == 2 * DIGEST_BYTES
+            and (len(fields) == 2 or 0 < len(fields[2]) <= 8 * TAG_BACK)
+            and (len(fields) == 2 or len(fields[2]) % 8 == 0)
         )
         if not valid:
             fail(name, "a mixture-log tag such as '12:9f12ab34cd56ef78'", tag)
         theirs = int(fields[0])
         mine = self.trained_entries(samples)
+        if theirs == mine and (mine == 0 or fields[1] == self._log.digest(mine)):
+            self._note(samples)  # the entries before it are trained: none may be added there
+            return
         at = f"before {unit} {samples}"
         if saved_at is not None and saved_at != samples:
             at += f" (the end of the global batch under way at the saved {unit} {saved_at})"
@@ -429,12 +461,28 @@ class LogMixture:
         else:
             what = (
                 f"its first {mine} entries (the ones {at}) digest to {self._log.digest(mine)}, "
-                f"the state's to {fields[1]}: one of entries 0..{mine - 1} differs (compare the "
-                "saved log with MixtureLog.first_difference to name it)"
+                f"the state's to {fields[1]}: {self._first_difference(mine, fields[2:])}"
             )
         raise ValueError(
             f"the mixture log cannot continue this state: {what}. Resume with the log saved "
             "beside the state (MixtureLog.load, or OrderState)"
+        )
+
+    def _first_difference(self, m: int, back: list[str]) -> str:
+        """Which of the first ``m`` entries differs, from the state's digests of the shorter
+        prefixes ``back`` (NOTE [ Naming the entry from the state ])."""
+        digests = [back[0][i : i + 8] for i in range(0, len(back[0]), 8)] if back else []
+        for i, theirs in enumerate(digests, start=1):
+            if self._log.digest(m - i)[:8] == theirs:  # the first m - i entries agree
+                return (
+                    f"entry {m - i} is the first that differs (the state's digests of the first "
+                    f"{m - i} and {m - i + 1} entries: the first agrees with this log's)"
+                )
+        last = m - 1 - len(digests)
+        shown = "" if not digests else f" (the last {len(digests)} differ as well)"
+        return (
+            f"one of entries 0..{last} differs{shown} (compare the saved log with "
+            "MixtureLog.first_difference to name it)"
         )
 
     def segment_at(self, samples: int) -> int:

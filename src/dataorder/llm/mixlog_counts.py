@@ -40,7 +40,7 @@ NOTE [ Naming the entry from the state ]
     of entries ``0 .. m - 1``; one digest cannot say which, and equal lengths are the common
     case (a controller that decided differently at its last step or two). So the tag also
     holds the first 8 hex digits of the digests of the ``m - 1 .. m - 4`` first entries
-    (:data:`TAG_BACK`; 33 more bytes: the worst packed mixture state at the caps is then 560
+    (:data:`TAG_BACK`; 33 more bytes: the worst packed mixture state at the caps is then 559
     of the 576 bytes of NOTE [ State size ]). Since the digests are chained, the longest of
     those prefixes whose digest agrees with the live log's ends just before the first entry
     that differs: a log that diverged in its last four entries is refused naming the entry,

@@ -217,7 +217,13 @@ class MixtureLog(CorpusLog):
 
     # -- files ----------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
-        """The log as an ``.npz`` file's bytes (see :meth:`save`)."""
+        """The log as an ``.npz`` file's bytes (see :meth:`save`).
+
+        The entries' bytes are the same in every process that appended the same entries. The
+        segment bases are those of the samplers alive over this log in this process, so two
+        processes whose samplers built different bases write different ``bases_*`` arrays;
+        either file restores the same order (a sampler checks the bases it takes: NOTE [ Saved
+        segment bases ])."""
         buf = io.BytesIO()
         units = self._rows().astype("<u8").view(np.uint8)
         packed = units.reshape(self._n, self._k, 8)[:, :, :_UNIT_BYTES]

@@ -162,7 +162,7 @@ def reference_bases(
 
 def assert_bases_match_the_reference(log: MixtureLog, batches: BatchSizeSchedule) -> None:
     mix = log.compile(0, batches)
-    mix.counts(0)  # builds every segment base
+    mix.counts(mix.entry_start(len(log) - 1))  # builds every segment base
     got = [(c.tolist(), e.tolist()) for c, e in zip(mix._base_c, mix._base_e, strict=True)]
     assert got == reference_bases(log, batches, mix._nodes)
 
@@ -375,8 +375,8 @@ def test_an_online_run_resumed_on_other_sizes_reads_the_uninterrupted_order(
 def test_the_state_holds_the_log_length_and_digest_and_stays_small() -> None:
     log = MixtureLog([1, 1, 1])
     _, state = _train(log, 2, 0, 4, {2: [1, 0, 1]}, None)
-    assert state["mixture"] == f"2:{log.digest(2)}"
-    worst = dict(state, consumed=2**62, mixture=f"{2**62}:{'f' * 16}", epoch=2**32 - 1)
+    assert state["mixture"] == f"2:{log.digest(2)}:{log.digest(1)[:8]}"
+    worst = dict(state, consumed=2**62, mixture=f"{2**62}:{'f' * 16}:{'f' * 32}", epoch=2**32 - 1)
     worst["config.seed"] = 2**63 - 1
     assert len(json.dumps(worst, separators=(",", ":"))) <= MAX_STATE_BYTES
 
@@ -390,8 +390,11 @@ def test_a_resume_with_another_log_is_refused_naming_the_entry() -> None:
     with pytest.raises(ValueError, match=r"trained 3 log entries .* this log has 2 there; entry 2"):
         _make(other, 0, 5).load_state_dict(state)
     other.set_weights(6, [0, 1, 2])
-    with pytest.raises(ValueError, match=r"one of entries 0\.\.2 differs"):
+    with pytest.raises(ValueError, match=r"entry 2 is the first that differs \(the state's"):
         _make(other, 0, 5).load_state_dict(state)
+    old = {**state, "mixture": ":".join(state["mixture"].split(":")[:2])}  # an older state
+    with pytest.raises(ValueError, match=r"one of entries 0\.\.2 differs \(compare"):
+        _make(other, 0, 5).load_state_dict(old)
     longer = MixtureLog([1, 1, 1])
     for step, w in [*decisions.items(), (7, [1, 1, 1])]:
         longer.set_weights(step, w)
@@ -400,6 +403,31 @@ def test_a_resume_with_another_log_is_refused_naming_the_entry() -> None:
     assert other.first_difference(log) == 2
     with pytest.raises(ValueError, match=r"its entry 2 differs"):
         other.extend_to(log)
+
+
+def test_a_state_names_the_entry_when_the_log_diverged_in_its_last_four() -> None:
+    """Equal lengths, another digest: the state's digests of the last four shorter prefixes
+    name the entry that differs; an earlier divergence names the range before them; a state
+    written without those digests still loads with the log it was saved with."""
+    decisions = {step: [step % 3, 1, 1] for step in range(1, 9)}
+    log = MixtureLog([1, 1, 1])
+    _, state = _train(log, 4, 0, 12, decisions, None)
+    m = int(state["mixture"].split(":")[0])
+    assert m == 9
+    assert len(state["mixture"].split(":")[2]) == 32
+    for wrong in range(1, 9):  # the log that decided otherwise at one step
+        other = MixtureLog([1, 1, 1])
+        for step, w in decisions.items():
+            other.set_weights(step, [5, 1, 1] if step == wrong else w)
+        expect = (
+            rf"entry {wrong} is the first" if wrong >= m - 4 else rf"entries 0\.\.{m - 5} differs"
+        )
+        with pytest.raises(ValueError, match=expect):
+            _make(other, 0, 5).load_state_dict(state)
+    old = {**state, "mixture": ":".join(state["mixture"].split(":")[:2])}
+    _make(log, 0, 5).load_state_dict(old)  # the older tag of the same log is accepted
+    with pytest.raises(ValueError, match="must be a mixture-log tag"):
+        _make(log, 0, 5).load_state_dict({**state, "mixture": state["mixture"] + "0"})
 
 
 def test_the_log_file_round_trips_and_an_edited_file_is_refused(tmp_path: Path) -> None:
@@ -606,7 +634,10 @@ def test_a_packed_mixture_over_a_log_resumes_elastically_and_counts_rows() -> No
 
     log = MixtureLog([1, 1])
     reference, sampler = run(4, 0, 8, log, None)
-    assert sampler.state_dict()["mixture"] == f"3:{log.digest()}"
+    assert (
+        sampler.state_dict()["mixture"]
+        == f"3:{log.digest()}:{log.digest(2)[:8]}{log.digest(1)[:8]}"
+    )
     assert sampler.consumed_per_source().tolist() == sampler.schedule.counts(64).tolist()
     first_log = MixtureLog([1, 1])
     head, saved = run(4, 0, 3, first_log, None)
@@ -624,5 +655,7 @@ def test_the_module_examples_hold() -> None:
     import doctest
 
     import dataorder.llm.mixlog as module
+    import dataorder.llm.mixlog_corpus as corpus
 
-    assert doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE).failed == 0
+    for each in (module, corpus):
+        assert doctest.testmod(each, optionflags=doctest.NORMALIZE_WHITESPACE).failed == 0

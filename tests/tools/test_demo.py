@@ -424,6 +424,19 @@ def test_demo_runs_and_every_check_passes(tmp_path: Path) -> None:
     assert packed["checks"]["costs_dealt"] is True
     assert "phase 0 (4 ranks x 4 rows): worst" in packed["details"]["costs_dealt"]
     assert packed["dropped"] > 0  # the tail rows short of a global batch, counted
+    # the mixture's corpus changes mid-run (a source added before the restart, one grown after
+    # it): each pass still reads its rows once, and the trained batches are the uninterrupted
+    # order's; inspect rebuilds the state from the log saved beside it
+    assert "source 3 (62 rows) added at step 3, source 1 grown to 143 rows" in proc.stdout
+    per_source = results["mixture"]["details"]["per_source"]
+    assert "differ by at most 1" in per_source
+    assert "the 25 global batches trained are the uninterrupted order's" in per_source
+    log = out / "checkpoint" / "mixture.mixlog.npz"
+    inspected = run_cli(
+        ["inspect", str(out / "checkpoint" / "mixture.json"), "--log", str(log)], 60
+    )
+    assert inspected.returncode == 0, inspected.stderr
+    assert "log entry 1 of 3 (from step 3" in inspected.stdout
     assert (out / "schedule.png").read_bytes()[:8] == PNG_MAGIC
     # every process of phase 1 loaded one DCP checkpoint; its data order, beside it, is what
     # `dataorder inspect` explains

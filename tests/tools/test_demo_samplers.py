@@ -142,10 +142,10 @@ def test_inspect_commands_and_files_follow_the_registry(tmp_path: Path) -> None:
     commands = inspect_commands(CONFIG, tmp_path)
     assert list(commands) == [n for n, e in DEMO_SAMPLERS.items() if e.inspect is not None]
     assert commands["buckets"].endswith(f"--manifest {tmp_path / 'buckets.manifest.tsv'}")
-    assert f"--schedule {tmp_path / 'mixture.schedule.json'}" in commands["mixture"]
+    assert commands["mixture"].endswith(f"--log {tmp_path / 'mixture.mixlog.npz'}")
     assert commands["packed"].endswith(f"--lengths {tmp_path / 'packed.lengths.npy'}")
     assert write_inspect_files(CONFIG, tmp_path) == [
-        tmp_path / "mixture.schedule.json",
+        tmp_path / "mixture.mixlog.npz",
         tmp_path / "packed.lengths.npy",
     ]
     # the lengths the packed state was written over: its fingerprint matches

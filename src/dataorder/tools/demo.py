@@ -16,8 +16,10 @@ The samplers, one entry each in :data:`~dataorder.tools.demo_samplers.DEMO_SAMPL
 shipped in ``dataorder/data/`` (synthetic and deterministic, see ``dataorder/data/README.md``):
 
 * Megatron "single" and "cyclic" over the token rows of ``tokens.npy``;
-* a mixture: the token rows as three weighted sources (``BlendedSampler``), with a schedule that
-  changes the weights a few steps in, checked per source against ``consumed_per_source``;
+* a mixture: the token rows as four weighted sources (``BlendedSampler``) over a ``MixtureLog``
+  whose corpus changes mid-run (a source added before the restart, one grown after it, inside
+  its first pass), checked per source against ``consumed_per_source``, pass by pass, and global
+  batch by global batch against the order from the start (an uninterrupted run);
 * the bucket sampler over the image sizes of ``image_sizes.csv``, with buckets fitted to those
   sizes and the job's layout (``fit_to_data``) in the interleaved order; the report compares the
   fitted plan with the 1024p preset;
@@ -49,7 +51,9 @@ batch the model trained on). The parent process then checks, per sampler:
   sample (every token of every document, for packed rows) was read exactly once, apart from what
   the sampler itself reports as dropped or padded;
 * **per source** (the mixture): each source was read exactly as often as the sampler's
-  ``consumed_per_source`` says, and no sample of a source twice before all of them once;
+  ``consumed_per_source`` says, no sample of a source twice before all of them once (a growth
+  joins the pass under way), and every global batch trained, before and after the restart,
+  is the one the order gives from the start;
 * **costs dealt** (packed rows): at every step the rows were dealt to the ranks by attention
   cost, the costliest rank within ``mean + costliest row`` (its ratio to the bound reported).
 
@@ -152,9 +156,9 @@ def write_inspect_files(config: DemoConfig, ckpt: str | os.PathLike[str]) -> lis
     """Write what ``dataorder inspect`` needs beside the checkpoints, written by the parent.
 
     Each sampler's entry says what (:attr:`~dataorder.tools.demo_samplers.Inspect.write`): the
-    mixture's state holds only digests of its sources and schedule, so its schedule goes to
-    ``mixture.schedule.json`` (:meth:`~dataorder.llm.mixture.MixtureSchedule.to_json`), for
-    ``--schedule`` (:func:`inspect_commands`); the packed state only a fingerprint of its
+    mixture's state holds only the length and digest of the log it trained on, so its log goes
+    to ``mixture.mixlog.npz`` (:meth:`~dataorder.llm.mixlog.MixtureLog.save`), for ``--log``
+    (:func:`inspect_commands`); the packed state only a fingerprint of its
     documents' lengths, so they go to ``packed.lengths.npy``, for ``--lengths``. The bucket
     sampler's manifest is written by its rank 0 (``buckets.manifest.tsv``,
     ``DemoSampler.files``).
@@ -235,8 +239,8 @@ def run_demo(
     ``out/checkpoint/<sampler>/`` (the DCP checkpoint every process loads on restart: model,
     optimizer, data order), ``out/checkpoint/<sampler>.json`` (its data order, which
     ``dataorder inspect`` explains), ``buckets.manifest.tsv`` (the fitted buckets' dataset, which
-    ``dataorder inspect --manifest`` needs for the bucket state), ``mixture.schedule.json`` (the
-    mixture's schedule, for ``--schedule``), ``packed.lengths.npy`` (the packed documents'
+    ``dataorder inspect --manifest`` needs for the bucket state), ``mixture.mixlog.npz`` (the
+    mixture's log, for ``--log``), ``packed.lengths.npy`` (the packed documents'
     lengths, for ``--lengths``; :func:`inspect_commands` gives each command line), and each
     process's records under ``out/ranks/``.
 

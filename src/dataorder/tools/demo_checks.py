@@ -83,6 +83,12 @@ class SamplerRun:
     ) -> None:
         self.name, self.phases, self._declared, self.rule = name, phases, declared_padding, rule
         self.last = mine(phases[-1][0], name)
+        # a mixture over a log with corpus changes reads flat indices source * 2**40 + document:
+        # the plot shows them as rows of the sources laid end to end
+        firsts, sizes = self.last.get("source_firsts"), self.last.get("source_sizes")
+        self._offsets = None
+        if firsts is not None and sizes is not None and any(firsts[1:]):
+            self._offsets = [sum(sizes[:d]) for d in range(len(sizes))]
         self._spans: list[tuple[Any, Any, Any]] = []
         self.padding_units = self._declared_sum = 0
         self.schedule: list[ScheduleBatch] = []
@@ -104,6 +110,11 @@ class SamplerRun:
         self._declared_sum += own["padding"][step]
         # the plot shows the samples, or the documents of the rows' spans
         shown = tuple(slots) if self.rule.unit == "sample" else tuple(spans[0].tolist())
+        if self._offsets is not None:
+            offsets = self._offsets
+            shown = tuple(
+                None if i is None else offsets[i >> 40] + (i & (2**40 - 1)) for i in shown
+            )
         self.schedule.append(
             ScheduleBatch(
                 sampler=self.name,
@@ -291,31 +302,71 @@ def _lock_step(run: SamplerRun) -> Verdict:
 
 
 def _source_record(sampler: Any) -> dict[str, Any]:
+    """A mixture's accounting after the run, and its global batches from the start (asked of
+    the order, ``batch_at`` on every rank): what an uninterrupted run reads."""
+    log: Any = getattr(sampler.schedule, "log", None)
+    changed = log is not None and log.current_sizes is not None
+    sizes = list(log.current_sizes if changed else sampler.sizes)  # after every corpus change
+    # a log with corpus changes indexes source * 2**40 + document (SOURCE_STRIDE), else the
+    # sources follow each other (ConcatDataset)
+    firsts = [d << 40 if changed else sum(sizes[:d]) for d in range(len(sizes))]
+    state = sampler.state_dict()
+    gbs, dp = state["config.global_batch_size"], sampler.data_parallel_size
+    per_step = gbs // (sampler.micro_batch_size * dp)
+    order = [
+        sorted(
+            i
+            for m in range(k * per_step, (k + 1) * per_step)
+            for r in range(dp)
+            for i in sampler.batch_at(m, rank=r)
+        )
+        for k in range(sampler.consumed_samples // gbs)
+        if sampler.data_parallel_rank == 0  # DP rank 0 of the last phase speaks (SamplerRun.last)
+    ]
     return {
-        "source_sizes": list(sampler.sizes),
+        "source_sizes": sizes,
+        "source_firsts": firsts,
         "consumed_per_source": sampler.consumed_per_source().tolist(),
         "consumed_samples": sampler.consumed_samples,
+        "global_batches": order,
     }
+
+
+def _global_batches(run: SamplerRun, size: int) -> list[list[Any]]:
+    """What the job trained on, global batch by global batch (each sorted), over both phases:
+    the DP ranks' micro-batches step by step, ``size`` samples a global batch."""
+    reads: list[Any] = []
+    for records in run.phases:
+        first = leaders(records)
+        for step in range(min(len(run.of(r)["batches"]) for r in first)):
+            for r in first:
+                reads += run.rule.slots(run.of(r)["batches"][step])
+    return [sorted(reads[i : i + size]) for i in range(0, len(reads) - size + 1, size)]
 
 
 def _per_source(run: SamplerRun) -> Verdict:
     """A mixture's reads per source against its own accounting (``consumed_per_source`` after
-    the run), and no source sample read twice before every sample of its source was read."""
+    the run); no source sample read twice before every sample of its source was read (within
+    a pass, which a growth extends: NOTE [ Corpus changes ]); and every global batch, before
+    and after the restart, the one the order gives from the start (an uninterrupted run)."""
     last, reads = run.last, run.reads
     sizes = [int(x) for x in last["source_sizes"]]
     expected = [int(x) for x in last["consumed_per_source"]]
-    starts = [0]
-    for size in sizes:
-        starts.append(starts[-1] + size)
+    starts = [int(x) for x in last["source_firsts"]]
     got, spread = [], []
     for k, size in enumerate(sizes):
         counts = [reads.get(i, 0) for i in range(starts[k], starts[k] + size)]
         got.append(sum(counts))
         spread.append(max(counts) - min(counts))
-    return got == expected and max(spread) <= 1, (
+    # the order's global batches from the start, as DP rank 0 of the last phase asked them
+    order = run.of(leaders(run.phases[-1])[0]).get("global_batches", [])
+    trained = _global_batches(run, len(order[0])) if order else []
+    same = bool(order) and trained == order
+    return got == expected and max(spread) <= 1 and same, (
         f"reads per source {got}, consumed_per_source says {expected} after "
         f"{last['consumed_samples']} samples; reads of one source differ by at most "
-        f"{max(spread)} between its samples"
+        f"{max(spread)} between its samples; the {len(trained)} global batches trained "
+        f"{'are' if same else 'are NOT'} the uninterrupted order's"
     )
 
 

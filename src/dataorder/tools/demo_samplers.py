@@ -54,7 +54,7 @@ from dataorder.tools.demo_data import (
 
 __all__ = [
     "DEMO_SAMPLERS",
-    "MIXTURE_CHANGE_STEP",
+    "MIXTURE_GROWN_FROM",
     "MIXTURE_SHARES",
     "MIXTURE_WEIGHTS",
     "PACKED_CHUNK",
@@ -67,16 +67,21 @@ __all__ = [
     "DemoSampler",
     "DemoShape",
     "Inspect",
+    "MixtureRows",
     "Placement",
     "Reading",
+    "SourceRows",
     "mixture_sources",
 ]
 
-#: The mixture: the token rows cut into three sources (shares of the rows), their weights before
-#: and after a schedule change, and where the change comes (in global batches).
-MIXTURE_SHARES = (0.5, 0.3, 0.2)
-MIXTURE_WEIGHTS = ((0.6, 0.3, 0.1), (0.2, 0.3, 0.5))
-MIXTURE_CHANGE_STEP = 6
+#: The mixture: the token rows cut into four sources (consecutive ranges, shares of the rows, as
+#: they are after every corpus change), over a MixtureLog that changes the corpus mid-run:
+#: source 3 is added an eighth of the epoch in (weights before, after), and source 1, which
+#: starts with the first ``MIXTURE_GROWN_FROM`` of its rows, grows to all of them three quarters
+#: in (after the restart, inside its first pass).
+MIXTURE_SHARES = (0.4, 0.35, 0.1, 0.15)
+MIXTURE_WEIGHTS = ((0.45, 0.25, 0.3, 0.0), (0.35, 0.25, 0.2, 0.2))
+MIXTURE_GROWN_FROM = 0.7
 #: The video sampler: the first clips of the shipped clip sizes, resampled to the model's rate.
 VIDEO_CLIPS = 800
 VIDEO_FPS = 16
@@ -300,59 +305,105 @@ def _megatron(dataloader_type: str) -> Callable[[TokenRows, Placement, DemoShape
 
 
 def mixture_sources(config: DemoShape) -> tuple[list[int], Any]:
-    """The mixture's source sizes (consecutive ranges of the token rows) and its
-    :class:`~dataorder.llm.mixture.MixtureSchedule`: what ``dataorder inspect`` needs to rebuild
-    its state (``--source-sizes``, ``--schedule``)."""
-    from dataorder.llm.mixture import MixtureSchedule
+    """The mixture's source sizes after every change (consecutive ranges of the token rows) and
+    its :class:`~dataorder.llm.mixlog.MixtureLog`, built ahead by every process alike: what
+    ``dataorder inspect`` needs to rebuild its state (``--log``; the log knows the sizes)."""
+    from dataorder.llm.mixlog import MixtureLog
 
     n = len(load_tokens())
-    # three sources, consecutive ranges of the token rows: ConcatDataset order is row order
     sizes = [int(n * share) for share in MIXTURE_SHARES[:-1]]
     sizes.append(n - sum(sizes))
-    change = MIXTURE_CHANGE_STEP * config.global_batch_size
-    schedule = MixtureSchedule([(0, list(MIXTURE_WEIGHTS[0])), (change, list(MIXTURE_WEIGHTS[1]))])
-    return sizes, schedule
+    steps = n // config.global_batch_size
+    first = [sizes[0], int(sizes[1] * MIXTURE_GROWN_FROM), sizes[2], 0]  # source 3: not yet
+    log = MixtureLog(list(MIXTURE_WEIGHTS[0]), sizes=first)
+    log.add_source(max(1, steps // 8), 3, sizes[3], list(MIXTURE_WEIGHTS[1]))
+    log.grow(3 * steps // 4, 1, sizes[1])
+    return sizes, log
 
 
-def _mixture(_data: TokenRows, where: Placement, config: DemoShape) -> Any:
+@dataclass(frozen=True)
+class SourceRows:
+    """The token rows as the mixture's sources: flat index ``d * SOURCE_STRIDE + i`` (a blend
+    over a log with corpus changes, :func:`~dataorder.llm.mixlog.split_index`) is row
+    ``offsets[d] + i``; the item's ``index`` stays the flat index, as the sampler yielded it."""
+
+    rows: TokenDataset
+    offsets: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, flat: int) -> dict[str, Any]:
+        from dataorder.llm.mixlog import split_index
+
+        source, i = split_index(flat)
+        return {**self.rows[self.offsets[source] + i], "index": flat}
+
+
+@dataclass(frozen=True)
+class MixtureRows:
+    """The token rows read through :class:`SourceRows`."""
+
+    dataset: SourceRows
+
+    @classmethod
+    def load(cls, config: DemoShape) -> MixtureRows:
+        sizes, _log = mixture_sources(config)
+        offsets = tuple(sum(sizes[:d]) for d in range(len(sizes)))
+        return cls(SourceRows(TokenDataset(load_tokens()), offsets))
+
+
+def _mixture_sampler(sizes: list[int], log: Any, config: DemoShape, **where: Any) -> Any:
     from dataorder.llm.blend import BlendedSampler
 
-    sizes, schedule = mixture_sources(config)
     return BlendedSampler(
-        sizes,
-        schedule,
+        list(log.sizes),
+        log,
         config.micro_batch_size,
-        global_batch_size=where.global_batch_size(config),
         seed=config.seed,
+        total_samples=sum(sizes),
+        **where,
+    )
+
+
+def _mixture(_data: MixtureRows, where: Placement, config: DemoShape) -> Any:
+    from dataorder.llm.blend import BlendedSampler
+
+    sizes, log = mixture_sources(config)
+    return _mixture_sampler(
+        sizes,
+        log,
+        config,
+        global_batch_size=where.global_batch_size(config),
         **where.keywords(BlendedSampler),
     )
 
 
-def _mixture_notes(_data: TokenRows, sampler: Any, config: DemoShape) -> list[str]:
-    a, b = ("/".join(f"{w:g}" for w in ws) for ws in MIXTURE_WEIGHTS)
+def _mixture_notes(_data: MixtureRows, sampler: Any, config: DemoShape) -> list[str]:
+    log = sampler.schedule.log
+    added, grown = log.corpus_changes()
     reads = "/".join(map(str, sampler.consumed_per_source().tolist()))
+    first = "/".join(map(str, log.sizes))
     return [
-        f"3 sources of {'/'.join(map(str, sampler.sizes))} token rows; weights {a} until sample "
-        f"{MIXTURE_CHANGE_STEP * config.global_batch_size}, then {b}",
-        f"reads per source so far this epoch {reads}: the weights, not the sizes, set them, so "
-        f"over the epoch {sampler.samples_dropped} rows are not reached and "
-        f"{sampler.samples_padded} reads repeat a row (the drop/pad column)",
+        f"4 sources of {first} token rows over a MixtureLog: source 3 ({added.size} rows) added "
+        f"at step {added.step}, source 1 grown to {grown.size} rows at step {grown.step} (inside "
+        "its first pass: the rest of the pass reads its unread rows, old and new, once)",
+        f"reads per source so far this epoch {reads}; over the epoch {sampler.samples_dropped} "
+        f"rows are not reached and {sampler.samples_padded} reads repeat a row (the drop/pad "
+        "column): the weights, not the sizes, set the reads",
     ]
 
 
 def _mixture_args(config: DemoShape, file: Callable[[str], str]) -> str:
-    sizes, _schedule = mixture_sources(config)
-    return f" --source-sizes {','.join(map(str, sizes))} --schedule {file('.schedule.json')}"
+    return f" --log {file('.mixlog.npz')}"
 
 
-def _mixture_schedule(config: DemoShape, stem: Path) -> list[Path]:
-    """The mixture's state holds only digests of its sources and schedule: the schedule goes
-    beside it (:meth:`~dataorder.llm.mixture.MixtureSchedule.to_json`), for ``--schedule``."""
-    import json
-
-    _sizes, schedule = mixture_sources(config)
-    path = Path(f"{stem}.schedule.json")
-    path.write_text(json.dumps(schedule.to_json()) + "\n")
+def _mixture_log(config: DemoShape, stem: Path) -> list[Path]:
+    """The mixture's state holds only the trained part's length and digest of its log: the log
+    goes beside it (:meth:`~dataorder.llm.mixlog.MixtureLog.save`), for ``--log``."""
+    _sizes, log = mixture_sources(config)
+    path = Path(f"{stem}.mixlog.npz")
+    log.save(path)
     return [path]
 
 
@@ -636,13 +687,13 @@ DEMO_SAMPLERS: Mapping[str, DemoSampler[Any]] = _registry(
     ),
     DemoSampler(
         "mixture",
-        data=TokenRows.load,
+        data=MixtureRows.load,
         build=_mixture,
         model=token_model,
         checks=("per_source",),
         notes=_mixture_notes,
-        inspect=Inspect(_mixture_args, _mixture_schedule),
-        imports=("dataorder.llm.blend", "dataorder.llm.mixture"),
+        inspect=Inspect(_mixture_args, _mixture_log),
+        imports=("dataorder.llm.blend", "dataorder.llm.mixlog"),
     ),
     DemoSampler(
         "buckets",

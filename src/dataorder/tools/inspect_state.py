@@ -197,7 +197,13 @@ def _given(args: argparse.Namespace, schedule: Any) -> dict[str, tuple[Any, str]
             getattr(args, "lengths_read", None),
             "--lengths FILE (a .npy, a Megatron .idx or an Arrow/parquet file)",
         ),
-        "sizes": (args.source_sizes, "--source-sizes N,N,..."),
+        "sizes": (
+            # a MixtureLog with corpus changes holds its sources' first sizes (0: added later)
+            args.source_sizes
+            if args.source_sizes is not None or getattr(schedule, "sizes", None) is None
+            else list(schedule.sizes),
+            "--source-sizes N,N,...",
+        ),
         "weights": (
             args.weights if schedule is None else schedule,
             "--weights W,W,... (or --schedule FILE for a MixtureSchedule, as "

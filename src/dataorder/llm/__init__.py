@@ -12,6 +12,7 @@ module                      what it is
 ``blend_order``, ``blend``  mixtures exact in every global batch (``BlendedSampler``)
 ``packing``                 packed rows of tokens as a pure function (``PackedSampler``)
 ``splits``                  held-out splits: ``--split`` ranges and ``held_out`` samplers
+``vsl``                     power-of-two chunks in lock-step (``VariableLengthSampler``)
 ==========================  ==================================================================
 
 Nothing here imports torch until tensors are made.
@@ -36,6 +37,7 @@ from dataorder.llm.packing import (
 )
 from dataorder.llm.schedule import BatchSizeSchedule, StepInfo
 from dataorder.llm.splits import held_out, split_documents
+from dataorder.llm.vsl import VariableLengthSampler
 
 __all__ = [
     "BaseMegatronSampler",
@@ -54,6 +56,7 @@ __all__ = [
     "Ramp",
     "SourceDatasets",
     "StepInfo",
+    "VariableLengthSampler",
     "broadcast_weights",
     "create_megatron_sampler",
     "held_out",

@@ -45,6 +45,7 @@ from dataorder.core.buckets import (
     KeyedBucketOrder,
     plan_sampler_epoch,
 )
+from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import MAX_SEED
 from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.core.topology import MAX_DP_SIZE
@@ -181,7 +182,7 @@ class VslChunks:
 _RULE = VslChunks()
 
 
-class VariableLengthSampler(AssembledSampler[list[Chunk]]):
+class VariableLengthSampler(AssembledSampler[list[Chunk]], CursorBatchSampler[list[Chunk]]):
     """Lock-step micro-batches of power-of-two chunks of documents (module docstring).
 
     Args:

@@ -149,6 +149,9 @@ def run(args: argparse.Namespace, out: Output) -> int:
         raise ValueError("--long-documents applies with --split never (overflow drops nothing)")
     if args.png:
         check_output_file(args.png, "--png")  # before the packing, not after it
+    for flag, value in (("--seq-len", args.seq_len), ("--min-seq-len", args.min_seq_len)):
+        if args.vsl and value & (value - 1):
+            raise ValueError(f"{flag} must be a power of two with --vsl; got {flag} {value}")
     if len(corpora) > 1:
         if args.vsl:
             raise ValueError("--vsl compares batchings of one corpus; got a mixture")

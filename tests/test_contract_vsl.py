@@ -29,7 +29,7 @@ def _lengths(n: int, seed: int, high: int) -> list[int]:
     return np.clip(rng.lognormal(5.0, 1.0, n), 0, high).astype(int).tolist()
 
 
-DOCS = _lengths(60, 4, 700)
+DOCS = _lengths(36, 4, 700)  # 5 steps an epoch on 2 ranks: short epochs for the loop recipes
 
 
 def _vsl(lengths: list[int], **kw: Any) -> Make:

@@ -1045,7 +1045,11 @@ def _vsl_cases() -> list[Case]:
             "VariableLengthSampler",
             "lengths[0]",
             Int(0, 2**31 - 1, legal=5, element=True),
-            lambda ctx, v: VariableLengthSampler(**{**base, "lengths": [v, *VSL_DOCS[1:]]}),
+            # runs of 2**15 steps: the natural plan holds a run per interleave_unit / R steps, and
+            # one document of 2**31 - 1 tokens is 2**21 steps of 2 x 2 chunks of 256
+            lambda ctx, v: VariableLengthSampler(
+                **{**base, "lengths": [v, *VSL_DOCS[1:]], "interleave_unit": 2**16}
+            ),
             use_vsl,
             names=("lengths[0]", "lengths"),
             extra=(2**31 - 1, 2**31),  # NOTE [ Length bounds ]: the largest length, and past it

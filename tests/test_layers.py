@@ -193,3 +193,15 @@ def test_the_core_the_llm_samplers_and_the_contract_import_without_torch() -> No
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_bucket_batching_is_in_core_where_llm_and_diffusion_read_it() -> None:
+    """The lock-step bucket planner is generic (a grouping of positions into buckets), so it lives
+    in ``core``: the LLM variable-length sampler and the diffusion bucket samplers both import it
+    from there, and neither imports the other."""
+    assert _layer("dataorder.core.buckets") == "core"
+    assert {i for i, _ in _imports(MODULES["dataorder.core.buckets"])} <= {
+        m for m in MODULES if _layer(m) == "core"
+    } | {"dataorder._validate"}
+    for user in ("dataorder.llm.vsl", "dataorder.diffusion.sampler.sampler"):
+        assert "dataorder.core.buckets" in {i for i, _ in _imports(MODULES[user])}, user

@@ -10,7 +10,8 @@ The sweep crosses
 * the sampler families of the contract tables (Megatron single, random, sharded, NeMo and
   Megatron-LM orders; blends with constant weights and with a mixture schedule; buckets
   sequential, interleaved, dynamic, NeMo's, image and video fitted; torch's per-index order;
-  packed rows under ``overflow`` and ``never``, and a packed mixture);
+  packed rows under ``overflow`` and ``never``, and a packed mixture; variable sequence length
+  chunks, ``natural`` and ``grow``);
 * the checkpoint: at step 0, mid-epoch, after the last step of epoch 0, and after
   ``set_epoch(1)`` before its first batch;
 * the layout it resumes on: the same data-parallel size, a smaller and a larger one.
@@ -51,6 +52,7 @@ from tests.diffusion.sampler import test_sampler_contract as bucket_cases
 from tests.helpers.stack_samplers import Items, collate_list
 from tests.llm import test_blend_contract as blend_cases
 from tests.llm import test_megatron_contract as megatron_cases
+from tests.llm import test_vsl_contract as vsl_cases
 from tests.llm.packing import test_sampler_contract as packed_cases
 from tests.parallel import test_distributed_contract as distributed_cases
 
@@ -95,6 +97,14 @@ def _packed(name: str, given: dict[str, Any]) -> Family:
         name=name, make=make, dataset_size=len(extents), dp_size=world, extents=extents
     )
     return Family(case, given)
+
+
+def _vsl(name: str) -> Family:
+    _, make, extents, world, _ = _row(vsl_cases.CASES, name)
+    case = SamplerCase(
+        name=f"vsl-{name}", make=make, dataset_size=len(extents), dp_size=world, extents=extents
+    )
+    return Family(case, {"lengths": extents})
 
 
 def _image_fitted() -> Family:
@@ -150,6 +160,8 @@ FAMILIES: dict[str, Family] = {
         _packed("overflow-keep", {"lengths": packed_cases.WEB}),
         _packed("never-truncate", {"lengths": packed_cases.CODE}),
         _packed("mixture", {"mixture": ([packed_cases.WEB, packed_cases.CODE], [2, 1])}),
+        _vsl("natural"),
+        _vsl("grow"),
     ]
 }
 FAMILIES["many-keep-dynamic"] = Family(  # its table world is 8: resume on 4, 2 and 8

@@ -24,6 +24,7 @@ from dataorder.core.permutation import MAX_DOMAIN
 from dataorder.llm import MixtureLog, split_documents
 from dataorder.llm.mixlog import MAX_STEP as MIX_MAX_STEP
 from dataorder.llm.schedule import MAX_SAMPLES
+from dataorder.llm.vsl import VariableLengthSampler
 from tests.helpers.hostile import (
     MAX_BATCH_SIZE,
     MAX_DP_SIZE,
@@ -226,7 +227,62 @@ def build_cases() -> list[Case]:
             lambda ctx, v: MixtureLog([1, 1]).set_weights(v, [1, 3]),
         )
     )
-    return cases
+    return cases + _vsl_cases()
+
+
+# -- the variable sequence length sampler (dataorder.llm.vsl) ------------------------------------
+VSL_DOCS = [700, 1100, 40, 300, 2000, 90, 512, 64] * 3
+
+
+def use_vsl(s: VariableLengthSampler) -> None:
+    use_sampler(s)
+    use_ints([s.tokens_dropped, s.tokens_padded, *s.chunk_counts, *s.chunk_lengths])
+
+
+def _vsl_cases() -> list[Case]:
+    """VariableLengthSampler: its constructor, its lengths and the cursor methods."""
+    base = {
+        "lengths": VSL_DOCS, "max_seq_len": 256, "tokens_per_rank": 512,
+        "data_parallel_rank": 1, "data_parallel_size": 2, "seed": 0, "min_seq_len": 32,
+    }  # fmt: skip
+    cases = kwargs_case(
+        "VariableLengthSampler",
+        VariableLengthSampler,
+        base,
+        {
+            "lengths": Never(),
+            "max_seq_len": Int(32, 2**30, legal=256),  # a power of two, at least min_seq_len
+            "tokens_per_rank": Int(256, legal=512),  # a multiple of max_seq_len
+            "data_parallel_rank": Int(0, 1),
+            "data_parallel_size": Int(2, MAX_DP_SIZE, legal=2),
+            "seed": Int(0, MAX_SEED),
+            "min_seq_len": Int(1, 256, legal=32),  # a power of two
+            "curriculum": Never(),
+            # a multiple of data_parallel_size, at most MAX_INTERLEAVE_UNIT
+            "interleave_unit": Int(2, 2**16, legal=2, none="accept"),
+        },
+        use_vsl,
+    )
+    cases.append(
+        Case(
+            "VariableLengthSampler",
+            "lengths[0]",
+            Int(0, 2**31 - 1, legal=5, element=True),
+            # runs of 2**15 steps: the natural plan holds a run per interleave_unit / R steps, and
+            # one document of 2**31 - 1 tokens is 2**21 steps of 2 x 2 chunks of 256
+            lambda ctx, v: VariableLengthSampler(
+                **{**base, "lengths": [v, *VSL_DOCS[1:]], "interleave_unit": 2**16}
+            ),
+            use_vsl,
+            names=("lengths[0]", "lengths"),
+            extra=(2**31 - 1, 2**31),  # NOTE [ Length bounds ]: the largest length, and past it
+        )
+    )
+
+    def one(ctx: SimpleNamespace) -> VariableLengthSampler:
+        return VariableLengthSampler(**base)  # type: ignore[arg-type]
+
+    return cases + sampler_methods("VariableLengthSampler", one, 2)
 
 
 CASES = with_partners(build_cases())

@@ -98,6 +98,53 @@ def test_user_errors_are_one_line(
     assert fragment in lines[0]
 
 
+def test_vsl_sets_three_batchings_side_by_side(
+    capsys: pytest.CaptureFixture[str], lengths_npy: Path
+) -> None:
+    from dataorder.llm.packing.sampler import PackedSampler
+    from dataorder.llm.vsl import VariableLengthSampler
+
+    argv = ["pack", str(lengths_npy), "--seq-len", "1024", "--num-replicas", "4"]
+    argv += ["--batch-size", "2", "--min-seq-len", "128", "--vsl"]
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    got = json.loads(out)["batchings"]
+    lengths = np.load(lengths_npy)
+    rows, tail = divmod(int(lengths.sum()), 1024)
+    assert got["concat_split"]["steps"] == rows // 8
+    assert got["concat_split"]["tokens_dropped"] == tail + rows % 8 * 1024
+    packed = PackedSampler(lengths, 1024, 2, 0, 4, seed=0)
+    assert got["best_fit"]["steps"] == len(packed)
+    assert got["best_fit"]["tokens_dropped"] == packed.tokens_dropped
+    assert got["best_fit"]["tokens_padded"] == packed.tokens_padded
+    vsl = VariableLengthSampler(lengths, 1024, 2048, 0, 4, seed=0, min_seq_len=128)
+    assert got["vsl"]["steps"] == len(vsl)
+    assert got["vsl"]["tokens_dropped"] == vsl.tokens_dropped
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    table = out[out.index("three batchings") :]
+    for name in ("concatenate and split", "best-fit packing", "variable sequence length"):
+        assert name in table
+    assert f"{vsl.tokens_dropped:,}" in table
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--seq-len", "1000"], "--seq-len must be a power of two with --vsl; got --seq-len 1000"),
+        (["--min-seq-len", "100"], "--min-seq-len must be a power of two with --vsl"),
+        (["--min-seq-len", "2048"], "min_seq_len must be at most max_seq_len=1024"),
+    ],
+)
+def test_vsl_user_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str], lengths_npy: Path, argv: list[str], fragment: str
+) -> None:
+    code, _, err = run(capsys, "pack", str(lengths_npy), "--seq-len", "1024", "--vsl", *argv)
+    assert code == EXIT_USAGE
+    assert len(err.strip().splitlines()) == 1
+    assert fragment in err
+
+
 def test_missing_and_unknown_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, _, err = run(capsys, "pack", str(tmp_path / "none.npy"), "--seq-len", "8")
     assert code == EXIT_USAGE

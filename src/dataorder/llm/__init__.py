@@ -12,6 +12,7 @@ module                      what it is
 ``blend_order``, ``blend``  mixtures exact in every global batch (``BlendedSampler``)
 ``packing``                 packed rows of tokens as a pure function (``PackedSampler``)
 ``splits``                  held-out splits: ``--split`` ranges and ``held_out`` samplers
+``vsl``                     power-of-two chunks in lock-step (``VariableLengthSampler``)
 ==========================  ==================================================================
 
 Nothing here imports torch until tensors are made.
@@ -45,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "create_megatron_sampler": "factory",
     "held_out": "splits",
     "split_documents": "splits",
+    "VariableLengthSampler": "vsl",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -72,6 +74,7 @@ if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
     from dataorder.llm.schedule import StepInfo as StepInfo
     from dataorder.llm.splits import held_out as held_out
     from dataorder.llm.splits import split_documents as split_documents
+    from dataorder.llm.vsl import VariableLengthSampler as VariableLengthSampler
 
 
 def __getattr__(name: str) -> Any:

@@ -53,19 +53,16 @@ NOTE [ Naming the entry from the state ]
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_int, fail
 from dataorder.core.apportion import MAX_POSITION, MAX_TOTAL
+from dataorder.llm.mixlog_corpus import CorpusLog
 from dataorder.llm.mixlog_entries import DIGEST_BYTES, EntryLog, SegmentBases
 from dataorder.llm.mixlog_tree import LevelWalk, source_tree
 from dataorder.llm.schedule import BatchSizeSchedule
-
-if TYPE_CHECKING:  # for annotations only: MixtureLog is built on this module
-    from dataorder.llm.mixlog import MixtureLog
 
 __all__ = ["BASE_SPACING", "TAG_BACK", "LogMixture"]
 
@@ -100,7 +97,7 @@ class LogMixture:
             sample ``batches.consumed_samples(k)``.
     """
 
-    def __init__(self, log: MixtureLog, key: int, batches: BatchSizeSchedule) -> None:
+    def __init__(self, log: CorpusLog, key: int, batches: BatchSizeSchedule) -> None:
         if not isinstance(log, EntryLog):
             fail("log", "a MixtureLog", log, TypeError)
         if not isinstance(batches, BatchSizeSchedule):
@@ -122,7 +119,7 @@ class LogMixture:
         log._users.add(self)
 
     @property
-    def log(self) -> MixtureLog:
+    def log(self) -> CorpusLog:
         """The log."""
         return self._log
 

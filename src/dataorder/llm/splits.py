@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy.typing as npt
 
 from dataorder._validate import check_int, fail
 from dataorder.llm.blend import BlendedSampler
-from dataorder.llm.mixlog import LogMixture
+from dataorder.llm.mixlog import LogMixture, MixtureLog
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.sampler import PackedSampler
 from dataorder.llm.schedule import BatchSizeSchedule
@@ -185,7 +185,8 @@ def held_out(
         global_batch_size = thresholds[0][1]
     # A blend over a MixtureLog follows the same log (its compiled form is the train's own).
     mixture = train.schedule
-    weights = mixture.log if isinstance(mixture, LogMixture) else mixture
+    # (a LogMixture is only compiled from a MixtureLog: its log is one)
+    weights = cast(MixtureLog, mixture.log) if isinstance(mixture, LogMixture) else mixture
     return BlendedSampler(
         data,  # type: ignore[arg-type]
         weights,

@@ -10,6 +10,10 @@ reads from each. The command prints the corpus, its document lengths' percentile
 an epoch, the padding, the documents split across rows (shorter than ``seq_len``, and longer),
 the tokens cut (``--split never``), and with ``--num-replicas R --batch-size B`` the steps of an
 epoch at ``R x B`` rows per step and the rows left over; with ``--png`` a histogram of row fill.
+With ``--vsl`` it sets three batchings of the same corpus side by side at the same ``R x B x
+seq_len`` tokens per step (:func:`compare_batchings`): concatenate-and-split, best-fit packing
+(the packed sampler) and variable sequence length chunks (the VSL sampler, ``--seq-len`` its
+longest chunk, ``--min-seq-len`` its shortest): tokens dropped, padded and steps per epoch.
 Every figure comes from :class:`~dataorder.llm.packing.plan.PackingPlan`, the engine the sampler
 reads. While it packs, a terminal's stderr shows that it works (never stdout, never a pipe).
 
@@ -39,7 +43,15 @@ from dataorder.llm.packing.plan import (
 )
 from dataorder.tools.output import Output, check_output_file, cut_value, int_arg, working
 
-__all__ = ["PERCENTILES", "add_parser", "length_percentiles", "plot_fill", "read_lengths", "run"]
+__all__ = [
+    "PERCENTILES",
+    "add_parser",
+    "compare_batchings",
+    "length_percentiles",
+    "plot_fill",
+    "read_lengths",
+    "run",
+]
 
 
 def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -111,6 +123,19 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
     p.add_argument(
         "--png", default=None, help="write a histogram of row fill to this PNG (default: none)"
     )
+    p.add_argument(
+        "--vsl",
+        action="store_true",
+        help="also compare concatenate-and-split, best-fit packing and variable sequence length "
+        "chunks of --min-seq-len to --seq-len tokens (a power of two) at R x B x seq_len tokens "
+        "per step: tokens dropped, padded, steps per epoch (default: off)",
+    )
+    p.add_argument(
+        "--min-seq-len",
+        type=int_arg(1, MAX_SEQ_LEN),
+        default=256,
+        help="with --vsl: the shortest chunk, a power of two (default: 256)",
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     return p
 
@@ -124,18 +149,32 @@ def run(args: argparse.Namespace, out: Output) -> int:
         raise ValueError("--long-documents applies with --split never (overflow drops nothing)")
     if args.png:
         check_output_file(args.png, "--png")  # before the packing, not after it
+    for flag, value in (("--seq-len", args.seq_len), ("--min-seq-len", args.min_seq_len)):
+        if args.vsl and value & (value - 1):
+            raise ValueError(f"{flag} must be a power of two with --vsl; got {flag} {value}")
     if len(corpora) > 1:
+        if args.vsl:
+            raise ValueError("--vsl compares batchings of one corpus; got a mixture")
         return _run_mixture(args, out, corpora)
     with working(f"packing {Path(corpora[0][1]).name} into rows of {args.seq_len:,} tokens"):
         plan = _plan(args, corpora[0][1])
         figures = _figures(plan, args, corpora[0][1])
         fill = plan.fill_histogram() if args.png else None
+        if args.vsl:
+            figures["batchings"] = compare_batchings(
+                plan,
+                num_replicas=args.num_replicas or 1,
+                batch_size=args.batch_size or 1,
+                min_seq_len=args.min_seq_len,
+            )
     if args.json:
         out.json(figures)
     else:
         stats = plan.stats()
         shorter = stats.documents - stats.documents_longer - stats.documents_empty
         _print(out, figures, shorter, stats.documents)
+        if args.vsl:
+            _print_batchings(out, figures["batchings"], figures["tokens"])
     if args.png:
         path = plot_fill(fill, args.png, title=_title(figures))
         if not args.json:
@@ -482,6 +521,103 @@ def _print(out: Output, f: dict[str, Any], shorter: int, n: int) -> None:
             )
         )
     out.fields(f"{f['lengths']}", rows)
+
+
+def compare_batchings(
+    plan: PackingPlan, *, num_replicas: int, batch_size: int, min_seq_len: int
+) -> dict[str, dict[str, Any]]:
+    """Three batchings of ``plan``'s corpus at ``R x B x seq_len`` tokens per step, each as its
+    sampler reads an epoch (every count summed over ranks):
+
+    * ``concat_split``: the documents concatenated and cut into rows of ``seq_len`` (Megatron's
+      GPT dataset); the last partial row and the rows short of a step are dropped;
+    * ``best_fit``: :class:`~dataorder.llm.packing.sampler.PackedSampler` on the plan's options;
+    * ``vsl``: :class:`~dataorder.llm.vsl.VariableLengthSampler`, chunks of ``min_seq_len`` to
+      ``seq_len`` (a power of two) tokens, ``B x seq_len`` tokens per rank.
+
+    Returns:
+        ``{batching: {"steps", "tokens_dropped", "tokens_padded", "seconds"}}``; ``seconds``
+        is the time to build the sampler and read its first batch.
+
+    Raises:
+        ValueError: If ``seq_len`` or ``min_seq_len`` is not a power of two (the VSL sampler's
+            message names it).
+    """
+    from dataorder.llm.packing.sampler import PackedSampler
+    from dataorder.llm.vsl import VariableLengthSampler
+
+    per_step = num_replicas * batch_size
+    rows, tail = divmod(plan.lengths.total_tokens, plan.seq_len)
+    out: dict[str, dict[str, Any]] = {
+        "concat_split": {
+            "steps": rows // per_step,
+            "tokens_dropped": tail + rows % per_step * plan.seq_len,
+            "tokens_padded": 0,
+            "seconds": 0,
+        }
+    }
+    for name, build in (
+        (
+            "best_fit",
+            lambda: PackedSampler(
+                plan.lengths,
+                plan.seq_len,
+                batch_size,
+                0,
+                num_replicas,
+                seed=plan.seed,
+                split=plan.split,
+                window=plan.window,
+                chunk=plan.chunk,
+                long_documents=plan.long_documents,
+            ),
+        ),
+        (
+            "vsl",
+            lambda: VariableLengthSampler(
+                plan.lengths,
+                plan.seq_len,
+                plan.seq_len * batch_size,
+                0,
+                num_replicas,
+                seed=plan.seed,
+                min_seq_len=min_seq_len,
+            ),
+        ),
+    ):
+        t0 = time.perf_counter()
+        sampler: Any = build()
+        sampler.batch_at(0)
+        seconds = time.perf_counter() - t0
+        out[name] = {
+            "steps": len(sampler),
+            "tokens_dropped": sampler.tokens_dropped,
+            "tokens_padded": sampler.tokens_padded,
+            "seconds": seconds,
+        }
+    return out
+
+
+def _print_batchings(out: Output, batchings: dict[str, dict[str, Any]], tokens: int) -> None:
+    names = {
+        "concat_split": "concatenate and split",
+        "best_fit": "best-fit packing",
+        "vsl": "variable sequence length",
+    }
+    out.table(
+        "the same tokens per step, three batchings",
+        ["batching", "steps per epoch", "tokens dropped", "tokens padded", "first batch"],
+        [
+            [
+                names[k],
+                f"{v['steps']:,}",
+                f"{v['tokens_dropped']:,} ({_pct(v['tokens_dropped'], tokens)})",
+                f"{v['tokens_padded']:,}",
+                f"{v['seconds']:.2f} s" if k != "concat_split" else "-",
+            ]
+            for k, v in batchings.items()
+        ],
+    )
 
 
 def plot_fill(counts: Any, path: str | Path, *, title: str | None = None) -> Path:

@@ -23,8 +23,9 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import fail
+from dataorder.core.buckets import BucketEpochPlan
 from dataorder.core.partition import MAX_BATCH_SIZE
-from dataorder.diffusion.sampler.plan import BucketEpochPlan, BucketOrder, bucket_batch_sizes
+from dataorder.diffusion.sampler.plan import BucketOrder, bucket_batch_sizes
 from dataorder.diffusion.sampler.table import BucketTable
 
 __all__ = [

@@ -1,7 +1,7 @@
 """``compat="nemo"`` of the bucket sampler: NeMo Automodel 0.7.0's sampler order.
 
 Everything NeMo's sampler does differently lives here, behind the bucket order strategy the
-default code uses (NOTE [ Bucket order strategies ] in :mod:`dataorder.diffusion.sampler.plan`), so
+default code uses (NOTE [ Bucket order strategies ] in :mod:`dataorder.core.buckets`), so
 the default path reads as if no compatibility mode existed. Reproduced on purpose, from the
 behaviour spec (nemo_behaviour.md section 4):
 
@@ -31,9 +31,9 @@ import numpy.typing as npt
 
 from dataorder._validate import check_int, fail
 from dataorder.core.assembly import Extra, Foreign, Mode
+from dataorder.core.buckets import BucketEpochPlan, Within, identity
 from dataorder.core.state import MAX_EPOCH, Scalar
 from dataorder.diffusion.buckets.nemo_rule import nemo_dynamic_batch_size
-from dataorder.diffusion.sampler.plan import BucketEpochPlan, Within, identity
 
 if TYPE_CHECKING:
     import torch

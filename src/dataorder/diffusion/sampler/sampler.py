@@ -7,7 +7,8 @@ rank's batch: dataset indices that all share one bucket (one resolution). A buck
 video dataset's buckets are ``(w, h, frames)`` and are read the same way, with dynamic batch
 sizes from the video calculator's cost model (:mod:`dataorder.diffusion.sampler.batches`).
 
-How an epoch is laid out is :mod:`dataorder.diffusion.sampler.plan`: the buckets one after
+How an epoch is laid out is :mod:`dataorder.core.buckets` (the lock-step bucket batching, over
+the dataset's bucket table through :mod:`dataorder.diffusion.sampler.plan`): the buckets one after
 another, each a stream of positions cut into global batches of ``b_j x R`` (``b_j`` the bucket's
 per-rank batch size, ``R`` the number of data-parallel ranks), rank ``r`` reading positions
 ``r, r + R, ...`` of each. So at every step every rank reads the same bucket with the same batch
@@ -52,6 +53,14 @@ from dataorder.core.assembly import (
     flag,
     recorded,
 )
+from dataorder.core.buckets import (
+    BUCKET_ORDERS,
+    MAX_INTERLEAVE_UNIT,
+    BucketEpoch,
+    BucketEpochPlan,
+    longest_shape_run,
+    plan_sampler_epoch,
+)
 from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import MAX_SEED
 from dataorder.core.partition import MAX_BATCH_SIZE
@@ -66,16 +75,7 @@ from dataorder.diffusion.sampler.batches import (
     digest,
 )
 from dataorder.diffusion.sampler.nemo_order import NEMO_BUCKET_MODE
-from dataorder.diffusion.sampler.plan import (
-    BUCKET_ORDERS,
-    MAX_INTERLEAVE_UNIT,
-    BucketEpoch,
-    BucketEpochPlan,
-    BucketOrder,
-    KeyedBucketOrder,
-    longest_shape_run,
-    plan_sampler_epoch,
-)
+from dataorder.diffusion.sampler.plan import BucketOrder, KeyedBucketOrder
 from dataorder.diffusion.sampler.table import BucketTable
 
 __all__ = ["BUCKET_MODES", "COMPAT_MODES", "BucketSampler", "SequentialBucketSampler"]
@@ -133,7 +133,7 @@ def _interleaved() -> Field:
 class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], Sampler[list[int]]):
     """Batches of one bucket at a time, the same bucket and batch size on every rank at each step.
 
-    Two bucket orders (NOTE [ Interleaved buckets ] in :mod:`dataorder.diffusion.sampler.plan`):
+    Two bucket orders (NOTE [ Interleaved buckets ] in :mod:`dataorder.core.buckets`):
     ``"sequential"`` (the default, and NeMo's: :class:`SequentialBucketSampler` is NeMo's name
     of this class) runs each bucket to its end before the next; ``"interleaved"`` spreads
     chunks of ``interleave_unit`` global batches of every bucket evenly through the epoch, so
@@ -164,7 +164,7 @@ class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], 
             ``"interleaved"``, ``shuffle_buckets`` draws a new arrangement every epoch (else
             the same one), and ``compat`` must be ``"default"``.
         interleave_unit: ``U``, the chunk size in global batches of ``U`` ranks (interleaved
-            only), at most :data:`~dataorder.diffusion.sampler.plan.MAX_INTERLEAVE_UNIT`
+            only), at most :data:`~dataorder.core.buckets.MAX_INTERLEAVE_UNIT`
             (65,536); default ``num_replicas``. A state resumes on any ``num_replicas`` that
             divides it: pick the largest job size you may run on (e.g. 64) to stay elastic. The
             state records it as ``config.interleaved`` (absent in the sequential order).
@@ -428,7 +428,7 @@ class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], 
 
     # -- planning ---------------------------------------------------------------------------------
     def bucket_plan(self, epoch: int | None = None) -> BucketEpochPlan:
-        """The :class:`~dataorder.diffusion.sampler.plan.BucketEpochPlan` of ``epoch`` (default:
+        """The :class:`~dataorder.core.buckets.BucketEpochPlan` of ``epoch`` (default:
         the cursor's epoch) on this layout: its runs of buckets and their global batches (the
         bucket view of :meth:`epoch_plan`)."""
         plan = self.epoch_plan(epoch)
@@ -444,7 +444,7 @@ class BucketSampler(AssembledSampler[list[int]], CursorBatchSampler[list[int]], 
         )
         return self.bucket_plan(epoch)
 
-    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BucketEpoch:
+    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BucketEpoch[list[int]]:
         # a layout field the order's config records is not repeated in the layout (NeMo's mode)
         dp_size = check_int(
             "num_replicas", layout.get("num_replicas", self.num_replicas), min_value=1

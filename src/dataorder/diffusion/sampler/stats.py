@@ -56,19 +56,19 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_choice, check_int, fail
+from dataorder.core.buckets import (
+    BUCKET_ORDERS,
+    MAX_INTERLEAVE_UNIT,
+    longest_shape_run,
+    plan_sampler_epoch,
+)
 from dataorder.core.keys import MAX_SEED
 from dataorder.core.partition import MAX_BATCH_SIZE, SegmentPlan
 from dataorder.core.topology import MAX_DP_SIZE
 from dataorder.diffusion.buckets.cost import CostModel
 from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
 from dataorder.diffusion.calculators.video import TOO_SHORT, VideoBucketCalculator, trim_loss
-from dataorder.diffusion.sampler.plan import (
-    BUCKET_ORDERS,
-    MAX_INTERLEAVE_UNIT,
-    KeyedBucketOrder,
-    longest_shape_run,
-    plan_sampler_epoch,
-)
+from dataorder.diffusion.sampler.plan import KeyedBucketOrder
 from dataorder.diffusion.sampler.table import group_by_bucket, sort_key
 from dataorder.diffusion.scan.files import path_arg
 from dataorder.diffusion.scan.manifest import Manifest
@@ -342,7 +342,7 @@ def bucket_stats(
         bucket_frames = np.array([b["frames"] for b in buckets], dtype=np.int64)
         tokens = np.array([b["tokens"] for b in buckets], dtype=np.int64)
 
-    # the sampler's own plan of epoch 0 (sampler.plan.plan_sampler_epoch), over the buckets it
+    # the sampler's own plan of epoch 0 (core.buckets.plan_sampler_epoch), over the buckets it
     # would hold (the non-empty ones, in the dataset's bucket table order)
     res = np.stack([bw, bh], axis=1)
     rows, _, _ = group_by_bucket(ids, sort_key(res, bucket_frames, tokens))

@@ -275,6 +275,13 @@ class BucketTable:
             return self.aspect_names[bucket], (w, h)
         return self.aspect_names[bucket], (w, h), int(self.frames[bucket])
 
+    def take(self, bucket: int, places: IntArray) -> list[list[int]]:
+        """The dataset indices at ``places`` (shape ``(batches, per_rank)``) of bucket
+        ``bucket``, one list per row: the :class:`~dataorder.core.buckets.Grouping` a bucket
+        sampler's epoch reads."""
+        batches: list[list[int]] = self.indices[int(self.offsets[bucket]) + places].tolist()
+        return batches
+
     def shape_name(self, bucket: int) -> str:
         """``"832x480"``, or ``"832x480x81f"`` for a video bucket of 81 frames."""
         w, h = self.resolutions[bucket].tolist()

@@ -1,0 +1,357 @@
+"""Variable sequence length batching (Dataset Decomposition): :class:`VariableLengthSampler`.
+
+Dataset Decomposition (Pouransari et al., NeurIPS 2024; OLMo-core's ``NumpyVSLDataset``) cuts
+every document into chunks whose lengths are powers of two in ``[min_seq_len, max_seq_len]``
+and trains on steps of one chunk length with a constant token count. Here a document of ``L``
+tokens becomes ``L // max_seq_len`` chunks of ``max_seq_len``, then one chunk per set bit of
+``r = L % max_seq_len`` at or above ``min_seq_len``, largest first, from the document's start
+(its binary decomposition); the ``L % min_seq_len`` tokens left are dropped and counted. The
+chunk of length ``2**k`` that is not a ``max_seq_len`` one starts at ``L - r + (r >> (k+1) <<
+(k+1))``, so a chunk is a pure function of its document's length.
+
+The chunks of one length are a bucket; the core's lock-step bucket batching
+(:mod:`dataorder.core.buckets`) cuts them into steps: at every step every rank reads
+``tokens_per_rank // length`` chunks of one length, so a compiled model sees one shape per step
+and every step holds ``tokens_per_rank`` tokens on every rank. ``curriculum`` orders the
+lengths through an epoch: ``"natural"`` interleaves them by their share (NOTE [ Interleaved
+buckets ]), a new arrangement every epoch; ``"grow"`` reads them short to long (the paper's
+Grow curricula with one cycle). A bucket's last chunks that cannot fill a whole step on every
+rank are dropped and counted in :attr:`~VariableLengthSampler.tokens_dropped`.
+
+NOTE [ Lazy chunk index ]
+    The plan needs only the number of chunks of each length: one vectorised pass over the
+    lengths in slabs, on :func:`~dataorder.llm.packing.lengths.pass_threads` threads (each
+    document length read once), counts them per block of
+    :data:`CHUNK_BLOCK` documents, an array of ``ceil(N / CHUNK_BLOCK)`` x (distinct lengths)
+    ints: 732 KB for 10^9 documents and 6 lengths. No chunk is ever listed. Chunk ``p`` of a
+    length (in document order) is found by a binary search over the block counts and one look
+    at its block's lengths: O(log N + CHUNK_BLOCK) per chunk, whatever ``N``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dataorder._validate import check_choice, check_int, fail
+from dataorder.core.assembly import AssembledSampler, Field, Given, Layout, Schema, recorded
+from dataorder.core.batching import Spans
+from dataorder.core.buckets import (
+    MAX_INTERLEAVE_UNIT,
+    BucketEpoch,
+    BucketEpochPlan,
+    KeyedBucketOrder,
+    plan_sampler_epoch,
+)
+from dataorder.core.cursor import CursorBatchSampler
+from dataorder.core.keys import MAX_SEED
+from dataorder.core.partition import MAX_BATCH_SIZE
+from dataorder.core.topology import MAX_DP_SIZE
+from dataorder.llm.packing.lengths import SLAB, DocumentLengths, pass_threads
+
+__all__ = ["CHUNK_BLOCK", "CURRICULA", "VSL_STREAM", "VariableLengthSampler", "VslChunks"]
+
+IntArray = npt.NDArray[np.int64]
+#: A chunk: ``(document, start, stop)``, tokens ``[start, stop)`` of the document.
+Chunk = tuple[int, int, int]
+
+#: The ``curriculum=`` values.
+CURRICULA: tuple[str, ...] = ("natural", "grow")
+#: The stream name of every key of the sampler's order.
+VSL_STREAM = "vsl"
+#: Documents per block of the lazy chunk index (NOTE [ Lazy chunk index ]).
+CHUNK_BLOCK = 2**13
+_MAX_LOG = 30  # the longest chunk: 2**30 tokens
+
+_ITEMS = "micro-batches of (document, start, stop) chunks"
+
+
+def _power_of_two(name: str, value: object, low: int = 1) -> int:
+    v = check_int(name, value, min_value=low, max_value=2**_MAX_LOG)
+    if v & (v - 1):
+        fail(name, "a power of two", v)
+    return v
+
+
+def _chunks_per_document(lengths: IntArray, k: int, max_log: int) -> IntArray:
+    """Chunks of ``2**k`` tokens in each document of ``lengths`` (module docstring)."""
+    if k == max_log:
+        return lengths >> max_log
+    return ((lengths & ((1 << max_log) - 1)) >> k) & 1
+
+
+class _ChunkIndex:
+    """The chunks of each length, by place in document order, counted per block, never listed
+    (NOTE [ Lazy chunk index ]): the :class:`~dataorder.core.buckets.Grouping` the epoch reads.
+    Bucket ``j`` holds the chunks of ``2**logs[j]`` tokens; only lengths with chunks are buckets.
+    """
+
+    def __init__(self, lengths: DocumentLengths, min_log: int, max_log: int) -> None:
+        self.lengths, self.max_log, n = lengths, max_log, len(lengths)
+        logs = np.arange(min_log, max_log + 1)
+        blocks = -(-n // CHUNK_BLOCK)
+        counts = np.zeros((logs.size, blocks), dtype=np.int64)
+
+        def count(start: int) -> int:
+            """Count slab ``start``'s chunks per block; return its tokens below min_seq_len."""
+            values = lengths.slice(start, min(n, start + SLAB))  # SLAB: whole blocks
+            pad = np.zeros(-values.size % CHUNK_BLOCK, dtype=np.int64)
+            rows = np.concatenate((values, pad)).reshape(-1, CHUNK_BLOCK)
+            rest, at = rows & ((1 << max_log) - 1), start // CHUNK_BLOCK
+            for i, k in enumerate(logs.tolist()):
+                per = rows >> k if k == max_log else (rest >> k) & 1
+                counts[i, at : at + rows.shape[0]] = per.sum(axis=1)
+            return int((rest & ((1 << min_log) - 1)).sum())
+
+        # numpy releases the GIL: slabs on threads, read in order (the first bad length named)
+        with ThreadPoolExecutor(pass_threads()) as pool:
+            dropped = sum(pool.map(count, range(0, n, SLAB)))
+        keep = counts.sum(axis=1) > 0
+        if not keep.any():
+            fail("lengths", f"documents with at least min_seq_len={1 << min_log} tokens", lengths)
+        self.logs = logs[keep]
+        self.cumulative = np.zeros((self.logs.size, blocks + 1), dtype=np.int64)
+        np.cumsum(counts[keep], axis=1, out=self.cumulative[:, 1:])
+        self.sizes: IntArray = self.cumulative[:, -1].copy()
+        self.tokens_cut = dropped  # the tokens below min_seq_len
+
+    def shape_name(self, bucket: int) -> str:
+        return f"{1 << int(self.logs[bucket])} tokens"
+
+    def take(self, bucket: int, places: IntArray) -> list[list[Chunk]]:
+        k, cum = int(self.logs[bucket]), self.cumulative[bucket]
+        flat = places.ravel()
+        block = np.searchsorted(cum, flat, side="right") - 1
+        doc, start = np.empty_like(flat), np.empty_like(flat)
+        for b in np.unique(block).tolist():
+            at = np.flatnonzero(block == b)
+            first = b * CHUNK_BLOCK
+            values = self.lengths.slice(first, min(len(self.lengths), first + CHUNK_BLOCK))
+            per = _chunks_per_document(values, k, self.max_log)
+            ends = np.cumsum(per)
+            rank = flat[at] - cum[b]  # the chunk's place among its block's chunks of 2**k
+            local = np.searchsorted(ends, rank, side="right")
+            nth = rank - (ends[local] - per[local])  # which chunk of 2**k in its document
+            length = values[local]
+            rest = length & ((1 << self.max_log) - 1)
+            doc[at] = first + local
+            start[at] = (
+                nth << self.max_log
+                if k == self.max_log
+                else length - rest + ((rest >> (k + 1)) << (k + 1))
+            )
+        table = np.stack((doc, start, start + (1 << k)), axis=1).reshape(*places.shape, 3)
+        return [[(d, a, b) for d, a, b in row] for row in table.tolist()]
+
+
+class VslChunks:
+    """The batching rule of :class:`VariableLengthSampler` (:mod:`dataorder.core.batching`): an
+    item is a micro-batch of chunks, a chunk ``(document, start, stop)`` covers those tokens
+    and is never padding.
+
+    Example:
+        >>> rule = VslChunks()
+        >>> [a.tolist() for a in rule.spans(rule.slots([(3, 0, 256), (9, 512, 768)]))]
+        [[3, 9], [0, 512], [256, 768]]
+    """
+
+    name = "vsl-chunks"
+    unit = "token"
+    batched = True
+    dropped_counter = "tokens_dropped"
+    padded_counter = "tokens_padded"
+
+    def slots(self, item: Any) -> Sequence[Any]:
+        if isinstance(item, str | bytes) or not isinstance(item, Sequence):
+            raise TypeError(f"items must be {_ITEMS}; got {type(item).__name__}: {item!r}")
+        for c in item:
+            if (
+                not isinstance(c, Sequence)
+                or isinstance(c, str | bytes)
+                or len(c) != 3
+                or not all(isinstance(x, int | np.integer) and not isinstance(x, bool) for x in c)
+            ):
+                raise TypeError(f"items must be {_ITEMS}; got a chunk {c!r}")
+        return item
+
+    def spans(self, slots: Sequence[Any]) -> Spans:
+        table = np.array(slots, dtype=np.int64).reshape(-1, 3)
+        return table[:, 0], table[:, 1], table[:, 2]
+
+    def padding(self, slots: Sequence[Any]) -> int:
+        return 0
+
+
+_RULE = VslChunks()
+
+
+class VariableLengthSampler(AssembledSampler[list[Chunk]], CursorBatchSampler[list[Chunk]]):
+    """Lock-step micro-batches of power-of-two chunks of documents (module docstring).
+
+    Args:
+        lengths: The documents' token counts: a :class:`~dataorder.llm.packing.DocumentLengths`
+            or what it takes (an int array, a memory map, a list).
+        max_seq_len: The longest chunk, a power of two.
+        tokens_per_rank: Tokens of every rank's micro-batch, a multiple of ``max_seq_len``.
+        data_parallel_rank: This rank.
+        data_parallel_size: Data-parallel ranks.
+        seed: The seed of the order.
+        min_seq_len: The shortest chunk, a power of two ``<= max_seq_len``.
+        curriculum: ``"natural"`` (lengths mixed by share) or ``"grow"`` (short to long).
+        interleave_unit: ``"natural"`` only: the lengths are interleaved in runs of
+            ``interleave_unit`` global steps of that many ranks; a state resumes on any number
+            of ranks that divides it (default: ``data_parallel_size``).
+
+    Raises:
+        ValueError: If a value is out of range (the message names it), or no document holds
+            ``min_seq_len`` tokens.
+        TypeError: If a value is not an int (or ``lengths`` not integers).
+
+    Example:
+        Two ranks, 512 tokens each per step, chunks of 256 and 512 tokens: 700 = 512 + 188
+        and 1,100 = 2 x 512 + 76 make three chunks of 512 and drop 188 + 76 tokens; the three
+        chunks fill one step of two ranks, and the third is dropped too (512 more)::
+
+        >>> s = VariableLengthSampler([700, 1100], 512, 512, 0, 2, seed=0, min_seq_len=256)
+        >>> s.chunk_lengths, s.chunk_counts, len(s), s.tokens_dropped
+        ([512], [3], 1, 776)
+        >>> list(s)  # rank 0's one micro-batch: tokens [0, 512) of document 1
+        [[(1, 0, 512)]]
+        >>> state = s.state_dict()  # the cursor (epoch, bucket, consumed) and the config
+        >>> state["kind"], state["epoch"], state["config.lengths"]
+        ('variable_length', 0, '978253bf80fb078d')
+    """
+
+    schema = Schema(
+        kind="variable_length",
+        fields=(
+            recorded("seed"),
+            recorded("max_seq_len"),
+            recorded("min_seq_len"),
+            recorded("tokens_per_rank"),
+            recorded("curriculum"),
+            recorded("interleave_unit", none_as=0),
+            Field("order_version", lambda s: s._order.config()["order_version"]),
+            Field("lengths", lambda s: s.lengths.fingerprint()),
+        ),
+        layout=Layout(rank="data_parallel_rank", size="data_parallel_size"),
+        batching_of=lambda s: _RULE,
+        given=(Given("lengths", "the document lengths (a state holds only their fingerprint)"),),
+        progress=("bucket", "consumed"),
+        steps="micro-batches",
+    )
+
+    def __init__(
+        self,
+        lengths: Any,
+        max_seq_len: int,
+        tokens_per_rank: int,
+        data_parallel_rank: int,
+        data_parallel_size: int,
+        *,
+        seed: int,
+        min_seq_len: int = 256,
+        curriculum: str = "natural",
+        interleave_unit: int | None = None,
+    ) -> None:
+        AssembledSampler.__init__(self)
+        self.max_seq_len = _power_of_two("max_seq_len", max_seq_len)
+        self.min_seq_len = _power_of_two("min_seq_len", min_seq_len)
+        if self.min_seq_len > self.max_seq_len:
+            fail("min_seq_len", f"at most max_seq_len={self.max_seq_len}", self.min_seq_len)
+        self.tokens_per_rank = check_int(
+            "tokens_per_rank",
+            tokens_per_rank,
+            min_value=self.max_seq_len,
+            max_value=self.min_seq_len * MAX_BATCH_SIZE,
+        )
+        if self.tokens_per_rank % self.max_seq_len:
+            fail(
+                "tokens_per_rank", f"a multiple of max_seq_len={self.max_seq_len}", tokens_per_rank
+            )
+        self.data_parallel_size = check_int(
+            "data_parallel_size", data_parallel_size, min_value=1, max_value=MAX_DP_SIZE
+        )
+        self.data_parallel_rank = check_int(
+            "data_parallel_rank",
+            data_parallel_rank,
+            min_value=0,
+            max_value=self.data_parallel_size - 1,
+        )
+        self.seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
+        self.curriculum = check_choice("curriculum", curriculum, CURRICULA)
+        self.interleave_unit = self._unit(interleave_unit)
+        self.lengths = lengths if isinstance(lengths, DocumentLengths) else DocumentLengths(lengths)
+        self._order = KeyedBucketOrder(self.seed, stream=VSL_STREAM)
+        self._index = _ChunkIndex(
+            self.lengths, self.min_seq_len.bit_length() - 1, self.max_seq_len.bit_length() - 1
+        )
+        self._batch_sizes = self.tokens_per_rank >> self._index.logs
+
+    def _unit(self, unit: object) -> int | None:
+        size = self.data_parallel_size
+        if self.curriculum != "natural":
+            if unit is not None:
+                fail("interleave_unit", "None unless curriculum='natural'", unit)
+            return None
+        if unit is None and size > MAX_INTERLEAVE_UNIT:
+            fail("data_parallel_size", f"at most {MAX_INTERLEAVE_UNIT} (natural)", size)
+        u = size if unit is None else check_int("interleave_unit", unit, min_value=1)
+        if u > MAX_INTERLEAVE_UNIT:
+            fail("interleave_unit", f"an int in [1, {MAX_INTERLEAVE_UNIT}]", u)
+        if u % size:
+            fail("data_parallel_size", f"a divisor of interleave_unit={u}", size)
+        return u
+
+    @property
+    def dp_rank(self) -> int:
+        """This process's data-parallel rank."""
+        return self.data_parallel_rank
+
+    def bucket_plan(self, epoch: int = 0, dp_size: int | None = None) -> BucketEpochPlan:
+        """The :class:`~dataorder.core.buckets.BucketEpochPlan` of ``epoch`` (on
+        ``dp_size`` ranks, default this sampler's): bucket ``j`` holds the chunks of
+        ``chunk_lengths[j]`` tokens."""
+        return plan_sampler_epoch(
+            self._order,
+            self._index.sizes,
+            self._batch_sizes,
+            epoch=epoch,
+            dp_size=self.data_parallel_size if dp_size is None else dp_size,
+            drop_last=True,
+            shuffle_buckets=self.curriculum == "natural",
+            interleave_unit=self.interleave_unit or 0,
+        )
+
+    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BucketEpoch[list[Chunk]]:
+        plan = self.bucket_plan(epoch, layout["data_parallel_size"])
+        return BucketEpoch(plan, self._order.within_orders(epoch=epoch, shuffle=True), self._index)
+
+    @property
+    def chunk_lengths(self) -> list[int]:
+        """The chunk lengths that hold chunks, shortest first (the buckets, by row)."""
+        return [1 << k for k in self._index.logs.tolist()]
+
+    @property
+    def chunk_counts(self) -> list[int]:
+        """Chunks of each of :attr:`chunk_lengths` in the corpus."""
+        return [int(n) for n in self._index.sizes]
+
+    @property
+    def tokens_dropped(self) -> int:
+        """Tokens no rank reads in an epoch: those below ``min_seq_len`` left by the
+        decomposition, plus each length's last chunks that do not fill a whole step on every
+        rank (the same every epoch on one layout)."""
+        plan = self.bucket_plan(0)
+        seg = plan.segments
+        short = np.maximum(seg.n - seg.total_positions(), 0) << self._index.logs[plan.buckets]
+        return self._index.tokens_cut + int(short.sum())
+
+    @property
+    def tokens_padded(self) -> int:
+        """Padding tokens: always 0 (a step is whole chunks of one length, nothing repeats)."""
+        return 0

@@ -13,6 +13,31 @@ aspect order, true of every preset), so the nearest allowed bucket is the overal
 into the run. A tier that is not a staircase is re-checked with :meth:`Tier.position`, the exact
 reference rule, for the clips its nearest bucket would upscale too much; so are all tiers when the
 limit tables would be too large.
+
+**The rule: assignment of a clip (W, H, F)** (:meth:`VideoAssigner.choose` is the reference in
+exact integers, :meth:`VideoAssigner.assign` its vectorised equal):
+
+1. *Time: trimmed, never stretched.* ``f`` is the largest legal frame count ``<= F`` (the clip
+   keeps ``f`` of its frames). A clip shorter than the smallest legal count gets
+   :data:`TOO_SHORT` (-1). A 1-frame clip goes to ``f = 1`` when 1 is legal.
+2. *Space: never upscaled beyond* ``max_upscale = u`` (default 3/2; None means no limit, the
+   image calculator's behaviour). Candidates are ``f``'s buckets with ``bw <= u * W`` and
+   ``bh <= u * H`` (exact rationals): the cover-resize scale ``max(bw / W, bh / H)`` is at most
+   ``u``. If none qualifies the clip gets :data:`TOO_SMALL` (-2): NOTE [ too small: drop, not
+   upscale ].
+3. *Aspect.* Among the candidates, the nearest in log aspect ratio, which is the least crop
+   loss; an exact tie goes to the squarer bucket, then the lower id.
+
+NOTE [ too small: drop, not upscale ]
+    The image calculator falls back to the nearest bucket, upscaled, when nothing fits. Video
+    drops such a clip instead, with its own id: (a) every shorter frame count of the same
+    calculator has a budget at least as large, so there is no smaller tier to fall to; (b) a
+    clip upscaled 2-3x spends the full token budget on interpolated pixels, and a bucket of
+    blurry clips teaches blur; (c) a distinct id keeps the loss visible and countable, and the
+    data owner chooses: raise ``max_upscale``, set it to None, or bucket the dropped clips with
+    a second calculator of a smaller budget. The default ``u = 3/2`` keeps a 640x360 clip in a
+    480p set (scale 1.3) and an 854x480 clip in a 720p set (1.5); ``u = 1`` is no default,
+    because every bucket sits near the budget and a 832x479 clip would have nowhere to go.
 """
 
 from __future__ import annotations
@@ -246,6 +271,20 @@ class VideoAssigner:
             self._fix_general(w, h, j, self._jt.take(j) if tier is None else tier, out)
         if j.min() == 0:
             out[j == 0] = TOO_SHORT
+
+    def choose(self, w: int, h: int, f: int) -> int:
+        """The bucket id of one clip ``(w, h, f)`` by the reference rule (module docstring), in
+        exact integers: a bucket id, :data:`TOO_SHORT` or :data:`TOO_SMALL`."""
+        j = -1
+        for i, g in enumerate(self._frames):  # the largest legal count <= f: trim, never stretch
+            if g <= f:
+                j = i
+        if j < 0:
+            return TOO_SHORT
+        pos = self._tiers[int(self._frame_tier[j])].position(w, h)
+        if pos < 0:
+            return TOO_SMALL
+        return int(self._frame_base[j]) + pos
 
     def _fix_general(
         self,

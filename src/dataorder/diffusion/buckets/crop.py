@@ -176,18 +176,7 @@ def resize_and_crop(
     gen = _generator(seed, rng)
 
     as_array = isinstance(image, np.ndarray)
-    if as_array:
-        if image.dtype != np.uint8:
-            fail("image.dtype", "uint8", image.dtype, TypeError)
-        plain = image.ndim == 2
-        if not (plain or (image.ndim == 3 and image.shape[2] in (1, 3, 4))):
-            fail("image.shape", "(H, W) or (H, W, C) with C in 1, 3, 4", image.shape)
-        pixels = image[:, :, 0] if image.ndim == 3 and image.shape[2] == 1 else image
-        pil = Image.fromarray(np.ascontiguousarray(pixels))
-    elif isinstance(image, Image.Image):
-        pil = image
-    else:
-        fail("image", "a PIL.Image.Image or a numpy array", type(image).__name__, TypeError)
+    pil = _as_pil(image, Image)
     width, height = pil.size
     check_int("image_width", width, min_value=1)
     check_int("image_height", height, min_value=1)
@@ -195,6 +184,41 @@ def resize_and_crop(
     nw, nh = cover_size(width, height, tw, th)
     resized = pil if (nw, nh) == (width, height) else pil.resize((nw, nh), Image.LANCZOS)
     slack_x, slack_y = nw - tw, nh - th
+    x, y = _offset(mode, gen, resized, slack_x, slack_y, tw, th)
+    cropped = resized.crop((x, y, x + tw, y + th))
+    if not as_array:
+        return CropResult(cropped, (x, y))
+    out = np.asarray(cropped)
+    if image.ndim == 3 and image.shape[2] == 1:
+        out = out[:, :, None]
+    return CropResult(out, (x, y))
+
+
+def _as_pil(image: Any, Image: Any) -> Any:
+    """``image`` as a Pillow image (a uint8 array converted, its shape checked)."""
+    if isinstance(image, np.ndarray):
+        if image.dtype != np.uint8:
+            fail("image.dtype", "uint8", image.dtype, TypeError)
+        plain = image.ndim == 2
+        if not (plain or (image.ndim == 3 and image.shape[2] in (1, 3, 4))):
+            fail("image.shape", "(H, W) or (H, W, C) with C in 1, 3, 4", image.shape)
+        pixels = image[:, :, 0] if image.ndim == 3 and image.shape[2] == 1 else image
+        return Image.fromarray(np.ascontiguousarray(pixels))
+    if isinstance(image, Image.Image):
+        return image
+    fail("image", "a PIL.Image.Image or a numpy array", type(image).__name__, TypeError)
+
+
+def _offset(
+    mode: str,
+    gen: np.random.Generator | None,
+    resized: Any,
+    slack_x: int,
+    slack_y: int,
+    tw: int,
+    th: int,
+) -> tuple[int, int]:
+    """The top-left corner of the crop of ``mode`` in the resized image."""
     if mode == "center":
         x, y = slack_x // 2, slack_y // 2
     elif mode == "random":
@@ -213,10 +237,4 @@ def resize_and_crop(
                 x = _smart_offset(gray, tw, axis=1)
             else:
                 y = _smart_offset(gray, th, axis=0)
-    cropped = resized.crop((x, y, x + tw, y + th))
-    if not as_array:
-        return CropResult(cropped, (x, y))
-    out = np.asarray(cropped)
-    if image.ndim == 3 and image.shape[2] == 1:
-        out = out[:, :, None]
-    return CropResult(out, (x, y))
+    return x, y

@@ -162,49 +162,12 @@ class VideoAssigner:
         self._jt = np.concatenate(([0], self._frame_tier)).astype(np.intp)
         self._jb = np.concatenate(([TOO_SHORT], self._frame_base)).astype(np.int64)
         tiers = self._tiers
-        # Aspect cells: each tier's Lookup cells, re-indexed over one common range, one row per
-        # tier, so a chunk of clips of many tiers is one take(). Outside a tier's own range its
-        # end cells answer (as Lookup.lookup clips the cell index).
-        ranged = [t.lookup for t in tiers if t.k > 1]
-        if ranged:
-            lo = min(lk.lo for lk in ranged)
-            hi = max(lk.lo + lk.cells.size - 1 for lk in ranged)
-        else:
-            lo = hi = 0
-        cells = np.arange(lo, hi + 1, dtype=np.int64)
-        kmax = max(t.k for t in tiers)
-        dtype = np.int16 if kmax < 2**15 else np.int32
-        rows = []
-        for t in tiers:
-            if t.k == 1:
-                rows.append(np.zeros(cells.size, dtype=dtype))
-                continue
-            own = np.clip(cells - t.lookup.lo, 0, t.lookup.cells.size - 1)
-            rows.append(t.lookup.cells[own].astype(dtype))
-        self._cell_lo = lo
-        self._ncells = cells.size
-        self._cells = np.concatenate(rows)
+        self._cell_lo, self._ncells, self._cells = _aspect_cells(tiers)
         # Upscale limit: from W and H, the run [lo, hi) of positions a clip may use, per tier.
         self._fit: tuple[int, npt.NDArray[Any], npt.NDArray[Any]] | None = None
         self._general = np.array([not t.staircase for t in tiers], dtype=bool)
         if self._u is not None:
-            cap = int(max(max(int(t.wmin.max()), int(t.hmin.max())) for t in tiers))
-            if len(tiers) * (cap + 1) > _FIT_TABLE_LIMIT:
-                self._general[:] = True  # huge buckets: every tier goes the exact way
-            else:
-                v = np.arange(cap + 1, dtype=np.int64)
-                dt = np.int16 if kmax < 2**15 else np.int32
-                his, los = [], []
-                for t in tiers:
-                    if t.staircase:
-                        his.append(np.searchsorted(t.wmin, v, side="right").astype(dt))
-                        los.append(
-                            (t.k - np.searchsorted(t.hmin[::-1], v, side="right")).astype(dt)
-                        )
-                    else:  # the whole tier; _fix_general re-checks the answers exactly
-                        his.append(np.full(v.shape, t.k, dtype=dt))
-                        los.append(np.zeros(v.shape, dtype=dt))
-                self._fit = (cap, np.concatenate(his), np.concatenate(los))
+            self._fit = _limit_tables(tiers, self._general)
         self._any_general = self._u is not None and bool(self._general.any())
         if self._any_general:
             self._wmin = np.concatenate([t.wmin for t in tiers])
@@ -304,3 +267,52 @@ class VideoAssigner:
             t = self._tiers[int(tier[i])]
             best = t.position(int(w[i]), int(h[i]))
             out[i] = TOO_SMALL if best < 0 else int(self._jb[j[i]]) + best
+
+
+def _aspect_cells(tiers: list[Tier]) -> tuple[int, int, npt.NDArray[Any]]:
+    """``(lo, ncells, cells)``: every tier's aspect cells over one common range of cell
+    indices from ``lo``, one row of ``ncells`` per tier."""
+    # Aspect cells: each tier's Lookup cells, re-indexed over one common range, one row per
+    # tier, so a chunk of clips of many tiers is one take(). Outside a tier's own range its
+    # end cells answer (as Lookup.lookup clips the cell index).
+    ranged = [t.lookup for t in tiers if t.k > 1]
+    if ranged:
+        lo = min(lk.lo for lk in ranged)
+        hi = max(lk.lo + lk.cells.size - 1 for lk in ranged)
+    else:
+        lo = hi = 0
+    cells = np.arange(lo, hi + 1, dtype=np.int64)
+    kmax = max(t.k for t in tiers)
+    dtype = np.int16 if kmax < 2**15 else np.int32
+    rows = []
+    for t in tiers:
+        if t.k == 1:
+            rows.append(np.zeros(cells.size, dtype=dtype))
+            continue
+        own = np.clip(cells - t.lookup.lo, 0, t.lookup.cells.size - 1)
+        rows.append(t.lookup.cells[own].astype(dtype))
+    return lo, cells.size, np.concatenate(rows)
+
+
+def _limit_tables(
+    tiers: list[Tier], general: npt.NDArray[np.bool_]
+) -> tuple[int, npt.NDArray[Any], npt.NDArray[Any]] | None:
+    """``(cap, his, los)``: per tier and per side up to ``cap``, the run of positions the
+    upscale limit allows; None when the tables would be too large (then every tier is marked
+    ``general``, the exact way)."""
+    cap = int(max(max(int(t.wmin.max()), int(t.hmin.max())) for t in tiers))
+    if len(tiers) * (cap + 1) > _FIT_TABLE_LIMIT:
+        general[:] = True  # huge buckets: every tier goes the exact way
+    else:
+        v = np.arange(cap + 1, dtype=np.int64)
+        dt = np.int16 if max(t.k for t in tiers) < 2**15 else np.int32
+        his, los = [], []
+        for t in tiers:
+            if t.staircase:
+                his.append(np.searchsorted(t.wmin, v, side="right").astype(dt))
+                los.append((t.k - np.searchsorted(t.hmin[::-1], v, side="right")).astype(dt))
+            else:  # the whole tier; _fix_general re-checks the answers exactly
+                his.append(np.full(v.shape, t.k, dtype=dt))
+                los.append(np.zeros(v.shape, dtype=dt))
+        return cap, np.concatenate(his), np.concatenate(los)
+    return None

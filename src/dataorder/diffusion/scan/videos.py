@@ -45,6 +45,7 @@ from dataorder.diffusion.scan.files import (
     list_files,
     read_files,
     scan_paths,
+    split_results,
     workers_arg,
 )
 from dataorder.diffusion.scan.probe import (
@@ -376,15 +377,7 @@ def scan_videos(
         chunk_range=(4, 256),
         fatal=(ImportError,),  # PyAV missing: the scan's error, not each file's
     )
-    good: list[str] = []
-    infos: list[VideoInfo] = []
-    errors: list[tuple[str, str]] = []
-    for p, r in zip(paths, results, strict=True):
-        if isinstance(r, str):
-            errors.append((p, r))
-        else:
-            good.append(p)
-            infos.append(r)
+    good, infos, errors = split_results(paths, results)
     return build_video_scan(
         good,
         np.array([i.width for i in infos], dtype=np.int64),

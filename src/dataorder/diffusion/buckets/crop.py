@@ -178,8 +178,6 @@ def resize_and_crop(
     as_array = isinstance(image, np.ndarray)
     pil = _as_pil(image, Image)
     width, height = pil.size
-    check_int("image_width", width, min_value=1)
-    check_int("image_height", height, min_value=1)
 
     nw, nh = cover_size(width, height, tw, th)
     resized = pil if (nw, nh) == (width, height) else pil.resize((nw, nh), Image.LANCZOS)
@@ -195,7 +193,8 @@ def resize_and_crop(
 
 
 def _as_pil(image: Any, Image: Any) -> Any:
-    """``image`` as a Pillow image (a uint8 array converted, its shape checked)."""
+    """``image`` as a Pillow image of a positive size (a uint8 array converted, its shape
+    checked)."""
     if isinstance(image, np.ndarray):
         if image.dtype != np.uint8:
             fail("image.dtype", "uint8", image.dtype, TypeError)
@@ -203,10 +202,14 @@ def _as_pil(image: Any, Image: Any) -> Any:
         if not (plain or (image.ndim == 3 and image.shape[2] in (1, 3, 4))):
             fail("image.shape", "(H, W) or (H, W, C) with C in 1, 3, 4", image.shape)
         pixels = image[:, :, 0] if image.ndim == 3 and image.shape[2] == 1 else image
-        return Image.fromarray(np.ascontiguousarray(pixels))
-    if isinstance(image, Image.Image):
-        return image
-    fail("image", "a PIL.Image.Image or a numpy array", type(image).__name__, TypeError)
+        pil = Image.fromarray(np.ascontiguousarray(pixels))
+    elif isinstance(image, Image.Image):
+        pil = image
+    else:
+        fail("image", "a PIL.Image.Image or a numpy array", type(image).__name__, TypeError)
+    check_int("image_width", pil.size[0], min_value=1)
+    check_int("image_height", pil.size[1], min_value=1)
+    return pil
 
 
 def _offset(

@@ -378,8 +378,18 @@ def scan_videos(
         fatal=(ImportError,),  # PyAV missing: the scan's error, not each file's
     )
     good, infos, errors = split_results(paths, results)
+    return _scan_of(good, infos, calculator, errors)
+
+
+def _scan_of(
+    paths: list[str],
+    infos: list[VideoInfo],
+    calculator: VideoBucketCalculator,
+    errors: list[tuple[str, str]],
+) -> VideoScan:
+    """The scan of the clips whose headers were read (``infos``, one per path)."""
     return build_video_scan(
-        good,
+        paths,
         np.array([i.width for i in infos], dtype=np.int64),
         np.array([i.height for i in infos], dtype=np.int64),
         np.array([i.frames for i in infos], dtype=np.int64),

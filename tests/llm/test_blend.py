@@ -23,6 +23,7 @@ import dataorder.llm.blend as blend_module
 import dataorder.llm.blend_order as blend_order_module
 import dataorder.llm.factory as factory_module
 import dataorder.llm.mixture as mixture_module
+import dataorder.llm.mixture_schedule as mixture_schedule_module
 from dataorder.core.apportion import MAX_TOTAL
 from dataorder.core.permutation import Permutation
 from dataorder.core.topology import Topology
@@ -1290,7 +1291,8 @@ def test_the_factorys_mixture_errors_name_its_own_arguments(
 
 
 @pytest.mark.parametrize(
-    "module", [blend_module, blend_order_module, factory_module, mixture_module]
+    "module",
+    [blend_module, blend_order_module, factory_module, mixture_module, mixture_schedule_module],
 )
 def test_docstring_examples(module: Any) -> None:
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)

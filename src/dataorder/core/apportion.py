@@ -95,6 +95,59 @@ def _is_real(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def _ratios(items: Sequence[Any]) -> tuple[list[int], list[int]]:
+    """Each weight as an exact ratio ``n_j / d_j`` of Python ints, or refuse it (naming
+    ``weights[j]``)."""
+    nums: list[int] = []
+    dens: list[int] = []
+    for j, value in enumerate(items):
+        if type(value) is float and value >= 0.0 and value != math.inf:  # the common case
+            n, d = value.as_integer_ratio()
+            nums.append(n)
+            dens.append(d)
+            continue
+        if not _is_real(value):
+            fail(f"weights[{j}]", "a real number", value, TypeError)
+        real: Any = value
+        finite = isinstance(real, numbers.Integral) or math.isfinite(float(real))
+        if not finite or real < 0:
+            fail(f"weights[{j}]", "a finite non-negative real", value)
+        if isinstance(real, numbers.Integral):
+            n, d = int(real), 1
+        elif isinstance(real, Fraction):
+            n, d = real.numerator, real.denominator
+        else:  # floats and numpy floats: a dyadic rational, converted exactly
+            n, d = float(real).as_integer_ratio()
+        nums.append(n)
+        dens.append(d)
+    return nums, dens
+
+
+def _rounded(prod: list[int], wsum: int, total: int) -> tuple[int, ...]:
+    """Quotas ``prod_j / wsum`` rounded to ints that sum to ``total``, every positive quota at
+    least one (largest remainder)."""
+    units = [max(x // wsum, 1) if x > 0 else 0 for x in prod]
+    short = total - sum(units)
+    k = len(units)
+    if short >= 0:
+        # Largest remainder; ties to the lower index. short < number of positive weights.
+        order = sorted(range(k), key=lambda j: (-(prod[j] - units[j] * wsum), j))
+        for j in order[:short]:
+            units[j] += 1
+    else:
+        # Only when some positive weight was raised to one unit: take units back from the most
+        # over-served parties that keep at least one unit; ties to the higher index.
+        while short < 0:
+            order = sorted(
+                (j for j in range(k) if units[j] > 1),
+                key=lambda j: (prod[j] - units[j] * wsum, -j),
+            )
+            for j in order[:-short]:
+                units[j] -= 1
+                short += 1
+    return tuple(units)
+
+
 def quantize_weights(weights: Sequence[float], total: int = MAX_TOTAL) -> tuple[int, ...]:
     """Turn real weights into integers that sum exactly to ``total``.
 
@@ -137,28 +190,7 @@ def quantize_weights(weights: Sequence[float], total: int = MAX_TOTAL) -> tuple[
     # Exact and integer-only: every weight is a ratio n_j / d_j (a float's d_j is a power of
     # two), so with D = lcm(d_j) the weights are the integers n_j * D / d_j, and every quota
     # total * w_j / sum(w) is the exact ratio prod_j / wsum of two Python ints.
-    nums: list[int] = []
-    dens: list[int] = []
-    for j, value in enumerate(items):
-        if type(value) is float and value >= 0.0 and value != math.inf:  # the common case
-            n, d = value.as_integer_ratio()
-            nums.append(n)
-            dens.append(d)
-            continue
-        if not _is_real(value):
-            fail(f"weights[{j}]", "a real number", value, TypeError)
-        real: Any = value
-        finite = isinstance(real, numbers.Integral) or math.isfinite(float(real))
-        if not finite or real < 0:
-            fail(f"weights[{j}]", "a finite non-negative real", value)
-        if isinstance(real, numbers.Integral):
-            n, d = int(real), 1
-        elif isinstance(real, Fraction):
-            n, d = real.numerator, real.denominator
-        else:  # floats and numpy floats: a dyadic rational, converted exactly
-            n, d = float(real).as_integer_ratio()
-        nums.append(n)
-        dens.append(d)
+    nums, dens = _ratios(items)
     common = math.lcm(*dens) if dens else 1
     ints = [n * (common // d) for n, d in zip(nums, dens, strict=True)]
     wsum = sum(ints)
@@ -168,26 +200,7 @@ def quantize_weights(weights: Sequence[float], total: int = MAX_TOTAL) -> tuple[
     if n_pos > total:
         fail("total", f"at least the number of positive weights ({n_pos})", total)
     prod = [x * total for x in ints]  # quota_j = prod_j / wsum
-    units = [max(x // wsum, 1) if x > 0 else 0 for x in prod]
-    short = total - sum(units)
-    k = len(units)
-    if short >= 0:
-        # Largest remainder; ties to the lower index. short < number of positive weights.
-        order = sorted(range(k), key=lambda j: (-(prod[j] - units[j] * wsum), j))
-        for j in order[:short]:
-            units[j] += 1
-    else:
-        # Only when some positive weight was raised to one unit: take units back from the most
-        # over-served parties that keep at least one unit; ties to the higher index.
-        while short < 0:
-            order = sorted(
-                (j for j in range(k) if units[j] > 1),
-                key=lambda j: (prod[j] - units[j] * wsum, -j),
-            )
-            for j in order[:-short]:
-                units[j] -= 1
-                short += 1
-    return tuple(units)
+    return _rounded(prod, wsum, total)
 
 
 # -- exact arithmetic ------------------------------------------------------------------------
@@ -213,6 +226,40 @@ def _split_floor(
     q1, r1 = np.divmod(s * (a >> _HALF_BITS), b)
     q2, r2 = np.divmod((r1 << _HALF_BITS) + s * (a & _HALF_MASK) + h, b)
     return q * a + (q1 << _HALF_BITS) + q2, r2
+
+
+def _keyed_tree(leaf_weights: list[int], key: int) -> tuple[str, Tree, list[float]]:
+    """The apportionment tree over the positive weights: ``(construction, tree, bounds)``, the
+    candidate with the smallest worst bound, its ties and orientation decided by ``key``."""
+    n = len(leaf_weights)
+    # Keyed tie order among the parties of positive weight: equal weights are taken in the
+    # order of a keyed permutation, so the key decides which of them the tree meets first.
+    tie_key = derive_key(key, epoch=0, stream="apportionment", purpose="tie-order")
+    seq = Permutation(n, tie_key)(np.arange(n)).tolist() if n > 1 else [0]
+
+    # Build the candidates and keep the one with the smallest worst bound (first on ties).
+    best: tuple[float, str, Tree, list[float]] | None = None
+    for name, build in CONSTRUCTIONS:
+        tree = build(leaf_weights, seq)
+        if n > 1 and max(tree.depths()) > MAX_DEPTH:
+            continue
+        bounds = tree.bounds() if n > 1 else [0.0]
+        if best is None or max(bounds) < best[0]:
+            best = (max(bounds), name, tree, bounds)
+    if best is None:  # unreachable: Huffman trees here are at most 58 deep
+        raise RuntimeError("no tree construction stayed within the depth limit")
+    _, construction, tree, leaf_bounds = best
+
+    # Keyed orientation: which child of each split gets floor(.) (and so the half-up on an
+    # exact tie). Exactly half of the internal nodes, chosen by a keyed permutation, swap.
+    m = n - 1
+    if m > 0:
+        orient_key = derive_key(key, epoch=0, stream="apportionment", purpose="orient")
+        swap = (Permutation(2 * m, orient_key)(np.arange(m)) >= m).tolist()
+        for i in range(m):
+            if swap[i]:
+                tree.first[i], tree.second[i] = tree.second[i], tree.first[i]
+    return construction, tree, leaf_bounds
 
 
 class Apportionment:
@@ -267,33 +314,7 @@ class Apportionment:
         n = len(positive)
         leaf_weights = [ints[j] for j in positive]
 
-        # Keyed tie order among the parties of positive weight: equal weights are taken in the
-        # order of a keyed permutation, so the key decides which of them the tree meets first.
-        tie_key = derive_key(self._key, epoch=0, stream="apportionment", purpose="tie-order")
-        seq = Permutation(n, tie_key)(np.arange(n)).tolist() if n > 1 else [0]
-
-        # Build the candidates and keep the one with the smallest worst bound (first on ties).
-        best: tuple[float, str, Tree, list[float]] | None = None
-        for name, build in CONSTRUCTIONS:
-            tree = build(leaf_weights, seq)
-            if n > 1 and max(tree.depths()) > MAX_DEPTH:
-                continue
-            bounds = tree.bounds() if n > 1 else [0.0]
-            if best is None or max(bounds) < best[0]:
-                best = (max(bounds), name, tree, bounds)
-        if best is None:  # unreachable: Huffman trees here are at most 58 deep
-            raise RuntimeError("no tree construction stayed within the depth limit")
-        _, self._construction, tree, leaf_bounds = best
-
-        # Keyed orientation: which child of each split gets floor(.) (and so the half-up on an
-        # exact tie). Exactly half of the internal nodes, chosen by a keyed permutation, swap.
-        m = n - 1
-        if m > 0:
-            orient_key = derive_key(self._key, epoch=0, stream="apportionment", purpose="orient")
-            swap = (Permutation(2 * m, orient_key)(np.arange(m)) >= m).tolist()
-            for i in range(m):
-                if swap[i]:
-                    tree.first[i], tree.second[i] = tree.second[i], tree.first[i]
+        self._construction, tree, leaf_bounds = _keyed_tree(leaf_weights, self._key)
 
         self._bounds = np.zeros(len(ints), dtype=np.float64)
         self._bounds[self._positive] = leaf_bounds

@@ -42,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = [
     "MAX_EPOCH",
@@ -171,6 +171,30 @@ def parse_state(
     """
     if not isinstance(state, Mapping):
         raise TypeError(f"state_dict must be a dict; got {type(state).__name__}")
+    _check_header(state, kind)
+    cfg = {k: _check_scalar(f"config.{k}", v) for k, v in config.items()}
+    expected = (
+        set(_HEADER)
+        | set(progress_keys)
+        | {f"config.{k}" for k in cfg}
+        | {f"layout.{k}" for k in layout_keys}
+    )
+    _check_fields(state, cfg, labels or {})
+    present = set(state)
+    if present - expected:  # sorted by repr: an edited state may mix str keys with others
+        raise ValueError(f"state has unknown keys {sorted(present - expected, key=repr)}")
+    if expected - present:
+        raise ValueError(f"state is missing keys {sorted(expected - present)}")
+    if state["fingerprint"] != config_fingerprint(cfg):
+        _refuse_fingerprint(state, cfg, labels or {})
+    epoch = _state_int(state, "epoch", max_value=MAX_EPOCH)
+    progress = {k: _state_int(state, k) for k in progress_keys}
+    layout = {k: _state_int(state, f"layout.{k}", min_value=1) for k in layout_keys}  # sizes
+    return epoch, progress, layout
+
+
+def _check_header(state: Mapping[Any, Any], kind: str) -> None:
+    """Refuse a state of another format, version or sampler kind."""
     if state.get("format") != STATE_FORMAT:
         raise ValueError(
             f"not a dataorder sampler state: state['format'] is {state.get('format')!r}, "
@@ -184,13 +208,13 @@ def parse_state(
         )
     if state.get("kind") != kind:
         raise ValueError(f"state is from a {state.get('kind')!r} sampler, not a {kind!r} sampler")
-    cfg = {k: _check_scalar(f"config.{k}", v) for k, v in config.items()}
-    expected = (
-        set(_HEADER)
-        | set(progress_keys)
-        | {f"config.{k}" for k in cfg}
-        | {f"layout.{k}" for k in layout_keys}
-    )
+
+
+def _check_fields(
+    state: Mapping[Any, Any], cfg: Mapping[str, object], labels: Mapping[str, str]
+) -> None:
+    """Refuse a state whose configuration field differs from ours, or whose labelled field is
+    set on one side only (named by its label)."""
     # A configuration field both sides have but with another value is the most telling
     # difference (another order has other fields too): report it before missing keys.
     for key, ours in cfg.items():
@@ -200,10 +224,10 @@ def parse_state(
         theirs = state[name]
         if type(theirs) is not type(ours) or theirs != ours:
             raise ValueError(
-                f"state is from another configuration: {(labels or {}).get(key, key)} is "
+                f"state is from another configuration: {labels.get(key, key)} is "
                 f"{theirs!r} in the state but {ours!r} in this sampler"
             )
-    for key, label in (labels or {}).items():
+    for key, label in labels.items():
         name = f"config.{key}"
         if (key in cfg) != (name in state):
             theirs_text = f"{state[name]!r} in the state" if name in state else "not in the state"
@@ -211,38 +235,32 @@ def parse_state(
             raise ValueError(
                 f"state is from another configuration: {label} is {theirs_text} but {ours_text}"
             )
-    present = set(state)
-    if present - expected:  # sorted by repr: an edited state may mix str keys with others
-        raise ValueError(f"state has unknown keys {sorted(present - expected, key=repr)}")
-    if expected - present:
-        raise ValueError(f"state is missing keys {sorted(expected - present)}")
-    if state["fingerprint"] != config_fingerprint(cfg):
-        # Every field both sides record agrees, so the state's configuration had a field this
-        # sampler does not record, and it is gone: torch.distributed.checkpoint loads only the
-        # keys of the loading sampler's own state (its template) and drops the others. A
-        # labelled field this configuration leaves out is the one that can vanish that way.
-        dropped = [
-            label
-            for key, label in (labels or {}).items()
-            if key not in cfg and f"config.{key}" not in state
-        ]
-        if dropped:
-            raise ValueError(
-                "state is from another configuration: "
-                + " or ".join(dropped)
-                + " is not set here, and the state's fingerprint says its configuration set it "
-                "(every field both record agrees): its key was dropped before the state got "
-                "here, as torch.distributed.checkpoint drops the keys the loading sampler's own "
-                "state lacks (or the state was edited); build the sampler as the saved run did"
-            )
+
+
+def _refuse_fingerprint(
+    state: Mapping[Any, Any], cfg: Mapping[str, object], labels: Mapping[str, str]
+) -> NoReturn:
+    """Explain a fingerprint that does not match its configuration fields."""
+    # Every field both sides record agrees, so the state's configuration had a field this
+    # sampler does not record, and it is gone: torch.distributed.checkpoint loads only the
+    # keys of the loading sampler's own state (its template) and drops the others. A
+    # labelled field this configuration leaves out is the one that can vanish that way.
+    dropped = [
+        label for key, label in labels.items() if key not in cfg and f"config.{key}" not in state
+    ]
+    if dropped:
         raise ValueError(
-            "state fingerprint does not match its configuration fields: the state was edited "
-            "or written by an incompatible dataorder"
+            "state is from another configuration: "
+            + " or ".join(dropped)
+            + " is not set here, and the state's fingerprint says its configuration set it "
+            "(every field both record agrees): its key was dropped before the state got "
+            "here, as torch.distributed.checkpoint drops the keys the loading sampler's own "
+            "state lacks (or the state was edited); build the sampler as the saved run did"
         )
-    epoch = _state_int(state, "epoch", max_value=MAX_EPOCH)
-    progress = {k: _state_int(state, k) for k in progress_keys}
-    layout = {k: _state_int(state, f"layout.{k}", min_value=1) for k in layout_keys}  # sizes
-    return epoch, progress, layout
+    raise ValueError(
+        "state fingerprint does not match its configuration fields: the state was edited "
+        "or written by an incompatible dataorder"
+    )
 
 
 def split_state(

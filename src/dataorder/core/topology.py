@@ -227,6 +227,13 @@ def resolve_topology(
                 f"{rank_name} must be an int in [0, {num_replicas - 1}]; got {rank_name}={rank}"
             )
         return Topology(rank, num_replicas)
+    return _from_world(num_replicas, rank, names)
+
+
+def _from_world(num_replicas: int | None, rank: int | None, names: tuple[str, str]) -> Topology:
+    """Complete a rank or a size not both given from the detected world (the launcher's
+    environment or the process group), which must then be all data-parallel."""
+    size_name, rank_name = names
     g_rank, g_size, source = _detected()
     if rank is None:
         if num_replicas is None:

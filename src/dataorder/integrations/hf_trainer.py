@@ -200,17 +200,7 @@ def check_resume(checkpoint: str | os.PathLike[str], sampler: Any, args: Any) ->
     saved = _read_state_file(path)
     if saved.get("version") != RECORD_VERSION:
         _load_read_ahead(sampler, saved["sampler"])
-    now = positions_per_step(sampler, args)
-    if saved["positions_per_step"] != now:
-        raise ValueError(
-            "the global batch must stay the same across a Trainer resume (the Trainer skips "
-            "global_step x gradient_accumulation_steps batches per rank, which lands elsewhere "
-            f"in the epoch otherwise): the checkpoint {os.fspath(checkpoint)!r} read "
-            f"{saved['positions_per_step']} samples per optimizer step "
-            f"({saved.get('describe', 'layout not recorded')}); got positions_per_step={now!r} "
-            f"({_describe(sampler, args)}). Keep per-rank batch x world size x "
-            "gradient_accumulation_steps, or start a new run from the weights"
-        )
+    _check_global_batch(checkpoint, saved, sampler, args)
     if saved.get("version") != RECORD_VERSION:
         return True  # 0.3.0 recorded the read-ahead and not the epoch's steps: nothing more
     # The record is the sampler's state at a step (step_state), which the same global batch
@@ -230,17 +220,41 @@ def check_resume(checkpoint: str | os.PathLike[str], sampler: Any, args: Any) ->
             "a new run from the weights"
         )
     if not args.ignore_data_skip:
-        recorded = _position(sampler, saved["sampler"])
-        landing = _position(sampler, step_state(sampler, args, saved["global_step"]))
-        if landing != recorded:
-            raise ValueError(
-                f"the Trainer's skip from global_step={saved['global_step']} lands at "
-                f"{landing} on this layout ({_describe(sampler, args)}, "
-                f"{loader_batches(sampler, args)} batches per epoch), but the checkpoint "
-                f"{os.fspath(checkpoint)!r} stopped at {recorded}: the record does not describe "
-                "its own global_step (edited, or copied from another checkpoint)"
-            )
+        _check_skip(checkpoint, saved, sampler, args)
     return True
+
+
+def _check_global_batch(
+    checkpoint: str | os.PathLike[str], saved: dict[str, Any], sampler: Any, args: Any
+) -> None:
+    """Refuse a resume whose samples per optimizer step differ from the checkpoint's."""
+    now = positions_per_step(sampler, args)
+    if saved["positions_per_step"] != now:
+        raise ValueError(
+            "the global batch must stay the same across a Trainer resume (the Trainer skips "
+            "global_step x gradient_accumulation_steps batches per rank, which lands elsewhere "
+            f"in the epoch otherwise): the checkpoint {os.fspath(checkpoint)!r} read "
+            f"{saved['positions_per_step']} samples per optimizer step "
+            f"({saved.get('describe', 'layout not recorded')}); got positions_per_step={now!r} "
+            f"({_describe(sampler, args)}). Keep per-rank batch x world size x "
+            "gradient_accumulation_steps, or start a new run from the weights"
+        )
+
+
+def _check_skip(
+    checkpoint: str | os.PathLike[str], saved: dict[str, Any], sampler: Any, args: Any
+) -> None:
+    """Refuse a record whose global_step does not land where its state stopped, here."""
+    recorded = _position(sampler, saved["sampler"])
+    landing = _position(sampler, step_state(sampler, args, saved["global_step"]))
+    if landing != recorded:
+        raise ValueError(
+            f"the Trainer's skip from global_step={saved['global_step']} lands at "
+            f"{landing} on this layout ({_describe(sampler, args)}, "
+            f"{loader_batches(sampler, args)} batches per epoch), but the checkpoint "
+            f"{os.fspath(checkpoint)!r} stopped at {recorded}: the record does not describe "
+            "its own global_step (edited, or copied from another checkpoint)"
+        )
 
 
 def _load_read_ahead(sampler: Any, state: Mapping[str, Any]) -> None:

@@ -435,7 +435,7 @@ class BlendOrder:
         The end of the global batch under way (its quotas are ``c(a_k + G_k) - c(a_k)``: some
         ranks may have read part of it), or ``samples`` itself at a global-batch boundary,
         where the next global batch has not started. The mixture schedule must not change
-        before it (NOTE [ Trained part of a schedule ] in :mod:`dataorder.llm.mixture`).
+        before it (NOTE [ Trained part of a schedule ] in :mod:`dataorder.llm.mixture_schedule`).
 
         >>> from dataorder.llm.mixture import Mixture, MixtureSchedule
         >>> order = BlendOrder([6, 4], Mixture(MixtureSchedule([(0, [3, 1])]), key=0),

@@ -105,22 +105,7 @@ def check_dp(payloads: Sequence[Mapping[str, Any]], allowed_override: int | None
         out += [f"DP rank {p['dp_rank']}: {e}" for e in p["errors"]]
     if out:
         return out
-    declared = [p["declared"] for p in payloads]
-    if all(d is not None for d in declared):
-        sizes = sorted({d[1] for d in declared})
-        ranks = sorted(d[0] for d in declared)
-        if sizes != [size]:
-            out.append(
-                f"the samplers declare num_replicas {sizes} but the data-parallel group has "
-                f"{size} ranks (with tensor or context parallelism, build the sampler with "
-                "the data-parallel size, e.g. mesh=)"
-            )
-        elif ranks != list(range(size)):
-            out.append(
-                "the samplers declare ranks "
-                f"{[d[0] for d in declared]} on DP ranks {list(range(size))}: each must "
-                "take a different data-parallel rank"
-            )
+    out += _declared_ranks(payloads)
     kinds = {p["batched"] for p in payloads}
     if len(kinds) > 1:
         out.append("some DP ranks yield batches and others single indices")
@@ -140,9 +125,38 @@ def check_dp(payloads: Sequence[Mapping[str, Any]], allowed_override: int | None
                 f"DP ranks' batch sizes differ at {uneven.size} steps, first at step {step}: "
                 f"{table[:, step].tolist()}"
             )
+    if allowed_override != NO_PADDING_CHECK:
+        out += _padding(payloads, allowed_override)
+    return out
+
+
+def _declared_ranks(payloads: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Whether the samplers declare this group's size and one rank each (when all declare)."""
+    out: list[str] = []
+    size = len(payloads)
+    declared = [p["declared"] for p in payloads]
+    if all(d is not None for d in declared):
+        sizes = sorted({d[1] for d in declared})
+        ranks = sorted(d[0] for d in declared)
+        if sizes != [size]:
+            out.append(
+                f"the samplers declare num_replicas {sizes} but the data-parallel group has "
+                f"{size} ranks (with tensor or context parallelism, build the sampler with "
+                "the data-parallel size, e.g. mesh=)"
+            )
+        elif ranks != list(range(size)):
+            out.append(
+                "the samplers declare ranks "
+                f"{[d[0] for d in declared]} on DP ranks {list(range(size))}: each must "
+                "take a different data-parallel rank"
+            )
+    return out
+
+
+def _padding(payloads: Sequence[Mapping[str, Any]], allowed_override: int | None) -> list[str]:
+    """Whether the padding over the DP ranks is what the samplers (or the caller) declare."""
+    out: list[str] = []
     allowed_values = {p["allowed"] for p in payloads}
-    if allowed_override == NO_PADDING_CHECK:
-        return out
     if allowed_override is not None:
         allowed = allowed_override
     elif len(allowed_values) == 1:
@@ -283,18 +297,25 @@ def check_items(
         else []
     )
     for dp_rank, group in enumerate(replicas):
-        entries = []
-        for i, items in enumerate(group):
-            slots = {**read_items(items, batching), "errors": []}
-            entries.append(
-                {
-                    "dp_rank": dp_rank,
-                    "replica_rank": i,
-                    "digest": digest(slots),
-                    "count": len(slots["sizes"]),
-                    "head": head(slots),
-                    "failed": False,
-                }
-            )
-        out += check_replicas(entries)
+        out += check_replicas(_replica_entries(dp_rank, group, batching))
     return out
+
+
+def _replica_entries(
+    dp_rank: int, group: Sequence[Iterable[Any]], batching: BatchRule | None
+) -> list[dict[str, Any]]:
+    """What :func:`check_replicas` compares, for the replicas of one DP rank."""
+    entries = []
+    for i, items in enumerate(group):
+        slots = {**read_items(items, batching), "errors": []}
+        entries.append(
+            {
+                "dp_rank": dp_rank,
+                "replica_rank": i,
+                "digest": digest(slots),
+                "count": len(slots["sizes"]),
+                "head": head(slots),
+                "failed": False,
+            }
+        )
+    return entries

@@ -388,6 +388,19 @@ def _verify(
     )
 
 
+def _checked_epoch(source: object, epoch: object) -> int | None:
+    """``epoch`` checked, and refused for a source that cannot set an epoch."""
+    if epoch is None:
+        return None
+    checked = check_int("epoch", epoch, min_value=0)
+    if not hasattr(_declaring(source), "set_epoch"):
+        raise ValueError(
+            f"epoch needs a source with set_epoch (a sampler, or a DataLoader over one); "
+            f"got epoch={checked} and a {type(source).__name__}"
+        )
+    return checked
+
+
 def verify_data_parallel(
     source: Iterable[Any],
     *,
@@ -434,13 +447,7 @@ def verify_data_parallel(
         TypeError, ValueError: If an argument is invalid (before any collective).
     """
     num_batches = check_optional_int("num_batches", num_batches, min_value=1)
-    if epoch is not None:
-        epoch = check_int("epoch", epoch, min_value=0)
-        if not hasattr(_declaring(source), "set_epoch"):
-            raise ValueError(
-                f"epoch needs a source with set_epoch (a sampler, or a DataLoader over one); "
-                f"got epoch={epoch} and a {type(source).__name__}"
-            )
+    epoch = _checked_epoch(source, epoch)
     if allowed_padding is not None:
         allowed_padding = check_int("allowed_padding", allowed_padding, min_value=0)
     raise_on_error = check_bool("raise_on_error", raise_on_error)

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 import dataorder.diffusion.buckets.cost as cost_module
 import dataorder.diffusion.buckets.video_assign as assign_module
+import dataorder.diffusion.buckets.video_budget as budget_module
 import dataorder.diffusion.buckets.video_frames as frames_module
 import dataorder.diffusion.buckets.video_presets as presets_module
 import dataorder.diffusion.calculators.video as video_module
@@ -46,7 +47,13 @@ DATA = Path(video_module.__file__).resolve().parents[2] / "data"
 
 @pytest.mark.parametrize(
     ("module", "least"),
-    [(video_module, 8), (cost_module, 8), (frames_module, 4), (presets_module, 0)],
+    [
+        (video_module, 8),
+        (budget_module, 2),
+        (cost_module, 8),
+        (frames_module, 4),
+        (presets_module, 1),
+    ],
 )
 def test_doctests(module: object, least: int) -> None:
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)  # type: ignore[arg-type]

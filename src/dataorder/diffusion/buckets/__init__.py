@@ -11,6 +11,8 @@
 * :mod:`~dataorder.diffusion.buckets.fitted_rule`: a rule given its buckets and thresholds;
 * :mod:`~dataorder.diffusion.buckets.points`: the checks of bucket lists and threshold pairs;
 * :mod:`~dataorder.diffusion.buckets.video_frames`: the legal frame counts of video buckets;
+* :mod:`~dataorder.diffusion.buckets.video_budget`: the token budget of a frame count and the
+  generated video bucket set;
 * :mod:`~dataorder.diffusion.buckets.video_presets`: named video model settings;
 * :mod:`~dataorder.diffusion.buckets.video_assign`: vectorised assignment of clips;
 * :mod:`~dataorder.diffusion.buckets.video_set`: a fitted video bucket set.

@@ -176,7 +176,26 @@ def resize_and_crop(
     gen = _generator(seed, rng)
 
     as_array = isinstance(image, np.ndarray)
-    if as_array:
+    pil = _as_pil(image, Image)
+    width, height = pil.size
+
+    nw, nh = cover_size(width, height, tw, th)
+    resized = pil if (nw, nh) == (width, height) else pil.resize((nw, nh), Image.LANCZOS)
+    slack_x, slack_y = nw - tw, nh - th
+    x, y = _offset(mode, gen, resized, slack_x, slack_y, tw, th)
+    cropped = resized.crop((x, y, x + tw, y + th))
+    if not as_array:
+        return CropResult(cropped, (x, y))
+    out = np.asarray(cropped)
+    if image.ndim == 3 and image.shape[2] == 1:
+        out = out[:, :, None]
+    return CropResult(out, (x, y))
+
+
+def _as_pil(image: Any, Image: Any) -> Any:
+    """``image`` as a Pillow image of a positive size (a uint8 array converted, its shape
+    checked)."""
+    if isinstance(image, np.ndarray):
         if image.dtype != np.uint8:
             fail("image.dtype", "uint8", image.dtype, TypeError)
         plain = image.ndim == 2
@@ -188,13 +207,21 @@ def resize_and_crop(
         pil = image
     else:
         fail("image", "a PIL.Image.Image or a numpy array", type(image).__name__, TypeError)
-    width, height = pil.size
-    check_int("image_width", width, min_value=1)
-    check_int("image_height", height, min_value=1)
+    check_int("image_width", pil.size[0], min_value=1)
+    check_int("image_height", pil.size[1], min_value=1)
+    return pil
 
-    nw, nh = cover_size(width, height, tw, th)
-    resized = pil if (nw, nh) == (width, height) else pil.resize((nw, nh), Image.LANCZOS)
-    slack_x, slack_y = nw - tw, nh - th
+
+def _offset(
+    mode: str,
+    gen: np.random.Generator | None,
+    resized: Any,
+    slack_x: int,
+    slack_y: int,
+    tw: int,
+    th: int,
+) -> tuple[int, int]:
+    """The top-left corner of the crop of ``mode`` in the resized image."""
     if mode == "center":
         x, y = slack_x // 2, slack_y // 2
     elif mode == "random":
@@ -213,10 +240,4 @@ def resize_and_crop(
                 x = _smart_offset(gray, tw, axis=1)
             else:
                 y = _smart_offset(gray, th, axis=0)
-    cropped = resized.crop((x, y, x + tw, y + th))
-    if not as_array:
-        return CropResult(cropped, (x, y))
-    out = np.asarray(cropped)
-    if image.ndim == 3 and image.shape[2] == 1:
-        out = out[:, :, None]
-    return CropResult(out, (x, y))
+    return x, y

@@ -22,6 +22,7 @@ from dataorder._validate import check_int, fail
 __all__ = [
     "DEFAULT_ASPECT_RATIOS",
     "AspectRatio",
+    "aspect_ratios_arg",
     "best_resolution",
     "canonical_ratio",
     "default_resolutions",
@@ -80,6 +81,17 @@ def canonical_ratio(index: int, value: object) -> AspectRatio:
     if not 1 / _MAX_RATIO <= ratio_value(ratio) <= _MAX_RATIO:
         fail(name, f"a ratio between 1/{_MAX_RATIO} and {_MAX_RATIO}", given)
     return ratio
+
+
+def aspect_ratios_arg(aspect_ratios: object) -> tuple[AspectRatio, ...]:
+    """Validate an ``aspect_ratios`` argument (None: :data:`DEFAULT_ASPECT_RATIOS`), each ratio
+    by :func:`canonical_ratio`."""
+    given = DEFAULT_ASPECT_RATIOS if aspect_ratios is None else aspect_ratios
+    if isinstance(given, str | bytes) or not isinstance(given, Sequence):
+        fail("aspect_ratios", "a sequence of aspect ratios", aspect_ratios, TypeError)
+    if not given:
+        fail("aspect_ratios", "a non-empty sequence", aspect_ratios)
+    return tuple(canonical_ratio(i, r) for i, r in enumerate(given))
 
 
 def ratio_value(ratio: AspectRatio) -> float:

@@ -73,9 +73,8 @@ import numpy.typing as npt
 from dataorder._validate import check_int, fail
 from dataorder.diffusion.buckets.cost import DEFAULT_MAX_BATCH_FACTOR, CostModel, image_tokens
 from dataorder.diffusion.buckets.lattice import (
-    DEFAULT_ASPECT_RATIOS,
     AspectRatio,
-    canonical_ratio,
+    aspect_ratios_arg,
     default_resolutions,
 )
 from dataorder.diffusion.buckets.lookup import NearestLogAspect
@@ -190,12 +189,7 @@ class DefaultBucketRule:
     name: ClassVar[str] = "default"
 
     def __init__(self, aspect_ratios: Sequence[AspectRatio | str] | None, no_upscale: bool) -> None:
-        given = DEFAULT_ASPECT_RATIOS if aspect_ratios is None else aspect_ratios
-        if isinstance(given, str | bytes) or not isinstance(given, Sequence):
-            fail("aspect_ratios", "a sequence of aspect ratios", aspect_ratios, TypeError)
-        if not given:
-            fail("aspect_ratios", "a non-empty sequence", aspect_ratios)
-        self.ratios = tuple(canonical_ratio(i, r) for i, r in enumerate(given))
+        self.ratios = aspect_ratios_arg(aspect_ratios)
         self._no_upscale = no_upscale
 
     def resolutions(self, budget: int, quantization: int) -> list[tuple[int, int]]:

@@ -13,6 +13,31 @@ aspect order, true of every preset), so the nearest allowed bucket is the overal
 into the run. A tier that is not a staircase is re-checked with :meth:`Tier.position`, the exact
 reference rule, for the clips its nearest bucket would upscale too much; so are all tiers when the
 limit tables would be too large.
+
+**The rule: assignment of a clip (W, H, F)** (:meth:`VideoAssigner.choose` is the reference in
+exact integers, :meth:`VideoAssigner.assign` its vectorised equal):
+
+1. *Time: trimmed, never stretched.* ``f`` is the largest legal frame count ``<= F`` (the clip
+   keeps ``f`` of its frames). A clip shorter than the smallest legal count gets
+   :data:`TOO_SHORT` (-1). A 1-frame clip goes to ``f = 1`` when 1 is legal.
+2. *Space: never upscaled beyond* ``max_upscale = u`` (default 3/2; None means no limit, the
+   image calculator's behaviour). Candidates are ``f``'s buckets with ``bw <= u * W`` and
+   ``bh <= u * H`` (exact rationals): the cover-resize scale ``max(bw / W, bh / H)`` is at most
+   ``u``. If none qualifies the clip gets :data:`TOO_SMALL` (-2): NOTE [ too small: drop, not
+   upscale ].
+3. *Aspect.* Among the candidates, the nearest in log aspect ratio, which is the least crop
+   loss; an exact tie goes to the squarer bucket, then the lower id.
+
+NOTE [ too small: drop, not upscale ]
+    The image calculator falls back to the nearest bucket, upscaled, when nothing fits. Video
+    drops such a clip instead, with its own id: (a) every shorter frame count of the same
+    calculator has a budget at least as large, so there is no smaller tier to fall to; (b) a
+    clip upscaled 2-3x spends the full token budget on interpolated pixels, and a bucket of
+    blurry clips teaches blur; (c) a distinct id keeps the loss visible and countable, and the
+    data owner chooses: raise ``max_upscale``, set it to None, or bucket the dropped clips with
+    a second calculator of a smaller budget. The default ``u = 3/2`` keeps a 640x360 clip in a
+    480p set (scale 1.3) and an 854x480 clip in a 720p set (1.5); ``u = 1`` is no default,
+    because every bucket sits near the budget and a 832x479 clip would have nowhere to go.
 """
 
 from __future__ import annotations
@@ -137,49 +162,12 @@ class VideoAssigner:
         self._jt = np.concatenate(([0], self._frame_tier)).astype(np.intp)
         self._jb = np.concatenate(([TOO_SHORT], self._frame_base)).astype(np.int64)
         tiers = self._tiers
-        # Aspect cells: each tier's Lookup cells, re-indexed over one common range, one row per
-        # tier, so a chunk of clips of many tiers is one take(). Outside a tier's own range its
-        # end cells answer (as Lookup.lookup clips the cell index).
-        ranged = [t.lookup for t in tiers if t.k > 1]
-        if ranged:
-            lo = min(lk.lo for lk in ranged)
-            hi = max(lk.lo + lk.cells.size - 1 for lk in ranged)
-        else:
-            lo = hi = 0
-        cells = np.arange(lo, hi + 1, dtype=np.int64)
-        kmax = max(t.k for t in tiers)
-        dtype = np.int16 if kmax < 2**15 else np.int32
-        rows = []
-        for t in tiers:
-            if t.k == 1:
-                rows.append(np.zeros(cells.size, dtype=dtype))
-                continue
-            own = np.clip(cells - t.lookup.lo, 0, t.lookup.cells.size - 1)
-            rows.append(t.lookup.cells[own].astype(dtype))
-        self._cell_lo = lo
-        self._ncells = cells.size
-        self._cells = np.concatenate(rows)
+        self._cell_lo, self._ncells, self._cells = _aspect_cells(tiers)
         # Upscale limit: from W and H, the run [lo, hi) of positions a clip may use, per tier.
         self._fit: tuple[int, npt.NDArray[Any], npt.NDArray[Any]] | None = None
         self._general = np.array([not t.staircase for t in tiers], dtype=bool)
         if self._u is not None:
-            cap = int(max(max(int(t.wmin.max()), int(t.hmin.max())) for t in tiers))
-            if len(tiers) * (cap + 1) > _FIT_TABLE_LIMIT:
-                self._general[:] = True  # huge buckets: every tier goes the exact way
-            else:
-                v = np.arange(cap + 1, dtype=np.int64)
-                dt = np.int16 if kmax < 2**15 else np.int32
-                his, los = [], []
-                for t in tiers:
-                    if t.staircase:
-                        his.append(np.searchsorted(t.wmin, v, side="right").astype(dt))
-                        los.append(
-                            (t.k - np.searchsorted(t.hmin[::-1], v, side="right")).astype(dt)
-                        )
-                    else:  # the whole tier; _fix_general re-checks the answers exactly
-                        his.append(np.full(v.shape, t.k, dtype=dt))
-                        los.append(np.zeros(v.shape, dtype=dt))
-                self._fit = (cap, np.concatenate(his), np.concatenate(los))
+            self._fit = _limit_tables(tiers, self._general)
         self._any_general = self._u is not None and bool(self._general.any())
         if self._any_general:
             self._wmin = np.concatenate([t.wmin for t in tiers])
@@ -247,6 +235,20 @@ class VideoAssigner:
         if j.min() == 0:
             out[j == 0] = TOO_SHORT
 
+    def choose(self, w: int, h: int, f: int) -> int:
+        """The bucket id of one clip ``(w, h, f)`` by the reference rule (module docstring), in
+        exact integers: a bucket id, :data:`TOO_SHORT` or :data:`TOO_SMALL`."""
+        j = -1
+        for i, g in enumerate(self._frames):  # the largest legal count <= f: trim, never stretch
+            if g <= f:
+                j = i
+        if j < 0:
+            return TOO_SHORT
+        pos = self._tiers[int(self._frame_tier[j])].position(w, h)
+        if pos < 0:
+            return TOO_SMALL
+        return int(self._frame_base[j]) + pos
+
     def _fix_general(
         self,
         w: npt.NDArray[np.int64],
@@ -265,3 +267,52 @@ class VideoAssigner:
             t = self._tiers[int(tier[i])]
             best = t.position(int(w[i]), int(h[i]))
             out[i] = TOO_SMALL if best < 0 else int(self._jb[j[i]]) + best
+
+
+def _aspect_cells(tiers: list[Tier]) -> tuple[int, int, npt.NDArray[Any]]:
+    """``(lo, ncells, cells)``: every tier's aspect cells over one common range of cell
+    indices from ``lo``, one row of ``ncells`` per tier."""
+    # Aspect cells: each tier's Lookup cells, re-indexed over one common range, one row per
+    # tier, so a chunk of clips of many tiers is one take(). Outside a tier's own range its
+    # end cells answer (as Lookup.lookup clips the cell index).
+    ranged = [t.lookup for t in tiers if t.k > 1]
+    if ranged:
+        lo = min(lk.lo for lk in ranged)
+        hi = max(lk.lo + lk.cells.size - 1 for lk in ranged)
+    else:
+        lo = hi = 0
+    cells = np.arange(lo, hi + 1, dtype=np.int64)
+    kmax = max(t.k for t in tiers)
+    dtype = np.int16 if kmax < 2**15 else np.int32
+    rows = []
+    for t in tiers:
+        if t.k == 1:
+            rows.append(np.zeros(cells.size, dtype=dtype))
+            continue
+        own = np.clip(cells - t.lookup.lo, 0, t.lookup.cells.size - 1)
+        rows.append(t.lookup.cells[own].astype(dtype))
+    return lo, cells.size, np.concatenate(rows)
+
+
+def _limit_tables(
+    tiers: list[Tier], general: npt.NDArray[np.bool_]
+) -> tuple[int, npt.NDArray[Any], npt.NDArray[Any]] | None:
+    """``(cap, his, los)``: per tier and per side up to ``cap``, the run of positions the
+    upscale limit allows; None when the tables would be too large (then every tier is marked
+    ``general``, the exact way)."""
+    cap = int(max(max(int(t.wmin.max()), int(t.hmin.max())) for t in tiers))
+    if len(tiers) * (cap + 1) > _FIT_TABLE_LIMIT:
+        general[:] = True  # huge buckets: every tier goes the exact way
+    else:
+        v = np.arange(cap + 1, dtype=np.int64)
+        dt = np.int16 if max(t.k for t in tiers) < 2**15 else np.int32
+        his, los = [], []
+        for t in tiers:
+            if t.staircase:
+                his.append(np.searchsorted(t.wmin, v, side="right").astype(dt))
+                los.append((t.k - np.searchsorted(t.hmin[::-1], v, side="right")).astype(dt))
+            else:  # the whole tier; _fix_general re-checks the answers exactly
+                his.append(np.full(v.shape, t.k, dtype=dt))
+                los.append(np.zeros(v.shape, dtype=dt))
+        return cap, np.concatenate(his), np.concatenate(los)
+    return None

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["PRESETS", "VideoPreset"]
+from dataorder._validate import fail
+
+__all__ = ["PRESETS", "VideoPreset", "preset_settings"]
 
 
 @dataclass(frozen=True)
@@ -128,3 +130,28 @@ PRESETS: Mapping[str, VideoPreset] = MappingProxyType(
         ),
     }
 )
+
+
+def preset_settings(
+    name: str, overrides: Mapping[str, Any], argument: str = "name"
+) -> dict[str, Any]:
+    """The constructor arguments of preset ``name`` with ``overrides`` over them.
+
+    ``frame_counts`` in ``overrides`` replaces the preset's frame rule (its ``max_frames``,
+    ``min_frames`` and ``frame_step``); any other key replaces the preset's value.
+
+    Raises:
+        ValueError: For an unknown name (the message calls it ``argument``).
+
+    Example:
+        >>> preset_settings("wan2.1-480p", {"frame_counts": [1, 5]})["frame_counts"]
+        [1, 5]
+    """
+    if not isinstance(name, str) or name not in PRESETS:
+        fail(argument, "one of " + ", ".join(repr(k) for k in PRESETS), name)
+    kwargs = dict(PRESETS[name].kwargs)
+    if "frame_counts" in overrides:
+        for key in ("max_frames", "min_frames", "frame_step"):
+            kwargs.pop(key, None)
+    kwargs.update(overrides)
+    return kwargs

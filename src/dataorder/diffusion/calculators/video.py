@@ -5,50 +5,29 @@ shape ``(frames, w, h)``, and the spatial rule is the image rule
 (:mod:`dataorder.diffusion.buckets.lattice`, :mod:`dataorder.diffusion.buckets.lookup`) applied once
 per pixel budget.
 
-**Tokens.** A clip of ``f`` frames at ``w x h`` becomes ``L(f) = 1 + (f - 1) // tc`` latent
-frames in a causal VAE with temporal compression ``tc`` (the first frame is encoded alone, then
-``tc`` frames per latent frame; Wan, HunyuanVideo, CogVideoX, LTX-Video), then
-``ceil(L / pt) * (h / (sc * ph)) * (w / (sc * pw))`` tokens with spatial compression ``sc`` and
-transformer patch ``(pt, ph, pw)``. ``ceil`` is CogVideoX 1.5's padding of an odd latent length
-to its temporal patch of 2; with ``pt = 1`` it changes nothing. Every legal frame count
-satisfies ``(f - 1) % tc == 0``.
+**Tokens.** A clip of ``f`` frames becomes ``L(f) = 1 + (f - 1) // tc`` latent frames in a
+causal VAE with temporal compression ``tc``, then ``ceil(L / pt)`` times the spatial tokens of
+its frame (:mod:`dataorder.diffusion.buckets.video_budget` states the formula and implements
+it). Every legal frame count satisfies ``(f - 1) % tc == 0``.
 
 **Bucket set.** For each legal frame count ``f`` (an explicit list, or ``step * k + 1`` in
-``[min_frames, max_frames]``: :func:`causal_frame_counts`), the per-frame pixel budget is
-``P(f) = min(max_pixels, (max_tokens // T(f)) * sc**2 * ph * pw)`` with ``T(f) = ceil(L / pt)``,
-so no bucket has more than ``max_tokens`` tokens and ``max_pixels`` stops short clips from
-being blown up to huge frames. The spatial buckets of ``f`` are the image calculator's default
-set for ``P(f)`` on a lattice of ``quantization`` (default ``lcm(sc * ph, sc * pw)``): per
-nominal aspect ratio the lattice point that best trades aspect error against budget shortfall,
-mirrored, so each frame count's set is transpose-symmetric by construction. Frame counts with the
-same ``P(f)`` share one spatial set (a *tier*). Ids are frame-major: all buckets of the smallest
-frame count first, each frame count's buckets in ascending aspect ratio, so within one frame
-count bucket ``base + K - 1 - i`` is bucket ``base + i`` transposed.
+``[min_frames, max_frames]``: :func:`causal_frame_counts`), the per-frame pixel budget ``P(f)``
+(:class:`~dataorder.diffusion.buckets.video_budget.TokenBudget`) keeps every bucket within
+``max_tokens`` tokens and, with ``max_pixels``, stops short clips from being blown up to huge
+frames. The spatial buckets of ``f`` are the image calculator's default set for ``P(f)`` on a
+lattice of ``quantization`` (default ``lcm(sc * ph, sc * pw)``): per nominal aspect ratio the
+lattice point that best trades aspect error against budget shortfall, mirrored, so each frame
+count's set is transpose-symmetric by construction. Frame counts with the same ``P(f)`` share
+one spatial set (a *tier*). Ids are frame-major: all buckets of the smallest frame count first,
+each frame count's buckets in ascending aspect ratio, so within one frame count bucket ``base +
+K - 1 - i`` is bucket ``base + i`` transposed.
 
-**Assignment of a clip (W, H, F)** (:meth:`VideoBucketCalculator.get_bucket_id_for_video` is the
-reference in exact integers, :meth:`~VideoBucketCalculator.assign` its vectorised equal):
-
-1. *Time: trimmed, never stretched.* ``f`` is the largest legal frame count ``<= F`` (the clip
-   keeps ``f`` of its frames). A clip shorter than the smallest legal count gets
-   :data:`TOO_SHORT` (-1). A 1-frame clip goes to ``f = 1`` when 1 is legal.
-2. *Space: never upscaled beyond* ``max_upscale = u`` (default 3/2; None means no limit, the
-   image calculator's behaviour). Candidates are ``f``'s buckets with ``bw <= u * W`` and
-   ``bh <= u * H`` (exact rationals): the cover-resize scale ``max(bw / W, bh / H)`` is at most
-   ``u``. If none qualifies the clip gets :data:`TOO_SMALL` (-2): NOTE [ too small: drop, not
-   upscale ].
-3. *Aspect.* Among the candidates, the nearest in log aspect ratio, which is the least crop
-   loss; an exact tie goes to the squarer bucket, then the lower id.
-
-NOTE [ too small: drop, not upscale ]
-    The image calculator falls back to the nearest bucket, upscaled, when nothing fits. Video
-    drops such a clip instead, with its own id: (a) every shorter frame count of the same
-    calculator has a budget at least as large, so there is no smaller tier to fall to; (b) a
-    clip upscaled 2-3x spends the full token budget on interpolated pixels, and a bucket of
-    blurry clips teaches blur; (c) a distinct id keeps the loss visible and countable, and the
-    data owner chooses: raise ``max_upscale``, set it to None, or bucket the dropped clips with
-    a second calculator of a smaller budget. The default ``u = 3/2`` keeps a 640x360 clip in a
-    480p set (scale 1.3) and an 854x480 clip in a 720p set (1.5); ``u = 1`` is no default,
-    because every bucket sits near the budget and a 832x479 clip would have nowhere to go.
+**Assignment of a clip (W, H, F)**: trimmed in time to the largest legal frame count ``<= F``
+(shorter: :data:`TOO_SHORT`), never upscaled in space beyond ``max_upscale`` (else
+:data:`TOO_SMALL`: NOTE [ too small: drop, not upscale ]), then the nearest bucket in log aspect
+ratio; :mod:`dataorder.diffusion.buckets.video_assign` states the rule in full.
+:meth:`VideoBucketCalculator.get_bucket_id_for_video` is the reference in exact integers,
+:meth:`~VideoBucketCalculator.assign` its vectorised equal.
 
 **Batch sizes** come from a :class:`~dataorder.diffusion.buckets.cost.CostModel` (NOTE [ Cost-model
 batch sizes ] in :mod:`dataorder.diffusion.buckets.cost`): :meth:`VideoBucketCalculator.batch_sizes`
@@ -77,7 +56,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from numbers import Rational
@@ -89,15 +67,16 @@ import numpy.typing as npt
 from dataorder._validate import as_field, check_int, check_optional_int, fail
 from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.diffusion.buckets.cost import CostModel, cost_model_from_field, exact_rational
-from dataorder.diffusion.buckets.lattice import (
-    DEFAULT_ASPECT_RATIOS,
-    AspectRatio,
-    canonical_ratio,
-    default_resolutions,
-)
+from dataorder.diffusion.buckets.lattice import AspectRatio, aspect_ratios_arg
 from dataorder.diffusion.buckets.lookup import as_size_arrays
 from dataorder.diffusion.buckets.rules import MAX_PIXELS
-from dataorder.diffusion.buckets.video_assign import TOO_SHORT, TOO_SMALL, Tier, VideoAssigner
+from dataorder.diffusion.buckets.video_assign import TOO_SHORT, TOO_SMALL, VideoAssigner
+from dataorder.diffusion.buckets.video_budget import (
+    MAX_TOKENS,
+    TokenBudget,
+    VideoBucket,
+    generated_buckets,
+)
 from dataorder.diffusion.buckets.video_frames import (
     MAX_VIDEO_SIZE,
     causal_frame_counts,
@@ -105,7 +84,7 @@ from dataorder.diffusion.buckets.video_frames import (
     resample_frame_counts,
     trim_loss,
 )
-from dataorder.diffusion.buckets.video_presets import PRESETS, VideoPreset
+from dataorder.diffusion.buckets.video_presets import PRESETS, VideoPreset, preset_settings
 from dataorder.diffusion.buckets.video_set import FittedVideoAssigner, FittedVideoSet
 from dataorder.diffusion.fit.video import fit_video_to_data
 
@@ -130,17 +109,11 @@ __all__ = [
 #: :meth:`VideoBucketCalculator.config`, so a manifest written under another rule is refused.
 VIDEO_BUCKETS_VERSION = 1
 
-#: Largest ``max_tokens``: a bucket's token count is an int64 (with ``MAX_PIXELS``, the largest
-#: frame, 2**40 pixels as for images, these are the calculator's caps).
-MAX_TOKENS = 2**62
-
 #: Default upscale limit (NOTE [ too small: drop, not upscale ]).
 DEFAULT_MAX_UPSCALE = Fraction(3, 2)
 
 #: ``VideoBucketCalculator.config()["kind"]``: tells a video calculator's config from an image one.
 CONFIG_KIND = "video"
-
-VideoBucket = dict[str, Any]
 
 
 class VideoBucketCalculator:
@@ -220,52 +193,19 @@ class VideoBucketCalculator:
         max_batch_size: int | None = None,
         bucket_set: FittedVideoSet | None = None,
     ) -> None:
-        self._max_tokens = check_int("max_tokens", max_tokens, min_value=1)
-        if self._max_tokens > MAX_TOKENS:
-            fail("max_tokens", f"at most 2**62 = {MAX_TOKENS} (token counts are int64)", max_tokens)
-        # a latent cell is at most one frame of MAX_VIDEO_SIZE pixels a side (exact int64 maths)
-        sc = check_int(
-            "spatial_compression", spatial_compression, min_value=1, max_value=MAX_VIDEO_SIZE
+        self._budget = TokenBudget.from_args(
+            max_tokens,
+            spatial_compression,
+            temporal_compression,
+            patch_size,
+            max_pixels,
+            quantization,
         )
-        tc = check_int(
-            "temporal_compression", temporal_compression, min_value=1, max_value=MAX_VIDEO_SIZE
+        self._legal = frame_counts_arg(
+            frame_counts, max_frames, min_frames, frame_step, self._budget.temporal_compression
         )
-        what = "a (pt, ph, pw) triple of positive ints"
-        if isinstance(patch_size, str | bytes) or not isinstance(patch_size, Sequence):
-            fail("patch_size", what, patch_size, TypeError)
-        if len(patch_size) != 3:
-            fail("patch_size", what, patch_size)
-        pt, ph, pw = (
-            check_int(f"patch_size[{i}]", p, min_value=1) for i, p in enumerate(patch_size)
-        )
-        self._sc, self._tc, self._patch = sc, tc, (pt, ph, pw)
-        natural = math.lcm(sc * ph, sc * pw)
-        side = math.isqrt(MAX_PIXELS)  # one bucket of side**2 pixels fits the largest frame
-        if natural > side:
-            fail(
-                "spatial_compression",
-                f"small enough that a latent cell's side lcm(sc * ph, sc * pw) is at most {side} "
-                f"(it is {natural} with patch_size={self._patch})",
-                spatial_compression,
-            )
-        self._quantization_arg = check_optional_int("quantization", quantization, min_value=1)
-        q = natural if self._quantization_arg is None else self._quantization_arg
-        if q % natural:
-            fail("quantization", f"a multiple of lcm(sc * ph, sc * pw) = {natural}", quantization)
-        if q > side:
-            fail("quantization", f"at most {side} (one {side}x{side} bucket: 2**40 pixels)", q)
-        self._q = q
-        self._max_pixels = check_optional_int("max_pixels", max_pixels, min_value=1)
-        if self._max_pixels is not None and self._max_pixels > MAX_PIXELS:
-            fail("max_pixels", f"at most 2**40 = {MAX_PIXELS} or None", max_pixels)
-        self._legal = frame_counts_arg(frame_counts, max_frames, min_frames, frame_step, tc)
 
-        given = DEFAULT_ASPECT_RATIOS if aspect_ratios is None else aspect_ratios
-        if isinstance(given, str | bytes) or not isinstance(given, Sequence):
-            fail("aspect_ratios", "a sequence of aspect ratios", aspect_ratios, TypeError)
-        if not given:
-            fail("aspect_ratios", "a non-empty sequence", aspect_ratios)
-        self._ratios = tuple(canonical_ratio(i, r) for i, r in enumerate(given))
+        self._ratios = aspect_ratios_arg(aspect_ratios)
         self._default_ratios = aspect_ratios is None
 
         self._u: Fraction | None = None
@@ -286,74 +226,10 @@ class VideoBucketCalculator:
 
     # -- construction -----------------------------------------------------------------------
 
-    def _frame_budget(self, f: int) -> tuple[int, int, int]:
-        """``(P(f), latent frames, temporal tokens)`` of frame count ``f``: its per-frame pixel
-        budget (module docstring), checked to hold one lattice cell."""
-        _, ph, pw = self._patch
-        cell = self._sc * self._sc * ph * pw  # pixels per spatial token
-        latent = 1 + (f - 1) // self._tc
-        temporal = -(-latent // self._patch[0])
-        budget = (self._max_tokens // temporal) * cell
-        capped = False
-        if self._max_pixels is not None and self._max_pixels <= budget:
-            budget, capped = self._max_pixels, True
-        if budget > MAX_PIXELS:  # only without max_pixels (which is at most MAX_PIXELS)
-            most = temporal * (MAX_PIXELS // cell + 1) - 1
-            fail(
-                "max_tokens",
-                f"at most {most} for frames={f} when max_pixels is None (frames of at most "
-                "2**40 pixels; set max_pixels to cap them)",
-                self._max_tokens,
-            )
-        if budget < self._q * self._q:
-            if capped:
-                fail(
-                    "max_pixels",
-                    f"at least {self._q * self._q} (one {self._q}x{self._q} cell)",
-                    self._max_pixels,
-                )
-            need = temporal * (self._q * self._q // cell)
-            fail(
-                "max_tokens",
-                f"at least {need} for frames={f} (one {self._q}x{self._q} cell)",
-                self._max_tokens,
-            )
-        return budget, latent, temporal
-
-    def _bucket(self, f: int, w: int, h: int) -> VideoBucket:
-        _, ph, pw = self._patch
-        _, latent, temporal = self._frame_budget(f)
-        return {
-            "id": -1,
-            "frames": f,
-            "resolution": (w, h),
-            "aspect_ratio": w / h,
-            "pixels": w * h,
-            "latent_frames": latent,
-            "tokens": temporal * (w // (self._sc * pw)) * (h // (self._sc * ph)),
-        }
-
     def _build(self) -> None:
-        self._tiers: list[Tier] = []
-        buckets: list[VideoBucket] = []
-        frame_tier: list[int] = []
-        frame_base: list[int] = []
-        tier_of_budget: dict[int, int] = {}
-        for f in self._legal:
-            budget, _, _ = self._frame_budget(f)
-            if budget not in tier_of_budget:
-                tier_of_budget[budget] = len(self._tiers)
-                res = default_resolutions(self._ratios, budget, self._q)
-                self._tiers.append(Tier(budget, res, self._u))
-            frame_tier.append(tier_of_budget[budget])
-        for j, f in enumerate(self._legal):
-            frame_base.append(len(buckets))
-            for w, h in self._tiers[frame_tier[j]].res:
-                bucket = self._bucket(f, w, h)
-                bucket["id"] = len(buckets)
-                buckets.append(bucket)
-        self._frame_tier = np.array(frame_tier, dtype=np.intp)
-        self._frame_base = np.array(frame_base, dtype=np.int64)
+        self._tiers, self._frame_tier, self._frame_base, buckets = generated_buckets(
+            self._budget, self._legal, self._ratios, self._u
+        )
         self._assigner = VideoAssigner(
             self._tiers, self._legal, self._frame_tier, self._frame_base, self._u
         )
@@ -361,28 +237,10 @@ class VideoBucketCalculator:
         self._fitted: FittedVideoAssigner | None = None
         if self._set is not None:  # the generated set still says what is too short or small
             self._frames = self._set.frame_counts
-            for b, band in enumerate(self._set.bands):
-                for k, c in enumerate(band.classes):
-                    where = f"bucket_set.bands[{b}].classes[{k}]"
-                    w, h = c.resolution
-                    for f in c.frames:
-                        if f not in self._legal:
-                            fail(
-                                f"{where}.frames",
-                                f"legal frame counts of this calculator {list(self._legal)}",
-                                list(c.frames),
-                            )
-                        budget, _, _ = self._frame_budget(f)
-                        if w % self._q or h % self._q or w * h > budget:
-                            fail(
-                                f"{where}.resolution",
-                                f"a (w, h) with both sides multiples of quantization={self._q} "
-                                f"and w * h <= {budget} (the pixel budget of {f} frames)",
-                                (w, h),
-                            )
+            self._budget.check_set(self._set, self._legal)
             buckets = []
             for f, w, h in self._set.buckets():
-                bucket = self._bucket(f, w, h)
+                bucket = self._budget.bucket(f, w, h)
                 bucket["id"] = len(buckets)
                 buckets.append(bucket)
             self._fitted = FittedVideoAssigner(self._set, self._u)
@@ -406,14 +264,7 @@ class VideoBucketCalculator:
             LTX-Video 0.9.x: 1216x704, 121 frames (8k+1) at 30 fps, VAE 8x32x32, patch 1: \
 16 x 22 x 38 = 13,376 tokens
         """
-        if not isinstance(name, str) or name not in PRESETS:
-            fail("name", "one of " + ", ".join(repr(k) for k in PRESETS), name)
-        kwargs = dict(PRESETS[name].kwargs)
-        if "frame_counts" in overrides:
-            for key in ("max_frames", "min_frames", "frame_step"):
-                kwargs.pop(key, None)
-        kwargs.update(overrides)
-        return cls(**kwargs)
+        return cls(**preset_settings(name, overrides))
 
     @classmethod
     def fit_to_data(
@@ -478,14 +329,9 @@ class VideoBucketCalculator:
                 unknown,
                 TypeError,
             )
-        if preset is None:
-            if "max_tokens" not in settings:
-                fail("max_tokens", "an int when preset is None", None, TypeError)
-            base = cls(**settings)
-        else:
-            if not isinstance(preset, str) or preset not in PRESETS:
-                fail("preset", "one of " + ", ".join(repr(k) for k in PRESETS), preset)
-            base = cls.from_preset(preset, **settings)
+        if preset is None and "max_tokens" not in settings:
+            fail("max_tokens", "an int when preset is None", None, TypeError)
+        base = cls(**(settings if preset is None else preset_settings(preset, settings, "preset")))
         fit = fit_video_to_data(
             widths,
             heights,
@@ -520,13 +366,13 @@ class VideoBucketCalculator:
         return {
             "kind": CONFIG_KIND,
             "version": VIDEO_BUCKETS_VERSION,
-            "max_tokens": self._max_tokens,
+            "max_tokens": self._budget.max_tokens,
             "frame_counts": list(self._legal),
-            "spatial_compression": self._sc,
-            "temporal_compression": self._tc,
-            "patch_size": list(self._patch),
-            "max_pixels": self._max_pixels,
-            "quantization": self._quantization_arg,
+            "spatial_compression": self._budget.spatial_compression,
+            "temporal_compression": self._budget.temporal_compression,
+            "patch_size": list(self._budget.patch_size),
+            "max_pixels": self._budget.max_pixels,
+            "quantization": self._budget.quantization_arg,
             "aspect_ratios": ratios,
             "max_upscale": None if self._u is None else str(self._u),
             "cost_model": self._cost.config(),
@@ -576,7 +422,7 @@ class VideoBucketCalculator:
     @property
     def max_tokens(self) -> int:
         """The token budget: no bucket has more tokens."""
-        return self._max_tokens
+        return self._budget.max_tokens
 
     @property
     def frame_counts(self) -> tuple[int, ...]:
@@ -607,7 +453,7 @@ class VideoBucketCalculator:
         f = check_int("frames", frames, min_value=1, max_value=MAX_VIDEO_SIZE)
         if f not in self._legal:
             fail("frames", f"a legal frame count {list(self._legal)}", frames)
-        return self._frame_budget(f)[0]
+        return self._budget.frame(f)[0]
 
     def shape_info(self, width: int, height: int, frames: int) -> VideoBucket:
         """What a bucket of this shape would be (``id`` -1): frames, resolution, tokens and the
@@ -620,32 +466,32 @@ class VideoBucketCalculator:
         w = check_int("width", width, min_value=1, max_value=MAX_VIDEO_SIZE)
         h = check_int("height", height, min_value=1, max_value=MAX_VIDEO_SIZE)
         self.frame_budget(frames)
-        return self._bucket(frames, w, h)
+        return self._budget.bucket(frames, w, h)
 
     @property
     def spatial_compression(self) -> int:
         """The VAE's spatial factor."""
-        return self._sc
+        return self._budget.spatial_compression
 
     @property
     def temporal_compression(self) -> int:
         """The causal VAE's temporal factor."""
-        return self._tc
+        return self._budget.temporal_compression
 
     @property
     def patch_size(self) -> tuple[int, int, int]:
         """The transformer's ``(pt, ph, pw)``."""
-        return self._patch
+        return self._budget.patch_size
 
     @property
     def max_pixels(self) -> int | None:
         """The per-frame pixel cap (None: only the token budget limits)."""
-        return self._max_pixels
+        return self._budget.max_pixels
 
     @property
     def quantization(self) -> int:
         """Side quantum of every bucket."""
-        return self._q
+        return self._budget.quantization
 
     @property
     def aspect_ratios(self) -> tuple[AspectRatio, ...]:
@@ -692,8 +538,8 @@ class VideoBucketCalculator:
 
     def __repr__(self) -> str:
         return (
-            f"VideoBucketCalculator(max_tokens={self._max_tokens}, frames={self._frames[0]}.."
-            f"{self._frames[-1]} ({len(self._frames)} counts), quantization={self._q}, "
+            f"VideoBucketCalculator(max_tokens={self.max_tokens}, frames={self._frames[0]}.."
+            f"{self._frames[-1]} ({len(self._frames)} counts), quantization={self.quantization}, "
             f"max_upscale={None if self._u is None else str(self._u)}, "
             f"tiers={len(self._tiers)}, num_buckets={len(self)}"
             + ("" if self._set is None else ", fitted")
@@ -743,7 +589,7 @@ class VideoBucketCalculator:
         """
         r = check_int("num_replicas", num_replicas, min_value=1)
         b = check_int("batch_size", batch_size, min_value=1)
-        cost, ref, cap = self._cost, self._max_tokens, self._max_batch_size
+        cost, ref, cap = self._cost, self._budget.max_tokens, self._max_batch_size
 
         def of(bucket: VideoBucket) -> int:
             return r * cost.batch_size(bucket["tokens"], ref, b, cap)
@@ -773,13 +619,13 @@ class VideoBucketCalculator:
             >>> [int(bs[calc.get_bucket_for_video(832, 480, f)["id"]]) for f in (1, 17, 81)]
             [21, 4, 1]
         """
-        ref = self._max_tokens if reference_tokens is None else reference_tokens
+        ref = self._budget.max_tokens if reference_tokens is None else reference_tokens
         return self._cost.batch_sizes(self.tokens, ref, reference_batch_size, self._max_batch_size)
 
     def summary(self) -> str:
         """A text table: per frame count its ids, pixel budget and token range."""
         lines = [
-            f"{len(self)} buckets, max_tokens={self._max_tokens}, quantization={self._q}, "
+            f"{len(self)} buckets, max_tokens={self.max_tokens}, quantization={self.quantization}, "
             f"max_upscale={None if self._u is None else str(self._u)}"
             + ("" if self._set is None else f", fitted: {self._set!r}")
         ]
@@ -787,7 +633,7 @@ class VideoBucketCalculator:
             ids = [b["id"] for b in self._buckets if b["frames"] == f]
             toks = [self._buckets[i]["tokens"] for i in ids]
             lines.append(
-                f"  frames {f:5d}  ids {ids[0]}-{ids[-1]}  <= {self._frame_budget(f)[0]} px/frame  "
+                f"  frames {f:5d}  ids {ids[0]}-{ids[-1]}  <= {self._budget.frame(f)[0]} px/frame  "
                 f"tokens {min(toks)}-{max(toks)}"
             )
         return "\n".join(lines)
@@ -807,18 +653,10 @@ class VideoBucketCalculator:
         w = check_int("width", width, min_value=1, max_value=MAX_VIDEO_SIZE)
         h = check_int("height", height, min_value=1, max_value=MAX_VIDEO_SIZE)
         f = check_int("frames", frames, min_value=1, max_value=MAX_VIDEO_SIZE)
-        j = -1
-        for i, g in enumerate(self._legal):  # the largest legal count <= f: trim, never stretch
-            if g <= f:
-                j = i
-        if j < 0:
-            return TOO_SHORT
-        pos = self._tiers[int(self._frame_tier[j])].position(w, h)
-        if pos < 0:
-            return TOO_SMALL
-        if self._set is not None:  # the generated set's too short and too small, then the fit
+        k = self._assigner.choose(w, h, f)
+        if k >= 0 and self._set is not None:  # the generated set's too short or small, then the fit
             return self._set.choose(w, h, f, self._u)
-        return int(self._frame_base[j]) + pos
+        return k
 
     def get_bucket_for_video(self, width: int, height: int, frames: int) -> VideoBucket | None:
         """The bucket of one clip (a copy), or None if it is too short or too small.

@@ -534,7 +534,6 @@ def choose_buckets(
         ValueError: If no chain meets the budget (the message gives the least waste).
     """
     n_img = int(w.size)
-    m = len(cands)
     g = int(gs[0])
     splits, where = candidate_splits(cands)
     bins = bin_images(w, h, splits, x_lo, x_hi).select(0, 1)
@@ -543,26 +542,9 @@ def choose_buckets(
     if prog.uniform:  # a callable that gives every candidate one G: the exact programme
         check_least_waste(n_img, g, drop, w_max, max_waste)
 
-    # The nearest-bucket rule over all candidates crops least of all; if it fits, it is the fit.
-    nearest = prog.nearest()
-    _, waste = prog.bucket_waste(nearest)
     fine_scale = 2.0 ** (52 - n_img.bit_length())
     fine = prog.fixed(fine_scale)
-    exact, method = True, "nearest"
-    chain: Chain | None
-    if int(waste.sum()) <= w_max and prog.allowed(nearest, keep_all) and _SHORTCUT:
-        chain = nearest
-    elif prog.uniform:
-        method = "dp"
-        rows = min((w_max - int(prog.per_cand[0].sigma[s])) // g, m - 1) + 1
-        chain = prog.solve(fine, rows, w_max)
-    else:
-        method, exact = "lagrangian", False
-        chain = _lagrangian(prog, n_img, w_max, max_waste)
-    if chain is None:  # keep_every_image and no bucket can fill a global batch: all dropped
-        chain = [(int(np.argmin(prog.loss.sum(axis=1))), s)]
-        method = "nothing trainable"
-
+    chain, method, exact = _search(prog, fine, n_img, w_max, max_waste, keep_all)
     counts, _ = prog.bucket_waste(chain)
     objective = int(chain_cost(fine, chain))
     return Chosen(
@@ -575,6 +557,37 @@ def choose_buckets(
         method=method,
         exact=exact,
     )
+
+
+def _search(
+    prog: AspectProgramme,
+    fine: FloatArray,
+    n_img: int,
+    w_max: int,
+    max_waste: float,
+    keep_all: bool,
+) -> tuple[Chain, str, bool]:
+    """The chain :func:`choose_buckets` picks, how it was found and whether exactly."""
+    s = prog.num_bins
+    # The nearest-bucket rule over all candidates crops least of all; if it fits, it is the fit.
+    nearest = prog.nearest()
+    _, waste = prog.bucket_waste(nearest)
+    exact, method = True, "nearest"
+    chain: Chain | None
+    if int(waste.sum()) <= w_max and prog.allowed(nearest, keep_all) and _SHORTCUT:
+        chain = nearest
+    elif prog.uniform:
+        method = "dp"
+        g, m = int(prog.gs[0]), len(prog.cands)
+        rows = min((w_max - int(prog.per_cand[0].sigma[s])) // g, m - 1) + 1
+        chain = prog.solve(fine, rows, w_max)
+    else:
+        method, exact = "lagrangian", False
+        chain = _lagrangian(prog, n_img, w_max, max_waste)
+    if chain is None:  # keep_every_image and no bucket can fill a global batch: all dropped
+        chain = [(int(np.argmin(prog.loss.sum(axis=1))), s)]
+        method = "nothing trainable"
+    return chain, method, exact
 
 
 def _lagrangian(prog: AspectProgramme, n_img: int, w_max: int, max_waste: float) -> Chain | None:

@@ -116,6 +116,34 @@ def choice_of_picks(picks: list[BandPick]) -> SetChoice:
     return SetChoice(made, starts, buckets, crop, trim, exiled, structures, drop)
 
 
+def _thresholds(
+    w: IntArray, h: IntArray, cls: IntArray, order: list[tuple[int, int]]
+) -> list[tuple[int, int]] | None:
+    """Aspect thresholds between the classes ``order`` (ascending aspect) that give each clip
+    its class ``cls``, or None where none can (each class's clips must lie between its
+    neighbours' shapes, exactly)."""
+    ratio = w / h
+    top = np.full(len(order), -np.inf)
+    bottom = np.full(len(order), np.inf)
+    np.maximum.at(top, cls, ratio)
+    np.minimum.at(bottom, cls, ratio)
+    ends = np.flatnonzero((ratio == top[cls]) | (ratio == bottom[cls]))  # the few at the ends
+    highest, lowest = [], []
+    for k in range(len(order)):
+        at = ends[cls[ends] == k]
+        hi_at, lo_at = at[ratio[at] == top[k]], at[ratio[at] == bottom[k]]
+        highest.append(extreme_ratio(w[hi_at], h[hi_at], largest=True))
+        lowest.append(extreme_ratio(w[lo_at], h[lo_at], largest=False))
+    thresholds: list[tuple[int, int]] = []
+    for k in range(len(order) - 1):
+        s_lo, s_hi = Fraction(*order[k]), Fraction(*order[k + 1])
+        lo, hi = max(s_lo, highest[k]), min(s_hi, lowest[k + 1])
+        if lo >= hi:  # max_upscale sent a clip past a nearer bucket (NOTE above)
+            return None
+        thresholds.append(threshold_between(lo, hi, math.sqrt(s_lo * s_hi)))
+    return thresholds
+
+
 def preset_choice(
     clips: tuple[IntArray, IntArray, IntArray],
     ids: IntArray,
@@ -145,26 +173,9 @@ def preset_choice(
     rank = {s: k for k, s in enumerate(order)}
     of_used = np.array([rank[s] for s in res], dtype=np.int64)
     cls = of_used[inverse]
-    # each class's clips lie between its neighbours' shapes, in aspect order (exactly)
-    ratio = w / h
-    top = np.full(len(order), -np.inf)
-    bottom = np.full(len(order), np.inf)
-    np.maximum.at(top, cls, ratio)
-    np.minimum.at(bottom, cls, ratio)
-    ends = np.flatnonzero((ratio == top[cls]) | (ratio == bottom[cls]))  # the few at the ends
-    highest, lowest = [], []
-    for k in range(len(order)):
-        at = ends[cls[ends] == k]
-        hi_at, lo_at = at[ratio[at] == top[k]], at[ratio[at] == bottom[k]]
-        highest.append(extreme_ratio(w[hi_at], h[hi_at], largest=True))
-        lowest.append(extreme_ratio(w[lo_at], h[lo_at], largest=False))
-    thresholds = []
-    for k in range(len(order) - 1):
-        s_lo, s_hi = Fraction(*order[k]), Fraction(*order[k + 1])
-        lo, hi = max(s_lo, highest[k]), min(s_hi, lowest[k + 1])
-        if lo >= hi:  # max_upscale sent a clip past a nearer bucket (NOTE above)
-            return None
-        thresholds.append(threshold_between(lo, hi, math.sqrt(s_lo * s_hi)))
+    thresholds = _thresholds(w, h, cls, order)
+    if thresholds is None:
+        return None
     # every frame count a class's clips use, each from its own length on
     fr = [int(x) for x in frames[used].tolist()]
     classes = []

@@ -146,25 +146,9 @@ class ClassSpace:
         """
         w, h = clips
         x_lo, x_hi = ratio_range
-        pool = lattice_candidates(budget, quantization, min_share=min_share, extra=own)
-        # batch sizes of the candidates within the data's range and the few nearest beyond it
-        # (what pruning can keep): a callable is asked about each once per frame count
-        ratio = pool[:, 0] / pool[:, 1]
-        inside = np.flatnonzero((ratio > x_lo * (1 - 1e-9)) & (ratio < x_hi * (1 + 1e-9)))
-        lo = int(inside[0]) if inside.size else int(np.searchsorted(ratio, x_lo))
-        hi = int(inside[-1]) + 1 if inside.size else lo
-        pool = pool[max(0, lo - _BEYOND) : hi + _BEYOND]
-        table = np.array(
-            [[batch(f, int(a), int(b)) for a, b in pool.tolist()] for f in frame_counts],
-            dtype=np.int64,
-        ).reshape(len(frame_counts), -1)
-        if typical is not None:
-            want = np.array([typical[f] for f in frame_counts], dtype=np.int64)
-            same = (table == want[:, None]).all(axis=0)
-            r = pool[:, 0] / pool[:, 1]
-            if bool((same & (r > x_lo * (1 - 1e-9)) & (r < x_hi * (1 + 1e-9))).any()):
-                pool, table = pool[same], table[:, same]
-                own = [p for p in own if p in {(int(a), int(b)) for a, b in pool.tolist()}]
+        pool, table, own = _batched_pool(
+            budget, quantization, frame_counts, own, batch, ratio_range, min_share, typical
+        )
         # one class per batch-size profile over the frame counts: the image fit's pruning
         # argument (a farther candidate beyond an end is worse for every image) holds within one
         _, profile = np.unique(table.T, axis=0, return_inverse=True)
@@ -182,19 +166,7 @@ class ClassSpace:
         col = lut[bins.sub]
         first = last = None
         if u is not None:
-            cw = np.array([a for a, _ in cands], dtype=np.int64)
-            ch = np.array([b for _, b in cands], dtype=np.int64)
-            wmin = -(-(cw * u.denominator) // u.numerator)  # bw <= u * W <=> W >= ceil(bw / u)
-            hmin = -(-(ch * u.denominator) // u.numerator)
-            limited = np.flatnonzero((w < wmin.max()) | (h < hmin.max()))
-            if limited.size:  # only clips some candidate cannot take restrict a bin
-                big = np.iinfo(np.int64).max
-                min_w = np.full(u_bins, big, dtype=np.int64)
-                min_h = np.full(u_bins, big, dtype=np.int64)
-                np.minimum.at(min_w, col[limited], w[limited])
-                np.minimum.at(min_h, col[limited], h[limited])
-                split_pos = bins.select(0, 1).split_pos
-                first, last = _limits(min_w, min_h, wmin, hmin, split_pos, where, len(cands))
+            first, last = _upscale_limits(cands, (w, h), u, bins, col, where)
         return cls(cands, gs, where, bins, col, first, last)
 
     def aspect(self, g: int, drop: bool, min_count: int | None) -> AspectProgramme:
@@ -396,3 +368,68 @@ def checked_batch(global_batch_size: Any, shape_info: Callable[[int, int, int], 
         return asked[(f, w, h)]
 
     return one
+
+
+def _upscale_limits(
+    cands: list[tuple[int, int]],
+    clips: tuple[IntArray, IntArray],
+    u: Fraction,
+    bins: LabelledBins,
+    col: IntArray,
+    where: dict[tuple[int, ...], int],
+) -> tuple[IntArray | None, IntArray | None]:
+    """The bins each candidate may start at and end at under the upscale limit ``u`` (the
+    ``first_start`` and ``last_end`` of the programme), or ``(None, None)`` when every
+    candidate can take every clip."""
+    w, h = clips
+    u_bins = bins.keep.size
+    cw = np.array([a for a, _ in cands], dtype=np.int64)
+    ch = np.array([b for _, b in cands], dtype=np.int64)
+    wmin = -(-(cw * u.denominator) // u.numerator)  # bw <= u * W <=> W >= ceil(bw / u)
+    hmin = -(-(ch * u.denominator) // u.numerator)
+    limited = np.flatnonzero((w < wmin.max()) | (h < hmin.max()))
+    if limited.size:  # only clips some candidate cannot take restrict a bin
+        big = np.iinfo(np.int64).max
+        min_w = np.full(u_bins, big, dtype=np.int64)
+        min_h = np.full(u_bins, big, dtype=np.int64)
+        np.minimum.at(min_w, col[limited], w[limited])
+        np.minimum.at(min_h, col[limited], h[limited])
+        split_pos = bins.select(0, 1).split_pos
+        return _limits(min_w, min_h, wmin, hmin, split_pos, where, len(cands))
+    return None, None
+
+
+def _batched_pool(
+    budget: int,
+    quantization: int,
+    frame_counts: tuple[int, ...],
+    own: list[tuple[int, int]],
+    batch: Callable[[int, int, int], int],
+    ratio_range: tuple[float, float],
+    min_share: float,
+    typical: dict[int, int] | None,
+) -> tuple[IntArray, IntArray, list[tuple[int, int]]]:
+    """``(pool, table, own)``: the lattice candidates near the clips' aspect range, their
+    global batch size at each frame count (``table[frame index, candidate]``), and ``own``,
+    all cut to the ``typical`` batch sizes when some candidates in range have them."""
+    x_lo, x_hi = ratio_range
+    pool = lattice_candidates(budget, quantization, min_share=min_share, extra=own)
+    # batch sizes of the candidates within the data's range and the few nearest beyond it
+    # (what pruning can keep): a callable is asked about each once per frame count
+    ratio = pool[:, 0] / pool[:, 1]
+    inside = np.flatnonzero((ratio > x_lo * (1 - 1e-9)) & (ratio < x_hi * (1 + 1e-9)))
+    lo = int(inside[0]) if inside.size else int(np.searchsorted(ratio, x_lo))
+    hi = int(inside[-1]) + 1 if inside.size else lo
+    pool = pool[max(0, lo - _BEYOND) : hi + _BEYOND]
+    table = np.array(
+        [[batch(f, int(a), int(b)) for a, b in pool.tolist()] for f in frame_counts],
+        dtype=np.int64,
+    ).reshape(len(frame_counts), -1)
+    if typical is not None:
+        want = np.array([typical[f] for f in frame_counts], dtype=np.int64)
+        same = (table == want[:, None]).all(axis=0)
+        r = pool[:, 0] / pool[:, 1]
+        if bool((same & (r > x_lo * (1 - 1e-9)) & (r < x_hi * (1 + 1e-9))).any()):
+            pool, table = pool[same], table[:, same]
+            own = [p for p in own if p in {(int(a), int(b)) for a, b in pool.tolist()}]
+    return pool, table, own

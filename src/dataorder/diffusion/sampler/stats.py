@@ -623,6 +623,25 @@ def plot_bucket_stats(stats: BucketStats, path: str | os.PathLike[str], *, dpi: 
         f"{int(o['images'])} {what}, {of} buckets, {cap}; "
         f"mean |{unit}/budget - 1| = {o['budget_mean_abs_dev']:.3f}"
     )
+    _loss_panel(ax2, stats, shown, what)
+    waste = (stats.dropped if stats.drop_last else stats.padded)[shown]
+    kind = "dropped (drop_last)" if stats.drop_last else "padded (last batch shrinks)"
+    ax3.bar(x, waste, color="tab:red")
+    ax3.set_ylabel(kind.split(" ")[0])
+    ax3.set_title(
+        f"{int(waste.sum())} samples {kind} with {stats.num_replicas} replicas, "
+        f"batch {int(stats.batch_sizes.max()) if stats.batch_sizes.size else 0} per rank"
+    )
+    ax3.set_xticks(x)
+    ax3.set_xticklabels(labels, rotation=90, fontsize=7)
+    fig.tight_layout()
+    fig.savefig(target, format="png")
+
+
+def _loss_panel(ax2: Any, stats: BucketStats, shown: npt.NDArray[np.intp], what: str) -> None:
+    """The plot's middle panel: crop loss (and a video's trim loss) per bucket shown."""
+    o = stats.overall
+    x = np.arange(shown.size)
     bars = [("mean crop", stats.mean_crop_loss), ("p95 crop", stats.p95_crop_loss)]
     title = (
         f"crop loss: mean {_pct(o['mean_crop_loss'])} %, p95 {_pct(o['p95_crop_loss'])} %, "
@@ -639,15 +658,3 @@ def plot_bucket_stats(stats: BucketStats, path: str | os.PathLike[str], *, dpi: 
     ax2.set_ylabel("loss (% of area or frames)" if stats.is_video else "crop loss (% of area)")
     ax2.set_title(title)
     ax2.legend(loc="upper right")
-    waste = (stats.dropped if stats.drop_last else stats.padded)[shown]
-    kind = "dropped (drop_last)" if stats.drop_last else "padded (last batch shrinks)"
-    ax3.bar(x, waste, color="tab:red")
-    ax3.set_ylabel(kind.split(" ")[0])
-    ax3.set_title(
-        f"{int(waste.sum())} samples {kind} with {stats.num_replicas} replicas, "
-        f"batch {int(stats.batch_sizes.max()) if stats.batch_sizes.size else 0} per rank"
-    )
-    ax3.set_xticks(x)
-    ax3.set_xticklabels(labels, rotation=90, fontsize=7)
-    fig.tight_layout()
-    fig.savefig(target, format="png")

@@ -32,6 +32,7 @@ __all__ = [
     "path_arg",
     "read_files",
     "scan_paths",
+    "split_results",
     "workers_arg",
 ]
 
@@ -265,3 +266,20 @@ def read_files(
     finally:
         reporter.close()
     return [r for chunk in results for r in chunk]
+
+
+def split_results(
+    paths: Sequence[str], results: Sequence[R | str]
+) -> tuple[list[str], list[R], list[tuple[str, str]]]:
+    """:func:`read_files`' results as ``(paths read, their values, (path, reason) of the rest)``,
+    each in input order."""
+    good: list[str] = []
+    values: list[R] = []
+    errors: list[tuple[str, str]] = []
+    for p, r in zip(paths, results, strict=True):
+        if isinstance(r, str):
+            errors.append((p, r))
+        else:
+            good.append(p)
+            values.append(r)
+    return good, values, errors

@@ -52,6 +52,7 @@ from dataorder.diffusion.scan.files import (
     path_arg,
     read_files,
     scan_paths,
+    split_results,
     workers_arg,
 )
 from dataorder.diffusion.scan.manifest import (
@@ -219,21 +220,7 @@ def scan_images(
         label="reading image headers",
         chunk_range=(16, 512),
     )
-    good: list[str] = []
-    widths: list[int] = []
-    heights: list[int] = []
-    errors: list[tuple[str, str]] = []
-    for p, r in zip(paths, results, strict=True):
-        if isinstance(r, str):
-            errors.append((p, r))
-        else:
-            good.append(p)
-            widths.append(r[0])
-            heights.append(r[1])
-    return build_manifest(
-        good,
-        np.array(widths, dtype=np.int64),
-        np.array(heights, dtype=np.int64),
-        calculator,
-        errors=errors,
-    )
+    good, sizes, errors = split_results(paths, results)
+    widths = np.array([w for w, _ in sizes], dtype=np.int64)
+    heights = np.array([h for _, h in sizes], dtype=np.int64)
+    return build_manifest(good, widths, heights, calculator, errors=errors)

@@ -251,6 +251,29 @@ class Manifest:
         return np.bincount(self.bucket_ids, minlength=len(self.buckets)).astype(np.int64)
 
 
+def _size_columns(
+    paths: Sequence[Any], given: dict[str, Any], what: str
+) -> dict[str, npt.NDArray[np.int64]]:
+    """The size columns ``given`` (name: array-like) as int64 arrays, each 1-D, as long as
+    ``paths`` and within ``[1, MAX_IMAGE_SIDE]`` (an error names the ``what`` and its path)."""
+    shapes = {name: np.shape(v) for name, v in given.items()}
+    if any(len(s) != 1 or s[0] != len(paths) for s in shapes.values()):
+        names = ", ".join(["paths", *given][:-1]) + f" and {[*given][-1]}"
+        raise ValueError(
+            f"{names} must be 1-D and of one length; got {len(paths)}, "
+            + ", ".join(str(s) for s in shapes.values())
+        )
+    cols = {name: _int_column(name, v) for name, v in given.items()}
+    for name, col in cols.items():
+        bad = _first_outside(col, 1, MAX_IMAGE_SIDE)
+        if bad is not None:
+            raise ValueError(
+                f"{name}[{bad}] must be an int in [1, {MAX_IMAGE_SIDE}]; got "
+                f"{name}[{bad}]={int(col[bad])} ({what} {str(paths[bad])!r})"
+            )
+    return cols
+
+
 def build_manifest(
     paths: Sequence[str | os.PathLike[str]],
     widths: npt.ArrayLike,
@@ -285,22 +308,7 @@ def build_manifest(
     given: dict[str, Any] = {"widths": widths, "heights": heights}
     if video:
         given["frames"] = frames
-    shapes = {name: np.shape(v) for name, v in given.items()}
-    if any(len(s) != 1 or s[0] != len(paths) for s in shapes.values()):
-        names = ", ".join(["paths", *given][:-1]) + f" and {[*given][-1]}"
-        raise ValueError(
-            f"{names} must be 1-D and of one length; got {len(paths)}, "
-            + ", ".join(str(s) for s in shapes.values())
-        )
-    cols = {name: _int_column(name, v) for name, v in given.items()}
-    for name, col in cols.items():
-        bad = _first_outside(col, 1, MAX_IMAGE_SIDE)
-        if bad is not None:
-            what = "image" if not video else "clip"
-            raise ValueError(
-                f"{name}[{bad}] must be an int in [1, {MAX_IMAGE_SIDE}]; got "
-                f"{name}[{bad}]={int(col[bad])} ({what} {str(paths[bad])!r})"
-            )
+    cols = _size_columns(paths, given, "clip" if video else "image")
     w, h = cols["widths"], cols["heights"]
     if isinstance(calculator, VideoBucketCalculator):
         f = cols["frames"]
@@ -564,6 +572,12 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
         errors=[(p, r) for p, r in header.get("errors", [])],
         frames=col.get("frames"),
     )
+    _check_rebuilt(source, manifest)
+    return manifest
+
+
+def _check_rebuilt(source: str, manifest: Manifest) -> None:
+    """Refuse a manifest whose stored buckets are not the ones its calculator config builds."""
     try:
         rebuilt = manifest.calculator_object().get_all_buckets()
     except (TypeError, ValueError) as exc:
@@ -575,4 +589,3 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
             f"{source}:1: the stored buckets differ from those its calculator config builds "
             "(written by another bucket algorithm?); rescan or rebuild the manifest"
         )
-    return manifest

@@ -230,34 +230,8 @@ def read_video_info(path: str | os.PathLike[str], *, apply_rotation: bool = True
                 f"the headers claim {width}x{height} pixels; each side must be an int in "
                 f"[1, {MAX_VIDEO_SIZE}]"
             )
-        rate = stream.average_rate or stream.guessed_rate
-        fps = Fraction(rate) if rate and rate > 0 else None
-        duration: Fraction | None = None
-        if stream.duration and stream.time_base:
-            duration = stream.duration * Fraction(stream.time_base)
-        elif container.duration:
-            duration = Fraction(container.duration, 1_000_000)  # AV_TIME_BASE
-        if duration is not None and duration <= 0:
-            duration = None
-        frames = int(stream.frames or 0)
-        estimated = False
-        if frames <= 0:
-            if duration is None or fps is None:
-                raise VideoHeaderError(
-                    "no frame count in the headers, and no duration and frame rate to estimate it"
-                )
-            frames = estimated_frame_count(duration, fps)  # NOTE [ estimated frame counts ]
-            estimated = True
-        if frames > MAX_VIDEO_SIZE:  # per file, so one absurd header never stops a scan
-            claim = (
-                f"a duration of {float(duration or 0):g} s at {float(fps or 0):g} fps, that is "
-                if estimated
-                else ""
-            )
-            raise VideoHeaderError(
-                f"the headers claim {claim}{frames} frames; a frame count must be an int in "
-                f"[1, {MAX_VIDEO_SIZE}]"
-            )
+        fps, duration = _rate_and_duration(stream, container)
+        frames, estimated = _frame_count(stream, duration, fps)
         fmt = str(container.format.name)
         codec = str(ctx.name)
     rotation = mp4_rotation(path) if set(fmt.split(",")) & set(_MOV_FORMATS) else 0
@@ -274,3 +248,42 @@ def read_video_info(path: str | os.PathLike[str], *, apply_rotation: bool = True
         codec=codec,
         container=fmt,
     )
+
+
+def _rate_and_duration(stream: Any, container: Any) -> tuple[Fraction | None, Fraction | None]:
+    """A video stream's frame rate and duration from the headers, each None if not there."""
+    rate = stream.average_rate or stream.guessed_rate
+    fps = Fraction(rate) if rate and rate > 0 else None
+    duration: Fraction | None = None
+    if stream.duration and stream.time_base:
+        duration = stream.duration * Fraction(stream.time_base)
+    elif container.duration:
+        duration = Fraction(container.duration, 1_000_000)  # AV_TIME_BASE
+    if duration is not None and duration <= 0:
+        duration = None
+    return fps, duration
+
+
+def _frame_count(stream: Any, duration: Fraction | None, fps: Fraction | None) -> tuple[int, bool]:
+    """``(frames, estimated)``: the headers' frame count, or the one the duration and the rate
+    estimate, checked to lie in ``[1, MAX_VIDEO_SIZE]``."""
+    frames = int(stream.frames or 0)
+    estimated = False
+    if frames <= 0:
+        if duration is None or fps is None:
+            raise VideoHeaderError(
+                "no frame count in the headers, and no duration and frame rate to estimate it"
+            )
+        frames = estimated_frame_count(duration, fps)  # NOTE [ estimated frame counts ]
+        estimated = True
+    if frames > MAX_VIDEO_SIZE:  # per file, so one absurd header never stops a scan
+        claim = (
+            f"a duration of {float(duration or 0):g} s at {float(fps or 0):g} fps, that is "
+            if estimated
+            else ""
+        )
+        raise VideoHeaderError(
+            f"the headers claim {claim}{frames} frames; a frame count must be an int in "
+            f"[1, {MAX_VIDEO_SIZE}]"
+        )
+    return frames, estimated

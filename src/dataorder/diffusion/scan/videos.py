@@ -45,6 +45,7 @@ from dataorder.diffusion.scan.files import (
     list_files,
     read_files,
     scan_paths,
+    split_results,
     workers_arg,
 )
 from dataorder.diffusion.scan.probe import (
@@ -376,17 +377,19 @@ def scan_videos(
         chunk_range=(4, 256),
         fatal=(ImportError,),  # PyAV missing: the scan's error, not each file's
     )
-    good: list[str] = []
-    infos: list[VideoInfo] = []
-    errors: list[tuple[str, str]] = []
-    for p, r in zip(paths, results, strict=True):
-        if isinstance(r, str):
-            errors.append((p, r))
-        else:
-            good.append(p)
-            infos.append(r)
+    good, infos, errors = split_results(paths, results)
+    return _scan_of(good, infos, calculator, errors)
+
+
+def _scan_of(
+    paths: list[str],
+    infos: list[VideoInfo],
+    calculator: VideoBucketCalculator,
+    errors: list[tuple[str, str]],
+) -> VideoScan:
+    """The scan of the clips whose headers were read (``infos``, one per path)."""
     return build_video_scan(
-        good,
+        paths,
         np.array([i.width for i in infos], dtype=np.int64),
         np.array([i.height for i in infos], dtype=np.int64),
         np.array([i.frames for i in infos], dtype=np.int64),

@@ -196,6 +196,30 @@ def _map(path: Path, dtype: type[Any], offset: int, count: int) -> npt.NDArray[A
     )
 
 
+def _read_header(idx_path: Path, size: int) -> tuple[int, int, int]:
+    """The dtype code and the sequence and document counts of an ``.idx`` header, checked
+    against the format and the file's ``size``."""
+    with open(idx_path, "rb") as f:
+        head = f.read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        raise _corrupt(idx_path, f"{size} bytes, shorter than the {_HEADER.size}-byte header")
+    magic, version, code, sequences, documents = _HEADER.unpack(head)
+    if magic != INDEX_MAGIC:
+        raise _corrupt(idx_path, f"bad magic {magic!r} (expected {INDEX_MAGIC!r})")
+    if version != 1:
+        raise _corrupt(idx_path, f"unknown version {version} (expected 1)")
+    if code not in DTYPE_CODES:
+        raise _corrupt(idx_path, f"unknown dtype code {code} (known: {sorted(DTYPE_CODES)})")
+    need = _HEADER.size + 12 * sequences + 8 * documents
+    if size < need or size not in (need, need + sequences):  # + sequence modes (multimodal)
+        raise _corrupt(
+            idx_path,
+            f"the header counts {sequences} sequences and {documents} document indices, which "
+            f"need {need} bytes (or {need + sequences} with sequence modes); the file has {size}",
+        )
+    return code, sequences, documents
+
+
 def read_index(prefix: str | os.PathLike[str], *, check_bin: bool = True) -> MegatronIndex:
     """Memory-map ``prefix.idx`` after checking it.
 
@@ -215,24 +239,7 @@ def read_index(prefix: str | os.PathLike[str], *, check_bin: bool = True) -> Meg
     """
     idx_path, bin_path = index_paths(prefix)
     size = require_regular_file(idx_path)  # FileNotFoundError names the path
-    with open(idx_path, "rb") as f:
-        head = f.read(_HEADER.size)
-    if len(head) < _HEADER.size:
-        raise _corrupt(idx_path, f"{size} bytes, shorter than the {_HEADER.size}-byte header")
-    magic, version, code, sequences, documents = _HEADER.unpack(head)
-    if magic != INDEX_MAGIC:
-        raise _corrupt(idx_path, f"bad magic {magic!r} (expected {INDEX_MAGIC!r})")
-    if version != 1:
-        raise _corrupt(idx_path, f"unknown version {version} (expected 1)")
-    if code not in DTYPE_CODES:
-        raise _corrupt(idx_path, f"unknown dtype code {code} (known: {sorted(DTYPE_CODES)})")
-    need = _HEADER.size + 12 * sequences + 8 * documents
-    if size < need or size not in (need, need + sequences):  # + sequence modes (multimodal)
-        raise _corrupt(
-            idx_path,
-            f"the header counts {sequences} sequences and {documents} document indices, which "
-            f"need {need} bytes (or {need + sequences} with sequence modes); the file has {size}",
-        )
+    code, sequences, documents = _read_header(idx_path, size)
     base = _HEADER.size
     lengths = _map(idx_path, np.int32, base, sequences)
     pointers = _map(idx_path, np.int64, base + 4 * sequences, sequences)

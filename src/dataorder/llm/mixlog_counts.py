@@ -384,7 +384,7 @@ class LogMixture:
         check_int("t", t, min_value=0, max_value=MAX_POSITION)
         return self.deviation_bounds()
 
-    # -- the schedule interface (NOTE [ Trained part of a schedule ] in mixture.py) -------------
+    # -- the schedule interface (NOTE [ Trained part of a schedule ] in mixture_schedule.py) ---
     def __len__(self) -> int:
         return len(self._log)
 

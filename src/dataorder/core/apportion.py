@@ -98,6 +98,11 @@ def _is_real(value: object) -> bool:
 def _ratios(items: Sequence[Any]) -> tuple[list[int], list[int]]:
     """Each weight as an exact ratio ``n_j / d_j`` of Python ints, or refuse it (naming
     ``weights[j]``)."""
+    # The common case, checked in C: floats only, none negative (a NaN anywhere makes the sum
+    # NaN, an inf or an overflow makes it inf: both go the long way, which names the culprit).
+    if items and set(map(type, items)) == {float} and min(items) >= 0.0 and sum(items) < math.inf:
+        pairs = [v.as_integer_ratio() for v in items]
+        return [n for n, _ in pairs], [d for _, d in pairs]
     nums: list[int] = []
     dens: list[int] = []
     for j, value in enumerate(items):
@@ -126,13 +131,14 @@ def _ratios(items: Sequence[Any]) -> tuple[list[int], list[int]]:
 def _rounded(prod: list[int], wsum: int, total: int) -> tuple[int, ...]:
     """Quotas ``prod_j / wsum`` rounded to ints that sum to ``total``, every positive quota at
     least one (largest remainder)."""
-    units = [max(x // wsum, 1) if x > 0 else 0 for x in prod]
+    units = [(x // wsum) or 1 if x > 0 else 0 for x in prod]
     short = total - sum(units)
     k = len(units)
     if short >= 0:
-        # Largest remainder; ties to the lower index. short < number of positive weights.
-        order = sorted(range(k), key=lambda j: (-(prod[j] - units[j] * wsum), j))
-        for j in order[:short]:
+        # Largest remainder; ties to the lower index (a reverse sort is stable: equal
+        # remainders keep their index order). short < number of positive weights.
+        rest = [x - u * wsum for x, u in zip(prod, units, strict=True)]
+        for j in sorted(range(k), key=rest.__getitem__, reverse=True)[:short]:
             units[j] += 1
     else:
         # Only when some positive weight was raised to one unit: take units back from the most

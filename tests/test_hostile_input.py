@@ -76,6 +76,7 @@ from dataorder import (
 )
 from dataorder.core import partition, topology
 from dataorder.core.apportion import MAX_TOTAL
+from dataorder.core.dealing import MAX_COST
 from dataorder.core.keys import MAX_SEED
 from dataorder.core.permutation import MAX_DOMAIN
 from dataorder.core.state import MAX_STATE_BYTES  # NOTE [ State size ]
@@ -97,7 +98,6 @@ from dataorder.llm.packing import (
     pack_window,
 )
 from dataorder.llm.packing.dataset import SequenceTokens
-from dataorder.llm.packing.dealing import MAX_COST
 from dataorder.llm.packing.plan import MAX_CHUNK, MAX_PASS, MAX_SEQ_LEN, MAX_WINDOW
 from dataorder.llm.schedule import MAX_SAMPLES
 from hang import Hang, hang_guard

@@ -7,7 +7,8 @@ module                    what it is
 ``keys``                  64-bit keys from ``(seed, epoch, stream, purpose)``, never seed+epoch
 ``apportion``             exact, monotone, random-access shares of a stream among parties
 ``partition``             global blocks of ``per_rank x dp_size``, tails dropped or padded
-``blockplan``             one epoch of global blocks filled by an order
+``blockplan``             the batching "fixed global blocks": an epoch filled by an order
+``dealing``               the batching "blocks dealt by cost", over any per-item cost
 ``state``                 the checkpoint format: flat, versioned, strict, fingerprinted
 ``cursor``                the loop contract: epochs, ``len()``, resume, ``batch_at``
 ``topology``              where a process sits: a ``Topology`` value, detected at the edge

@@ -8,7 +8,8 @@
 * :mod:`~dataorder.llm.packing.windows`: which documents are packed together;
 * :mod:`~dataorder.llm.packing.fit`: best-fit decreasing of one window;
 * :mod:`~dataorder.llm.packing.plan`: :class:`PackingPlan` and :class:`EpochRows`, the row stream;
-* :mod:`~dataorder.llm.packing.dealing`: :func:`deal`, a global batch's rows to ranks by cost;
+* :func:`deal` and :func:`deal_bounds` (from :mod:`dataorder.core.dealing`): a global batch's
+  rows to ranks by cost;
 * :mod:`~dataorder.llm.packing.dataset`: :class:`PackedDataset`, a row into tensors;
 * :mod:`~dataorder.llm.packing.batch_styles`: the tensors' formats, Hugging Face's and
   Megatron-LM's (:class:`MegatronStyle`);
@@ -21,9 +22,9 @@ tensors.
 
 from __future__ import annotations
 
+from dataorder.core.dealing import deal, deal_bounds
 from dataorder.llm.packing.batch_styles import MegatronStyle
 from dataorder.llm.packing.dataset import ConcatTokens, DocumentRange, PackedDataset
-from dataorder.llm.packing.dealing import deal, deal_bounds
 from dataorder.llm.packing.fit import PackedWindow, pack_window
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.megatron_files import read_index, write_megatron

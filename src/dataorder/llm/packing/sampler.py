@@ -16,7 +16,7 @@ rows instead of samples, plus one step of its own:
    ``pad_samples_to_global_batch_size`` as for the Megatron samplers; a padding row is ``()``).
 3. NOTE [ Dealing rows ]: every rank knows its block's rows (they are a pure function of the
    position), so each deals the block to the ranks by attention cost (the sum of span lengths
-   squared, :func:`~dataorder.llm.packing.dealing.deal`) and keeps its own ``micro_batch_size``
+   squared, :func:`~dataorder.core.dealing.deal`) and keeps its own ``micro_batch_size``
    rows (the costs of the block are enough to deal; only a rank's own rows are built): ranks
    finish a step together, with no collective. A block's rows do not depend on the
    layout, only their dealing does, so a state taken at a block boundary continues on any
@@ -49,6 +49,7 @@ from dataorder.core.assembly import (
 )
 from dataorder.core.blockplan import BlockSteps
 from dataorder.core.cursor import CursorBatchSampler, RunCount
+from dataorder.core.dealing import deal
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.partition import MAX_POSITIONS, EpochBlocks, plan_epoch
 from dataorder.core.permutation import PERMUTATION_VERSION
@@ -64,7 +65,6 @@ from dataorder.llm.blend_order import BLEND_VERSION, BlendOrder
 from dataorder.llm.mixlog import LogMixture, MixtureLog
 from dataorder.llm.mixture import Mixture, MixtureSchedule
 from dataorder.llm.orders import check_epoch_end, plan_megatron_epoch
-from dataorder.llm.packing.dealing import deal
 from dataorder.llm.packing.fit import LongDocuments, Split
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.plan import (

@@ -11,6 +11,7 @@ module                    what it is
 ``dealing``               the batching "blocks dealt by cost", over any per-item cost
 ``state``                 the checkpoint format: flat, versioned, strict, fingerprinted
 ``cursor``                the loop contract: epochs, ``len()``, resume, ``batch_at``
+``runcount``              where epochs start in a run-wide count (``consumed_samples``)
 ``topology``              where a process sits: a ``Topology`` value, detected at the edge
 ``batching``              what one step of one rank holds, and what its slots cover
 ``assembly``              a sampler declared from parts: order, partition, batching, state

@@ -57,19 +57,20 @@ from dataorder.core.apportion import APPORTIONMENT_VERSION, MAX_POSITION
 from dataorder.core.assembly import Detail, Field, Given, Layout, Schema, recorded
 from dataorder.core.blockplan import FixedBlocks
 from dataorder.core.cursor import RunCount
-from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
+from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED
 from dataorder.core.permutation import MAX_DOMAIN, PERMUTATION_VERSION
 from dataorder.core.state import digest
 from dataorder.core.topology import Topology
 from dataorder.llm.blend_order import BLEND_STREAM, BLEND_VERSION, BlendOrder
 from dataorder.llm.mixlog import LogMixture, MixtureLog
-from dataorder.llm.mixture import Mixture, MixtureSchedule, WeightVector
+from dataorder.llm.mixture import MixtureSchedule, WeightVector
 from dataorder.llm.sampler import (
     BATCH_SIZE_SCHEDULE,
     MIXTURE_STATE,
     EpochEnd,
     MicroBatchSampler,
     Stretches,
+    compile_mixture,
     global_batch_field,
     per_source_progress,
 )
@@ -106,6 +107,31 @@ def _check_sizes(sizes: object, smallest: int = 1) -> tuple[int, ...]:
     if sum(out) > MAX_DOMAIN:
         fail("sum(sizes)", "at most 2**62", sum(out))
     return out
+
+
+def _check_weights(
+    sizes: object, weights: Any
+) -> tuple[tuple[int, ...], MixtureSchedule | MixtureLog]:
+    """The sizes and the weights as a schedule, or a log over as many sources (with corpus
+    changes, built over these sizes: NOTE [ Corpus changes ])."""
+    corpus = isinstance(weights, MixtureLog) and weights.sizes is not None
+    sizes = _check_sizes(sizes, 0 if corpus else 1)  # 0: a source added later
+    if not isinstance(weights, MixtureLog):
+        return sizes, MixtureSchedule.for_sources(weights, len(sizes), name="weights")
+    if corpus and weights.sizes != sizes:
+        fail(
+            "sizes",
+            f"the sizes the MixtureLog was built with, {list(weights.sizes or ())} "
+            "(NOTE [ Corpus changes ])",
+            list(sizes),
+        )
+    if weights.num_sources != len(sizes):
+        fail(
+            "weights",
+            f"a MixtureLog over len(sizes) = {len(sizes)} sources",
+            f"MixtureLog over {weights.num_sources} sources",
+        )
+    return sizes, weights
 
 
 def blend_run_count(order: BlendOrder) -> RunCount:
@@ -273,25 +299,7 @@ class BlendedSampler(MicroBatchSampler[list[int]]):
         topology: Topology | None = None,
     ) -> None:
         super().__init__()
-        corpus = isinstance(weights, MixtureLog) and weights.sizes is not None
-        self._sizes = _check_sizes(sizes, 0 if corpus else 1)  # 0: a source added later
-        self._schedule: MixtureSchedule | LogMixture
-        if isinstance(weights, MixtureLog):  # NOTE [ Mixture log exactness ] in mixlog.py
-            if corpus and weights.sizes != self._sizes:
-                fail(
-                    "sizes",
-                    f"the sizes the MixtureLog was built with, {list(weights.sizes or ())} "
-                    "(NOTE [ Corpus changes ])",
-                    list(self._sizes),
-                )
-            if weights.num_sources != len(self._sizes):
-                fail(
-                    "weights",
-                    f"a MixtureLog over len(sizes) = {len(self._sizes)} sources",
-                    f"MixtureLog over {weights.num_sources} sources",
-                )
-        else:
-            self._schedule = MixtureSchedule.for_sources(weights, len(self._sizes), name="weights")
+        self._sizes, checked = _check_weights(sizes, weights)
         self._set_placement(
             micro_batch_size,
             data_parallel_rank,
@@ -321,12 +329,9 @@ class BlendedSampler(MicroBatchSampler[list[int]]):
         self._total = check_int(
             "total_samples", total_samples, min_value=largest, max_value=MAX_DOMAIN
         )
-        key = derive_key(self._seed, epoch=0, stream=BLEND_STREAM, purpose="apportionment")
-        self._mixture: Mixture | LogMixture
-        if isinstance(weights, MixtureLog):
-            self._mixture = self._schedule = weights.compile(key, self._batches)
-        else:
-            self._mixture = Mixture(self._schedule, key)
+        self._schedule, self._mixture = compile_mixture(
+            checked, self._seed, BLEND_STREAM, self._batches
+        )
         self._order = BlendOrder(self._sizes, self._mixture, self._batches, self._total, self._seed)
         self._compose(Blend(self._order, SampleDraws(self._order)), FixedBlocks(), end)
         self._start(consumed_samples)

@@ -27,10 +27,13 @@ from dataorder._validate import check_int, fail
 from dataorder.core.assembly import AssembledSampler, Extra, Field, Given
 from dataorder.core.blockplan import Batching
 from dataorder.core.cursor import CursorBatchSampler, EpochPlan, RunCount
+from dataorder.core.keys import derive_key
 from dataorder.core.partition import MAX_BATCH_SIZE, EpochBlocks, plan_epoch
 from dataorder.core.state import MAX_EPOCH, Scalar, digest
 from dataorder.core.topology import Topology, resolve_topology
 from dataorder.llm.blend_order import BlendOrder
+from dataorder.llm.mixlog import LogMixture, MixtureLog
+from dataorder.llm.mixture import Mixture, MixtureSchedule
 from dataorder.llm.orders import check_epoch_end, plan_megatron_epoch
 from dataorder.llm.schedule import BatchSizeSchedule
 
@@ -43,6 +46,7 @@ __all__ = [
     "Passes",
     "Source",
     "Stretches",
+    "compile_mixture",
     "global_batch_field",
     "per_source_progress",
 ]
@@ -347,7 +351,20 @@ class MicroBatchSampler(AssembledSampler[T], CursorBatchSampler[T]):
         return self._coverage[1]
 
 
-# -- state pieces the blends share -----------------------------------------------------------------
+# -- what the blends share -----------------------------------------------------------------------
+def compile_mixture(
+    weights: MixtureSchedule | MixtureLog, seed: int, stream: str, batches: BatchSizeSchedule
+) -> tuple[MixtureSchedule | LogMixture, Mixture | LogMixture]:
+    """``(schedule, compiled)`` of a blend's checked weights: a schedule and its
+    :class:`~dataorder.llm.mixture.Mixture`, or a log's compiled form twice (NOTE [ Mixture log
+    exactness ] in :mod:`dataorder.llm.mixlog`), keyed by ``(seed, stream)``."""
+    key = derive_key(seed, epoch=0, stream=stream, purpose="apportionment")
+    if isinstance(weights, MixtureLog):
+        compiled = weights.compile(key, batches)
+        return compiled, compiled
+    return weights, Mixture(weights, key)
+
+
 def global_batch_field(read: Callable[[Any], BatchSizeSchedule | int | None]) -> Field:
     """``config.global_batch_size``: 0 for none, an int, or ``"schedule:<digest>"`` of a
     :class:`~dataorder.llm.schedule.BatchSizeSchedule` (then ``from_state`` needs it given)."""

@@ -30,6 +30,7 @@ mixture the digest of the schedule's trained part. A resume costs the packing of
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,7 @@ from dataorder.core.state import Scalar, digest
 from dataorder.core.topology import Topology
 from dataorder.llm.blend_order import BLEND_VERSION, BlendOrder
 from dataorder.llm.mixlog import LogMixture, MixtureLog
-from dataorder.llm.mixture import Mixture, MixtureSchedule
+from dataorder.llm.mixture import MixtureSchedule
 from dataorder.llm.packing.fit import LongDocuments, Split
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.plan import DEFAULT_CHUNK, PACKING_VERSION, PackingPlan, Row
@@ -56,6 +57,7 @@ from dataorder.llm.sampler import (
     MIXTURE_STATE,
     EpochEnd,
     MicroBatchSampler,
+    compile_mixture,
     global_batch_field,
 )
 from dataorder.llm.schedule import BatchSizeSchedule
@@ -123,6 +125,28 @@ def _no_rows(plan: PackingPlan) -> str:
         why = f"{longer} of {n} documents are longer than seq_len={s} ({drop} drops them) and "
         why += "the others are empty"
     return f"documents that fill at least one row of seq_len={s}; {why}"
+
+
+def _mixture_weights(weights: Any, k: int) -> MixtureSchedule | MixtureLog:
+    """``mixture[1]`` as a schedule over ``k`` sources, or a log over ``k`` without sizes."""
+    if not isinstance(weights, MixtureLog):
+        return MixtureSchedule.for_sources(
+            weights, k, name="mixture[1]", counted_as="len(mixture[0])"
+        )
+    if weights.num_sources != k:
+        fail(
+            "mixture[1]",
+            f"a MixtureLog over len(mixture[0]) = {k} sources",
+            f"MixtureLog over {weights.num_sources} sources",
+        )
+    if weights.sizes is not None:
+        fail(
+            "mixture[1]",
+            "a MixtureLog without sizes (packed rows are planned over fixed document "
+            "lengths: corpus changes are for BlendedSampler; NOTE [ Corpus changes ])",
+            f"MixtureLog with sizes={list(weights.sizes)}",
+        )
+    return weights
 
 
 def _packing_field() -> Field:
@@ -331,17 +355,14 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         _DEALT.check(self._mbs, self._dp)
         self._drop_last = check_bool("drop_last", drop_last)
         self._pad = check_bool("pad_samples_to_global_batch_size", pad_samples_to_global_batch_size)
-
-        def plan(lengths: DocumentLengths | npt.ArrayLike, seed: int) -> PackingPlan:
-            return PackingPlan(
-                lengths,
-                seq_len,
-                split=split,
-                window=window,
-                chunk=chunk,
-                long_documents=long_documents,
-                seed=seed,
-            )
+        plan = partial(
+            PackingPlan,
+            seq_len=seq_len,
+            split=split,
+            window=window,
+            chunk=chunk,
+            long_documents=long_documents,
+        )
 
         self.mixture: MixtureSchedule | LogMixture | None = None
         self.order: BlendOrder
@@ -354,7 +375,7 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         elif lengths is None:
             fail("lengths", "document lengths, or given in mixture=", None, TypeError)
         else:
-            self.plans = [plan(lengths, self._seed)]
+            self.plans = [plan(lengths, seed=self._seed)]
             self._one(global_batch_size, total_rows)
         self._start(consumed_samples)
 
@@ -407,51 +428,13 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
     def _blend(
         self,
         mixture: object,
-        plan: Callable[[Any, int], PackingPlan],
+        plan: Callable[..., PackingPlan],
         global_batch_size: object,
         total_rows: object,
     ) -> None:
-        if not isinstance(mixture, tuple | list) or len(mixture) != 2:
-            fail(
-                "mixture", "a pair ([lengths, ...], weights or MixtureSchedule)", mixture, TypeError
-            )
-        sources, weights = mixture
-        if isinstance(sources, str | bytes) or not isinstance(sources, Sequence) or not sources:
-            fail("mixture[0]", "a non-empty sequence of document lengths", sources, TypeError)
-        if self._pad:
-            fail(
-                "pad_samples_to_global_batch_size", "False with mixture= (nothing is padded)", True
-            )
-        if not self._drop_last:
-            # as create_megatron_sampler(mixture=...): an epoch of a mixture is whole global
-            # batches, so there is no tail to keep; accepting False would promise padding
-            fail(
-                "drop_last",
-                "True with mixture= (a mixture drops nothing: its epochs are whole global batches)",
-                False,
-            )
-        self.plans = [plan(lengths, self._source_seed(d)) for d, lengths in enumerate(sources)]
-        log = weights if isinstance(weights, MixtureLog) else None
-        if log is not None and log.num_sources != len(self.plans):
-            fail(
-                "mixture[1]",
-                f"a MixtureLog over len(mixture[0]) = {len(self.plans)} sources",
-                f"MixtureLog over {log.num_sources} sources",
-            )
-        if log is not None and log.sizes is not None:
-            fail(
-                "mixture[1]",
-                "a MixtureLog without sizes (packed rows are planned over fixed document "
-                "lengths: corpus changes are for BlendedSampler; NOTE [ Corpus changes ])",
-                f"MixtureLog with sizes={list(log.sizes)}",
-            )
-        schedule = (
-            None
-            if log is not None
-            else MixtureSchedule.for_sources(
-                weights, len(self.plans), name="mixture[1]", counted_as="len(mixture[0])"
-            )
-        )
+        sources, weights = self._check_mixture(mixture)
+        self.plans = [plan(lengths, seed=self._source_seed(d)) for d, lengths in enumerate(sources)]
+        weights = _mixture_weights(weights, len(self.plans))
         end, batches = EpochEnd.of_run(
             global_batch_size,
             what="an int or a BatchSizeSchedule with mixture=",
@@ -472,14 +455,7 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         if min(per_pass) < 1:
             d = per_pass.index(min(per_pass))
             fail(f"mixture[0][{d}]", _no_rows(self.plans[d]), "<no rows>")
-        key = derive_key(self._seed, epoch=0, stream=_STREAM, purpose="apportionment")
-        # a MixtureLog: NOTE [ Mixture log exactness ] in dataorder.llm.mixlog
-        compiled: Mixture | LogMixture
-        if schedule is not None:
-            compiled = Mixture(schedule, key)
-            self.mixture = schedule
-        else:  # a MixtureLog
-            compiled = self.mixture = weights.compile(key, batches)
+        self.mixture, compiled = compile_mixture(weights, self._seed, _STREAM, batches)
         self.order = BlendOrder(per_pass, compiled, batches, total, self._seed)
         self._rows = source = Blend(self.order, RowDraws(self.plans))
         self._compose(source, _DEALT, end)
@@ -491,6 +467,29 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
             "versions": f"{_VERSIONS}-blend{BLEND_VERSION}",
         }
         self._total_rows, self._what = total, "mixture"
+
+    def _check_mixture(self, mixture: object) -> tuple[Sequence[Any], Any]:
+        """``mixture=``'s ``(sources, weights)``, and the arguments a mixture forces."""
+        if not isinstance(mixture, tuple | list) or len(mixture) != 2:
+            fail(
+                "mixture", "a pair ([lengths, ...], weights or MixtureSchedule)", mixture, TypeError
+            )
+        sources, weights = mixture
+        if isinstance(sources, str | bytes) or not isinstance(sources, Sequence) or not sources:
+            fail("mixture[0]", "a non-empty sequence of document lengths", sources, TypeError)
+        if self._pad:
+            fail(
+                "pad_samples_to_global_batch_size", "False with mixture= (nothing is padded)", True
+            )
+        if not self._drop_last:
+            # as create_megatron_sampler(mixture=...): an epoch of a mixture is whole global
+            # batches, so there is no tail to keep; accepting False would promise padding
+            fail(
+                "drop_last",
+                "True with mixture= (a mixture drops nothing: its epochs are whole global batches)",
+                False,
+            )
+        return sources, weights
 
     def _source_seed(self, source: int) -> int:
         """Source ``source``'s packing seed: its own windows and orders."""

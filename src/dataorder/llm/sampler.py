@@ -316,8 +316,8 @@ class MicroBatchSampler(AssembledSampler[T], CursorBatchSampler[T]):
         """Start at the run-wide count ``consumed_samples`` (after the subclass's checks)."""
         if check_int("consumed_samples", consumed_samples, min_value=0):
             self._place(*self.count_position(consumed_samples), loaded=True)
-        else:
-            self.epoch_plan(0)  # validates this layout against the first epoch
+        else:  # this layout against the first epoch (a blend's early global batches)
+            self._source.epochs.blocks(0, self._mbs, self._dp, self._end)
 
     def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> EpochPlan[T]:
         mbs = check_int("micro_batch_size", layout["micro_batch_size"], min_value=1)

@@ -406,6 +406,8 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         source = PackedCorpus(packing)
         self._compose(source, _DEALT, end)
         self._rows: PackedCorpus | Blend[Row] = source
+        # what this configuration records (NOTE [ Packed state fields ]): an optional field is
+        # recorded when its key is here (drop_last and pad are read from the sampler)
         self._record: dict[str, object] = {
             "lengths": str(packing.config()["lengths"]),
             "drop_last": None,

@@ -70,7 +70,7 @@ from typing import Any
 
 import numpy as np
 
-from dataorder.llm.packing.dealing import deal, deal_bounds
+from dataorder.core.dealing import deal, deal_bounds
 from dataorder.llm.packing.fit import best_fit
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.plan import PackingPlan
@@ -529,7 +529,7 @@ import numpy as np
 sys.path.insert(0, sys.argv[3])
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.plan import PackingPlan
-from dataorder.llm.packing.dealing import deal
+from dataorder.core.dealing import deal
 path, where = sys.argv[1], sys.argv[2]
 traced = where.endswith("-traced")
 if traced:

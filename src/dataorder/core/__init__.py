@@ -7,9 +7,11 @@ module                    what it is
 ``keys``                  64-bit keys from ``(seed, epoch, stream, purpose)``, never seed+epoch
 ``apportion``             exact, monotone, random-access shares of a stream among parties
 ``partition``             global blocks of ``per_rank x dp_size``, tails dropped or padded
-``blockplan``             one epoch of global blocks filled by an order
+``blockplan``             the batching "fixed global blocks": an epoch filled by an order
+``dealing``               the batching "blocks dealt by cost", over any per-item cost
 ``state``                 the checkpoint format: flat, versioned, strict, fingerprinted
 ``cursor``                the loop contract: epochs, ``len()``, resume, ``batch_at``
+``runcount``              where epochs start in a run-wide count (``consumed_samples``)
 ``topology``              where a process sits: a ``Topology`` value, detected at the edge
 ``batching``              what one step of one rank holds, and what its slots cover
 ``assembly``              a sampler declared from parts: order, partition, batching, state

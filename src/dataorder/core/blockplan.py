@@ -1,5 +1,8 @@
-"""An epoch that is one segment of global blocks: the plan of the Megatron and distributed samplers.
+"""The batching "fixed global blocks": the plan of the Megatron, blended and distributed samplers.
 
+A *batching* (:class:`Batching`) says how an epoch's global blocks become each rank's steps, and
+knows nothing of what fills them: :class:`FixedBlocks` cuts every block the same way between the
+ranks (here); :class:`~dataorder.core.dealing.DealtByCost` deals each block by cost.
 :class:`BlockPlan` joins an :class:`~dataorder.core.partition.EpochBlocks` (which positions each
 rank reads at each step) with the sampler's order (which sample a position holds), and answers
 the :class:`~dataorder.core.cursor.EpochPlan` questions with one global counter, ``consumed``:
@@ -10,14 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from dataorder.core.cursor import EpochPlan
 from dataorder.core.partition import EpochBlocks, Split
 
-__all__ = ["BlockPlan", "BlockSteps", "RowMaker"]
+__all__ = ["Batching", "BlockPlan", "BlockSteps", "FixedBlocks", "RowMaker"]
 
 T = TypeVar("T")
 
@@ -88,3 +92,43 @@ class BlockPlan(BlockSteps, Generic[T]):
         ):
             out += rows(positions)
         return out
+
+
+class Batching(Protocol):
+    """How an epoch's global blocks become each rank's steps (NOTE [ A sampler is a source times
+    a batching ] in :mod:`dataorder.llm.sampler`): it checks a layout, and plans an epoch from
+    its blocks and what fills them (the fill is the source's, in the form this batching reads)."""
+
+    def check(self, per_rank: int, dp_size: int) -> None:
+        """Refuse a layout this batching cannot serve (ValueError naming it)."""
+        ...
+
+    def plan(self, blocks: EpochBlocks, fill: Any) -> EpochPlan[Any]:
+        """The :class:`~dataorder.core.cursor.EpochPlan` of ``blocks`` filled by ``fill``."""
+        ...
+
+
+class Rows(Protocol[T]):
+    """What fills fixed blocks: :meth:`make_rows` (a :data:`RowMaker`)."""
+
+    def make_rows(self, rank: int) -> Callable[[npt.NDArray[np.int64]], list[T]]:
+        """See :data:`RowMaker`."""
+        ...
+
+
+@dataclass(frozen=True)
+class FixedBlocks:
+    """The batching "fixed global blocks": each block cut between the ranks by ``split``.
+
+    Attributes:
+        split: ``"contiguous"`` (rank ``r`` reads slots ``r * per_rank ...``) or ``"strided"``.
+    """
+
+    split: Split = "contiguous"
+
+    def check(self, per_rank: int, dp_size: int) -> None:
+        """Any layout is served."""
+
+    def plan(self, blocks: EpochBlocks, fill: Rows[Any]) -> BlockPlan[Any]:
+        """The :class:`BlockPlan` of ``blocks`` filled by ``fill``."""
+        return BlockPlan(blocks, self.split, fill.make_rows)

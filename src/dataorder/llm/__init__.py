@@ -3,9 +3,10 @@
 ==========================  ==================================================================
 module                      what it is
 ==========================  ==================================================================
+``sampler``                 the one micro-batch sampler: a source times a batching
+``sources``                 its sources: a sample order, a blend of sources
 ``megatron``                Megatron-LM's and NeMo's "single" and "cyclic" micro-batch samplers
 ``orders``                  their orders (compat modes: ``compat_nemo``, ``compat_megatron``)
-``placement``               the micro-batch size and data-parallel place they share
 ``factory``                 NeMo's ``create_megatron_sampler``
 ``schedule``                global batch-size schedules (Megatron's ramp-up)
 ``mixture``                 mixture weights and schedules, and their exact counts

@@ -46,7 +46,7 @@ digests prove them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -54,28 +54,28 @@ import numpy.typing as npt
 
 from dataorder._validate import check_int, check_sequence, fail
 from dataorder.core.apportion import APPORTIONMENT_VERSION, MAX_POSITION
-from dataorder.core.assembly import (
-    AssembledSampler,
-    Detail,
-    Extra,
-    Field,
-    Given,
-    Layout,
-    Schema,
-    recorded,
-)
-from dataorder.core.blockplan import BlockPlan
-from dataorder.core.cursor import CursorBatchSampler, RunCount
-from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
-from dataorder.core.partition import plan_epoch
+from dataorder.core.assembly import Detail, Field, Given, Layout, Schema, recorded
+from dataorder.core.blockplan import FixedBlocks
+from dataorder.core.cursor import RunCount
+from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED
 from dataorder.core.permutation import MAX_DOMAIN, PERMUTATION_VERSION
-from dataorder.core.state import MAX_EPOCH, Scalar, digest
+from dataorder.core.state import digest
 from dataorder.core.topology import Topology
 from dataorder.llm.blend_order import BLEND_STREAM, BLEND_VERSION, BlendOrder
 from dataorder.llm.mixlog import LogMixture, MixtureLog
-from dataorder.llm.mixture import Mixture, MixtureSchedule, WeightVector
-from dataorder.llm.placement import MicroBatchPlacement
+from dataorder.llm.mixture import MixtureSchedule, WeightVector
+from dataorder.llm.sampler import (
+    BATCH_SIZE_SCHEDULE,
+    MIXTURE_STATE,
+    EpochEnd,
+    MicroBatchSampler,
+    Stretches,
+    compile_mixture,
+    global_batch_field,
+    per_source_progress,
+)
 from dataorder.llm.schedule import BatchSizeSchedule
+from dataorder.llm.sources import Blend, SampleDraws
 
 __all__ = [
     "BATCH_SIZE_SCHEDULE",
@@ -91,13 +91,7 @@ _VERSIONS = (
     f"blend{BLEND_VERSION}-permutation{PERMUTATION_VERSION}-key{KEY_DERIVATION_VERSION}-"
     f"apportionment{APPORTIONMENT_VERSION}"
 )
-# Positions mapped per vectorised chunk and rank, as in the Megatron samplers.
-_CHUNK_POSITIONS = 16384
-# Most (window x source) counts a chunk holds at once: 2**20 int64 = 8 MB.
-_CHUNK_CELLS = 2**20
 _DIGEST_ONLY = "(a state holds only its digest)"
-# Sources named one by one in describe_progress; the rest are counted.
-_SHOWN_SOURCES = 8
 
 
 def _check_sizes(sizes: object, smallest: int = 1) -> tuple[int, ...]:
@@ -115,97 +109,35 @@ def _check_sizes(sizes: object, smallest: int = 1) -> tuple[int, ...]:
     return out
 
 
-def _global_batch_size() -> Field:
-    """``config.global_batch_size``: an int, or ``"schedule:<digest>"`` of a
-    :class:`~dataorder.llm.schedule.BatchSizeSchedule` (then ``from_state`` needs it given)."""
-
-    def read(sampler: BlendedSampler) -> Scalar:
-        thresholds = sampler.batch_size_schedule.thresholds
-        return thresholds[0][1] if len(thresholds) == 1 else f"schedule:{digest(thresholds)}"
-
-    def args(value: Scalar) -> Mapping[str, Any]:
-        return {"global_batch_size": value} if isinstance(value, int) else {}
-
-    return Field("global_batch_size", read, args)
-
-
-def _check_trained(
-    sampler: Any,
-    tag: object,
-    epoch: int,
-    progress: Mapping[str, int],
-    layout: Mapping[str, int],
-) -> None:
-    # NOTE [ Trained part of a schedule ]: through the end of the global batch under way
-    saved = sampler.order.epoch_bounds(epoch)[0] + progress["consumed"]
-    sampler.schedule.check_trained(
-        tag,
-        sampler.order.quotas_fixed_through(saved),
-        saved_at=saved,
-        unit=sampler.position_unit,
-    )
-
-
-def _trained_tag(sampler: Any, epoch: int, progress: Mapping[str, int]) -> str | None:
-    """``mixture``: the digest of the schedule through the end of the global batch under way
-    at ``(epoch, progress)`` (NOTE [ Trained part of a schedule ]); None for a sampler without a
-    schedule."""
-    if sampler.schedule is None:
-        return None
-    at = sampler.order.epoch_bounds(epoch)[0] + progress["consumed"]
-    fixed = sampler.order.quotas_fixed_through(at)
-    tag: str = sampler.schedule.trained_tag(fixed)
-    return tag
-
-
-#: The ``mixture`` key of the state of a sampler over a :class:`~dataorder.llm.mixture.
-#: MixtureSchedule` (NOTE [ Trained part of a schedule ]): declared by every sampler whose
-#: ``schedule``, ``order`` (a :class:`~dataorder.llm.blend_order.BlendOrder`) and
-#: ``consumed_samples`` say what was trained (and ``position_unit`` what a position counts, in
-#: messages); absent when ``schedule`` is None.
-MIXTURE_STATE = Extra(
-    "mixture", _trained_tag, _check_trained, required=lambda s: s.schedule is not None
-)
-
-
-#: ``global_batch_size=`` of ``from_state``, given when the state holds a
-#: :class:`~dataorder.llm.schedule.BatchSizeSchedule`'s digest (``config.global_batch_size`` a
-#: str); declared by every sampler whose global batch size may be a schedule.
-BATCH_SIZE_SCHEDULE = Given(
-    "global_batch_size",
-    lambda config: (
-        "the BatchSizeSchedule of a state with global_batch_size="
-        f"{config.get('global_batch_size')!r} {_DIGEST_ONLY}"
-    ),
-    required=lambda config: isinstance(config.get("global_batch_size"), str),
-)
+def _check_weights(
+    sizes: object, weights: Any
+) -> tuple[tuple[int, ...], MixtureSchedule | MixtureLog]:
+    """The sizes and the weights as a schedule, or a log over as many sources (with corpus
+    changes, built over these sizes: NOTE [ Corpus changes ])."""
+    corpus = isinstance(weights, MixtureLog) and weights.sizes is not None
+    sizes = _check_sizes(sizes, 0 if corpus else 1)  # 0: a source added later
+    if not isinstance(weights, MixtureLog):
+        return sizes, MixtureSchedule.for_sources(weights, len(sizes), name="weights")
+    if corpus and weights.sizes != sizes:
+        fail(
+            "sizes",
+            f"the sizes the MixtureLog was built with, {list(weights.sizes or ())} "
+            "(NOTE [ Corpus changes ])",
+            list(sizes),
+        )
+    if weights.num_sources != len(sizes):
+        fail(
+            "weights",
+            f"a MixtureLog over len(sizes) = {len(sizes)} sources",
+            f"MixtureLog over {weights.num_sources} sources",
+        )
+    return sizes, weights
 
 
 def blend_run_count(order: BlendOrder) -> RunCount:
     """The :class:`~dataorder.core.cursor.RunCount` of a sampler over ``order``: its epochs
     are stretches of the run (NOTE [ Blended epochs ]), the same on every layout."""
-    return RunCount(
-        lambda epoch: order.epoch_bounds(epoch)[0],
-        lambda count: order.epoch_of(count)[0],
-        same_on_every_layout=True,
-    )
-
-
-def per_source_progress(counts: Sequence[int], sizes: Sequence[int], unit: str = "") -> str:
-    """What a mixture has taken of each source, in words (the first few sources): ``counts[d]``
-    of source ``d``, a pass being ``sizes[d]``; ``unit`` names what is counted (``"rows"``).
-
-    >>> per_source_progress([5, 2], [10, 4], "rows")
-    '5 rows of source 0 (0.5 passes over 10); 2 rows of source 1 (0.5 passes over 4)'
-    """
-    of = f" {unit} of" if unit else " of"
-    shown = [
-        f"{c}{of} source {d} ({c / n:.3g} passes over {n})" if n else f"source {d} not added yet"
-        for d, (c, n) in enumerate(zip(counts, sizes, strict=True))
-    ]
-    if len(shown) > _SHOWN_SOURCES:
-        shown = [*shown[:_SHOWN_SOURCES], f"... and {len(shown) - _SHOWN_SOURCES} more sources"]
-    return "; ".join(shown)
+    return Stretches(order).run_count(1, 1, EpochEnd(True, None, False))
 
 
 def _per_source(sampler: BlendedSampler) -> str:
@@ -237,10 +169,10 @@ def _position(sampler: BlendedSampler) -> str:
     )
 
 
-class BlendedSampler(
-    MicroBatchPlacement, AssembledSampler[list[int]], CursorBatchSampler[list[int]]
-):
-    """Micro-batches of a weighted mixture of K sources, exact in every global batch.
+class BlendedSampler(MicroBatchSampler[list[int]]):
+    """Micro-batches of a weighted mixture of K sources, exact in every global batch: the
+    :class:`~dataorder.llm.sources.Blend` of :class:`~dataorder.llm.sources.SampleDraws` times
+    the :class:`~dataorder.core.blockplan.FixedBlocks` batching.
 
     Each item is one data-parallel rank's micro-batch of flat ``ConcatDataset`` indices (the
     order is :class:`~dataorder.llm.blend_order.BlendOrder`'s). With constant weights ``w``,
@@ -326,7 +258,7 @@ class BlendedSampler(
         fields=(
             Field("sizes", lambda s: digest(s.sizes)),
             recorded("total_samples"),
-            _global_batch_size(),
+            global_batch_field(lambda s: s.batch_size_schedule),
             recorded("seed"),
             Field("versions", lambda s: _VERSIONS),
         ),
@@ -367,25 +299,7 @@ class BlendedSampler(
         topology: Topology | None = None,
     ) -> None:
         super().__init__()
-        corpus = isinstance(weights, MixtureLog) and weights.sizes is not None
-        self._sizes = _check_sizes(sizes, 0 if corpus else 1)  # 0: a source added later
-        self._schedule: MixtureSchedule | LogMixture
-        if isinstance(weights, MixtureLog):  # NOTE [ Mixture log exactness ] in mixlog.py
-            if corpus and weights.sizes != self._sizes:
-                fail(
-                    "sizes",
-                    f"the sizes the MixtureLog was built with, {list(weights.sizes or ())} "
-                    "(NOTE [ Corpus changes ])",
-                    list(self._sizes),
-                )
-            if weights.num_sources != len(self._sizes):
-                fail(
-                    "weights",
-                    f"a MixtureLog over len(sizes) = {len(self._sizes)} sources",
-                    f"MixtureLog over {weights.num_sources} sources",
-                )
-        else:
-            self._schedule = MixtureSchedule.for_sources(weights, len(self._sizes), name="weights")
+        self._sizes, checked = _check_weights(sizes, weights)
         self._set_placement(
             micro_batch_size,
             data_parallel_rank,
@@ -394,14 +308,12 @@ class BlendedSampler(
             dp_dims=dp_dims,
             topology=topology,
         )
-        if isinstance(global_batch_size, BatchSizeSchedule):
-            self._batches = global_batch_size
-        elif global_batch_size is None:
-            fail("global_batch_size", "a positive int or a BatchSizeSchedule", None, TypeError)
-        else:
-            gbs = check_int("global_batch_size", global_batch_size, min_value=1)
-            self._batches = BatchSizeSchedule.constant(gbs)
-        self._batches.check_layout(micro_batch_size=self._mbs, data_parallel_size=self._dp)
+        end, self._batches = EpochEnd.of_run(
+            global_batch_size,
+            what="a positive int or a BatchSizeSchedule",
+            micro_batch_size=self._mbs,
+            data_parallel_size=self._dp,
+        )
         self._seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
         largest = max(seg.global_batch_size for seg in self._batches.segments)
         if total_samples is None:
@@ -417,22 +329,12 @@ class BlendedSampler(
         self._total = check_int(
             "total_samples", total_samples, min_value=largest, max_value=MAX_DOMAIN
         )
-        key = derive_key(self._seed, epoch=0, stream=BLEND_STREAM, purpose="apportionment")
-        self._mixture: Mixture | LogMixture
-        if isinstance(weights, MixtureLog):
-            self._mixture = self._schedule = weights.compile(key, self._batches)
-        else:
-            self._mixture = Mixture(self._schedule, key)
+        self._schedule, self._mixture = compile_mixture(
+            checked, self._seed, BLEND_STREAM, self._batches
+        )
         self._order = BlendOrder(self._sizes, self._mixture, self._batches, self._total, self._seed)
-        self._stats: tuple[int, tuple[int, int]] | None = None
-        if check_int("consumed_samples", consumed_samples, min_value=0):
-            self._place(*self.count_position(consumed_samples), loaded=True)
-        else:
-            self.epoch_plan(0)  # validates this layout against the first epoch's batches
-
-    def _run_count(self) -> RunCount:
-        """A blend's epochs are stretches of the run's count, the same on every layout."""
-        return blend_run_count(self._order)
+        self._compose(Blend(self._order, SampleDraws(self._order)), FixedBlocks(), end)
+        self._start(consumed_samples)
 
     # -- configuration, read-only ---------------------------------------------------------------
     @property
@@ -470,17 +372,6 @@ class BlendedSampler(
         """Samples per epoch (nominal; NOTE [ Blended epochs ])."""
         return self._total
 
-    @property
-    def max_epoch(self) -> int:
-        """The largest epoch: ``MAX_EPOCH``, or fewer when the run's sample count would pass
-        ``2**62`` (a blend's epochs are stretches of one run-wide count)."""
-        return max(0, min(MAX_EPOCH, MAX_POSITION // self._total - 2))
-
-    @property
-    def consumed_samples(self) -> int:
-        """The run-wide count of samples consumed (Megatron's ``consumed_samples``)."""
-        return self._count_now()
-
     def consumed_per_source(self, samples: int | None = None) -> npt.NDArray[np.int64]:
         """How many samples each source has contributed after ``samples`` run-wide samples.
 
@@ -495,15 +386,6 @@ class BlendedSampler(
             samples = self.consumed_samples
         return self._mixture.counts(check_int("samples", samples, min_value=0))
 
-    def _epoch_stats(self) -> tuple[int, int]:
-        if self._stats is None or self._stats[0] != self._epoch:
-            first, end = self._order.epoch_bounds(self._epoch)
-            distinct, reads = self._order.coverage(first, end)
-            seen = int(distinct.sum())
-            total = int(self._order.sizes_at(end).sum())
-            self._stats = (self._epoch, (total - seen, int(reads.sum()) - seen))
-        return self._stats[1]
-
     @property
     def samples_dropped(self) -> int:
         """Samples of the datasets the cursor's epoch never reads (NOTE [ Blended epochs ]).
@@ -511,7 +393,7 @@ class BlendedSampler(
         Computed on first use per epoch, in O(min(head, tail)) per source that crosses a source
         epoch (:func:`~dataorder.llm.blend_order.distinct_draws`); the order never needs it.
         """
-        return self._epoch_stats()[0]
+        return self._epoch_coverage()[0]
 
     def retired_unread(self, samples: int | None = None) -> dict[int, int]:
         """Per source retired by the log (an entry that starts at or before ``samples``), the
@@ -542,7 +424,7 @@ class BlendedSampler(
     def samples_padded(self) -> int:
         """Reads in the cursor's epoch that repeat a sample already read in it (an upsampled
         source, or a source's reads that cross into its next source epoch). Never ``None``."""
-        return self._epoch_stats()[1]
+        return self._epoch_coverage()[1]
 
     def __repr__(self) -> str:
         return (
@@ -552,33 +434,3 @@ class BlendedSampler(
             f"total_samples={self._total}; epoch={self._epoch}, "
             f"consumed={self._position['consumed']})"
         )
-
-    # -- CursorSampler --------------------------------------------------------------------------
-    def _chunk_steps(self) -> int:
-        # Keep the (window x source) counts of a chunk bounded: a chunk of s micro-steps spans
-        # about s * M / G_min + 2 global batches.
-        if isinstance(self._mixture, LogMixture):
-            return 1  # one micro-batch at a time: NOTE [ Frozen steps ] in mixlog.py
-        block = self._mbs * self._dp
-        smallest = min(seg.global_batch_size for seg in self._batches.segments)
-        windows = max(3, _CHUNK_CELLS // (len(self._sizes) + 1))
-        return max(1, min(_CHUNK_POSITIONS // self._mbs, (windows - 2) * smallest // block))
-
-    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BlockPlan[list[int]]:
-        mbs = check_int("micro_batch_size", layout["micro_batch_size"], min_value=1)
-        dp = check_int("data_parallel_size", layout["data_parallel_size"], min_value=1)
-        first, end = self._order.epoch_bounds(epoch)
-        self._batches.check_layout(
-            micro_batch_size=mbs, data_parallel_size=dp, from_step=self._batches.step_at(first)
-        )
-        lay = plan_epoch(end - first, per_rank=mbs, dp_size=dp, tail="drop")
-        order = self._order
-
-        def make_rows(rank: int) -> Callable[[npt.NDArray[np.int64]], list[list[int]]]:
-            def rows(positions: npt.NDArray[np.int64]) -> list[list[int]]:
-                out: list[list[int]] = order.samples(positions + first).tolist()
-                return out
-
-            return rows
-
-        return BlockPlan(lay, "contiguous", make_rows)

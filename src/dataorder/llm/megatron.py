@@ -46,42 +46,21 @@ during training (:mod:`dataorder.llm.schedule`) needs no change here.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
-import numpy as np
-import numpy.typing as npt
-
 from dataorder._validate import check_bool, check_int, fail
-from dataorder.core.assembly import (
-    AssembledSampler,
-    Detail,
-    Layout,
-    Mode,
-    Modes,
-    Schema,
-    flag,
-    recorded,
-)
-from dataorder.core.blockplan import BlockPlan
-from dataorder.core.cursor import CursorBatchSampler, RunCount
+from dataorder.core.assembly import Detail, Layout, Mode, Modes, Schema, flag, recorded
+from dataorder.core.blockplan import FixedBlocks
 from dataorder.core.keys import MAX_SEED
 from dataorder.core.partition import EpochBlocks
 from dataorder.core.permutation import MAX_DOMAIN
 from dataorder.core.topology import Topology
 from dataorder.llm.compat_megatron import MegatronLMOrder
 from dataorder.llm.compat_nemo import NemoOrder
-from dataorder.llm.orders import (
-    EpochSpec,
-    IdentityOrder,
-    MegatronOrder,
-    MicroBatch,
-    check_epoch_end,
-    default_order,
-    micro_batches,
-    plan_megatron_epoch,
-)
-from dataorder.llm.placement import MicroBatchPlacement
+from dataorder.llm.orders import EpochSpec, IdentityOrder, MegatronOrder, MicroBatch, default_order
+from dataorder.llm.sampler import EpochEnd, MicroBatchSampler
+from dataorder.llm.sources import SampleOrder
 
 __all__ = [
     "MEGATRON_MODES",
@@ -135,15 +114,11 @@ _DETAILS = (
     Detail("consumed_samples", lambda s: f"{s.consumed_samples} (Megatron's run-wide count)"),
 )
 
-# Positions mapped per vectorised chunk and rank: large enough that per-chunk overhead vanishes,
-# small enough that the first micro-batch of an epoch (or after a resume) costs well under 1 ms.
-_CHUNK_POSITIONS = 16384
 
-
-class BaseMegatronSampler(
-    MicroBatchPlacement, AssembledSampler[MicroBatch], CursorBatchSampler[MicroBatch]
-):
-    """Validation, layout, cursor and iteration shared by the Megatron samplers.
+class BaseMegatronSampler(MicroBatchSampler[MicroBatch]):
+    """A pass over the samples in a Megatron order, in fixed global blocks: the
+    :class:`~dataorder.llm.sources.SampleOrder` source times the
+    :class:`~dataorder.core.blockplan.FixedBlocks` batching.
 
     Subclasses choose the order (:mod:`dataorder.llm.orders`): which sample each global position
     holds. Not instantiated directly.
@@ -203,27 +178,22 @@ class BaseMegatronSampler(
             dp_dims=dp_dims,
             topology=topology,
         )
-        self._drop_last, gbs, pad = check_epoch_end(
+        end = EpochEnd.of_passes(
             drop_last,
             global_batch_size,
             pad_samples_to_global_batch_size,
             micro_batch_size=self._mbs,
             data_parallel_size=self._dp,
         )
-        self._gbs = gbs
-        self._pad = pad
-        self._spec = EpochSpec(self._n, self._mbs, self._dp, self._drop_last, gbs, pad)
-        self._strategy: MegatronOrder = self._build_order(self._spec)
-        self._blocks = plan_megatron_epoch(
-            self._n,
-            self._mbs,
-            self._dp,
-            drop_last=self._drop_last,
-            global_batch_size=gbs,
-            pad_samples_to_global_batch_size=pad,
+        spec = EpochSpec(
+            self._n, self._mbs, self._dp, end.drop_last, end.global_batch_size, end.pad
         )
+        source = SampleOrder(spec, self._build_order)
+        self._strategy: MegatronOrder = source.strategy
+        self._compose(source, FixedBlocks(), end)
+        self._blocks = source.epochs.blocks(0, self._mbs, self._dp, end)
         if self._blocks.num_batches == 0:
-            block = self._mbs * self._dp
+            gbs, block = end.global_batch_size, self._mbs * self._dp
             what = (
                 f"at least one global batch (global_batch_size={gbs})"
                 if gbs is not None
@@ -235,37 +205,12 @@ class BaseMegatronSampler(
                 f"{what} when drop_last=True, or there is nothing to train",
                 total_samples,
             )
-        if check_int("consumed_samples", consumed_samples, min_value=0):
-            self._place(*self.count_position(consumed_samples), loaded=True)
-
-    def _run_count(self) -> RunCount:
-        """Epochs of the same positions on this layout (NOTE [ consumed_samples ])."""
-        config = self._strategy.config()
-        pinned = bool(config.get("data_parallel_size")) and bool(config.get("micro_batch_size"))
-        varies = self._gbs is None or self._epoch_length_varies_with_layout()
-        if self._drop_last:
-            why = "drop_last=True without global_batch_size drops total_samples mod M"
-        elif self._gbs is None:
-            why = "drop_last=False pads total_samples up to a multiple of M"
-        else:
-            why = f"drop_last=False pads only the last block, not to global_batch_size={self._gbs}"
-        return RunCount.equal_epochs(
-            self._blocks.total_positions,
-            same_on_every_layout=pinned or not varies,
-            why=f"{why}, M = micro_batch_size x data_parallel_size",
-        )
+        self._start(consumed_samples)
 
     def _build_order(self, spec: EpochSpec) -> MegatronOrder:
         """The order of this sampler on the layout of ``spec`` (chosen once, at construction,
         and again for a plan of another layout)."""
         return IdentityOrder()
-
-    def _epoch_length_varies_with_layout(self) -> bool:
-        """Whether the layouts a run with this global batch size may use have epochs of different
-        lengths (see NOTE [ consumed_samples ])."""
-        if self._gbs is None:
-            return False
-        return not (self._drop_last or self._pad or self._n % self._gbs == 0)
 
     # -- configuration, read-only ---------------------------------------------------------------
     @property
@@ -281,17 +226,17 @@ class BaseMegatronSampler(
     @property
     def drop_last(self) -> bool:
         """Whether the tail is dropped (else padded)."""
-        return self._drop_last
+        return self._end.drop_last
 
     @property
     def global_batch_size(self) -> int | None:
         """The global batch size that decides the end of the epoch, or None."""
-        return self._gbs
+        return self._end.global_batch_size
 
     @property
     def pad_samples_to_global_batch_size(self) -> bool:
         """Whether the last global batch is padded to ``global_batch_size`` slots."""
-        return self._pad
+        return self._end.pad
 
     @property
     def blocks(self) -> EpochBlocks:
@@ -309,59 +254,21 @@ class BaseMegatronSampler(
     @property
     def samples_dropped(self) -> int:
         """Samples no rank reads in an epoch (summed over ranks)."""
-        return self._blocks.dropped
+        return self._epoch_coverage()[0]
 
     @property
     def samples_padded(self) -> int:
         """Padding slots (``None``) per epoch, summed over ranks."""
-        return self._blocks.padded
-
-    @property
-    def consumed_samples(self) -> int:
-        """Megatron's run-wide count: ``epoch x positions per epoch + consumed in the epoch``."""
-        return self._count_now()
+        return self._epoch_coverage()[1]
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(total_samples={self._n}, micro_batch_size={self._mbs}, "
             f"data_parallel_rank={self._rank}, data_parallel_size={self._dp}, "
-            f"drop_last={self._drop_last}, global_batch_size={self._gbs}, "
-            f"pad_samples_to_global_batch_size={self._pad}; epoch={self._epoch}, "
+            f"drop_last={self.drop_last}, global_batch_size={self.global_batch_size}, "
+            f"pad_samples_to_global_batch_size={self._end.pad}; epoch={self._epoch}, "
             f"consumed={self._position['consumed']})"
         )
-
-    # -- CursorSampler ---------------------------------------------------------------------------
-    def _chunk_steps(self) -> int:
-        return max(1, _CHUNK_POSITIONS // self._mbs)
-
-    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BlockPlan[MicroBatch]:
-        mbs = check_int("micro_batch_size", layout["micro_batch_size"], min_value=1)
-        dp = check_int("data_parallel_size", layout["data_parallel_size"], min_value=1)
-        if (mbs, dp) == (self._mbs, self._dp):
-            lay, spec, order = self._blocks, self._spec, self._strategy
-        else:
-            if self._gbs is not None and self._gbs % (mbs * dp):
-                fail(
-                    "micro_batch_size x data_parallel_size",
-                    f"a divisor of global_batch_size={self._gbs}",
-                    f"{mbs} x {dp}",
-                )
-            spec = EpochSpec(self._n, mbs, dp, self._drop_last, self._gbs, self._pad)
-            order = self._build_order(spec)  # an order that bakes the layout in, on this one
-            lay = plan_megatron_epoch(
-                self._n,
-                mbs,
-                dp,
-                drop_last=self._drop_last,
-                global_batch_size=self._gbs,
-                pad_samples_to_global_batch_size=self._pad,
-            )
-
-        def make_rows(rank: int) -> Callable[[npt.NDArray[np.int64]], list[MicroBatch]]:
-            sample = order.sample_map(spec, epoch, rank)
-            return lambda positions: micro_batches(sample(positions))
-
-        return BlockPlan(lay, "contiguous", make_rows)
 
 
 class MegatronPretrainingSampler(BaseMegatronSampler):

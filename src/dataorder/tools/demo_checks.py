@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from dataorder.core.batching import BATCHES, BatchRule, Coverage, coverage
-from dataorder.llm.packing.dealing import deal_bounds
+from dataorder.core.dealing import deal_bounds
 from dataorder.parallel.checks import check_items
 from dataorder.tools.demo_config import SamplerResult
 from dataorder.tools.plots import ScheduleBatch
@@ -385,7 +385,7 @@ def _costs_dealt(run: SamplerRun) -> Verdict:
     :mod:`dataorder.llm.packing.sampler`), step by step, from the rows each DP rank trained on.
 
     A step waits for its costliest rank. No dealing of whole rows does better than
-    ``max(mean rank cost, costliest row)`` (:func:`~dataorder.llm.packing.dealing.deal_bounds`):
+    ``max(mean rank cost, costliest row)`` (:func:`~dataorder.core.dealing.deal_bounds`):
     the figure reported is the costliest rank over that bound. The check fails a step whose
     costliest rank exceeds ``mean + costliest row``: a dealing where no swap of two rows helps
     the costliest rank meets it (beyond it, a rank below the mean would hold only rows costlier

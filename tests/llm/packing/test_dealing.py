@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import dataorder.llm.packing.dealing as deal_module
-from dataorder.llm.packing.dealing import MAX_COST, deal, deal_bounds
+import dataorder.core.dealing as deal_module
+from dataorder.core.dealing import MAX_COST, deal, deal_bounds
 
 SETTINGS = settings(max_examples=80, deadline=None, database=None)
 

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from dataorder.core.dealing import MAX_COST
 from dataorder.core.keys import MAX_SEED
 from dataorder.llm.packing import (
     DocumentLengths,
@@ -20,7 +21,6 @@ from dataorder.llm.packing import (
     pack_window,
 )
 from dataorder.llm.packing.dataset import SequenceTokens
-from dataorder.llm.packing.dealing import MAX_COST
 from dataorder.llm.packing.plan import MAX_CHUNK, MAX_PASS, MAX_SEQ_LEN, MAX_WINDOW
 from tests.helpers.hostile import (
     MAX_BATCH_SIZE,

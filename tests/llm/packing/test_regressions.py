@@ -354,7 +354,7 @@ def test_mixture_counters_agree_with_a_recount_without_listing_rows(trial: int) 
 def test_dealing_a_large_block_makes_at_most_max_swaps(monkeypatch: pytest.MonkeyPatch) -> None:
     """At 4096 ranks x 4 rows every rank spent 2.5 s per step improving the dealing (up to
     per_rank x dp_size swaps, each a look at the whole block): NOTE [ Dealing cost ]."""
-    from dataorder.llm.packing import dealing
+    from dataorder.core import dealing
 
     caps: list[int] = []
     improve = dealing._improve

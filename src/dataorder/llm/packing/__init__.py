@@ -8,7 +8,8 @@
 * :mod:`~dataorder.llm.packing.windows`: which documents are packed together;
 * :mod:`~dataorder.llm.packing.fit`: best-fit decreasing of one window;
 * :mod:`~dataorder.llm.packing.plan`: :class:`PackingPlan` and :class:`EpochRows`, the row stream;
-* :mod:`~dataorder.llm.packing.dealing`: :func:`deal`, a global batch's rows to ranks by cost;
+* :mod:`~dataorder.core.dealing` (a core batching, exported here): :func:`deal`, a global
+  batch's rows to ranks by cost;
 * :mod:`~dataorder.llm.packing.dataset`: :class:`PackedDataset`, a row into tensors;
 * :mod:`~dataorder.llm.packing.batch_styles`: the tensors' formats, Hugging Face's and
   Megatron-LM's (:class:`MegatronStyle`);
@@ -38,8 +39,8 @@ _EXPORTS: dict[str, str] = {
     "PackedWindow": "fit",
     "PackingPlan": "plan",
     "PackingStats": "plan",
-    "deal": "dealing",
-    "deal_bounds": "dealing",
+    "deal": "dataorder.core.dealing",  # a core batching, exported here where packing uses it
+    "deal_bounds": "dataorder.core.dealing",
     "pack_window": "fit",
     "read_index": "megatron_files",
     "write_megatron": "megatron_files",
@@ -48,12 +49,12 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
+    from dataorder.core.dealing import deal as deal
+    from dataorder.core.dealing import deal_bounds as deal_bounds
     from dataorder.llm.packing.batch_styles import MegatronStyle as MegatronStyle
     from dataorder.llm.packing.dataset import ConcatTokens as ConcatTokens
     from dataorder.llm.packing.dataset import DocumentRange as DocumentRange
     from dataorder.llm.packing.dataset import PackedDataset as PackedDataset
-    from dataorder.llm.packing.dealing import deal as deal
-    from dataorder.llm.packing.dealing import deal_bounds as deal_bounds
     from dataorder.llm.packing.fit import PackedWindow as PackedWindow
     from dataorder.llm.packing.fit import pack_window as pack_window
     from dataorder.llm.packing.lengths import DocumentLengths as DocumentLengths
@@ -70,7 +71,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'dataorder.llm.packing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"dataorder.llm.packing.{module}"), name)
+    path = module if module.startswith("dataorder.") else f"dataorder.llm.packing.{module}"
+    value = getattr(importlib.import_module(path), name)
     globals()[name] = value
     return value
 

@@ -16,7 +16,7 @@ rows instead of samples, plus one step of its own:
    ``pad_samples_to_global_batch_size`` as for the Megatron samplers; a padding row is ``()``).
 3. NOTE [ Dealing rows ]: every rank knows its block's rows (they are a pure function of the
    position), so each deals the block to the ranks by attention cost (the sum of span lengths
-   squared, :func:`~dataorder.llm.packing.dealing.deal`) and keeps its own ``micro_batch_size``
+   squared, :func:`~dataorder.core.dealing.deal`) and keeps its own ``micro_batch_size``
    rows (the costs of the block are enough to deal; only a rank's own rows are built): ranks
    finish a step together, with no collective. A block's rows do not depend on the
    layout, only their dealing does, so a state taken at a block boundary continues on any
@@ -29,188 +29,52 @@ mixture the digest of the schedule's trained part. A resume costs the packing of
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
-from dataorder.core.assembly import (
-    AssembledSampler,
-    Detail,
-    Field,
-    Given,
-    Layout,
-    Schema,
-    flag,
-    recorded,
-)
-from dataorder.core.blockplan import BlockSteps
-from dataorder.core.cursor import CursorBatchSampler, RunCount
+from dataorder.core.assembly import Detail, Field, Given, Layout, Schema, flag, recorded
+from dataorder.core.dealing import DealtBlocks, DealtByCost
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
-from dataorder.core.partition import MAX_POSITIONS, EpochBlocks, plan_epoch
+from dataorder.core.partition import MAX_POSITIONS
 from dataorder.core.permutation import PERMUTATION_VERSION
 from dataorder.core.state import Scalar, digest
 from dataorder.core.topology import Topology
-from dataorder.llm.blend import (
-    BATCH_SIZE_SCHEDULE,
-    MIXTURE_STATE,
-    blend_run_count,
-    per_source_progress,
-)
 from dataorder.llm.blend_order import BLEND_VERSION, BlendOrder
 from dataorder.llm.mixlog import LogMixture, MixtureLog
-from dataorder.llm.mixture import Mixture, MixtureSchedule
-from dataorder.llm.orders import check_epoch_end, plan_megatron_epoch
-from dataorder.llm.packing.dealing import deal
+from dataorder.llm.mixture import MixtureSchedule
 from dataorder.llm.packing.fit import LongDocuments, Split
 from dataorder.llm.packing.lengths import DocumentLengths
-from dataorder.llm.packing.plan import (
-    DEFAULT_CHUNK,
-    PACKING_VERSION,
-    EpochRows,
-    PackingPlan,
-    Row,
-)
+from dataorder.llm.packing.plan import DEFAULT_CHUNK, PACKING_VERSION, PackingPlan, Row
 from dataorder.llm.packing.rule import PackedRows
-from dataorder.llm.placement import MicroBatchPlacement
+from dataorder.llm.packing.sources import PackedCorpus, RowDraws
+from dataorder.llm.sampler import (
+    BATCH_SIZE_SCHEDULE,
+    MIXTURE_STATE,
+    EpochEnd,
+    MicroBatchSampler,
+    compile_mixture,
+    global_batch_field,
+)
 from dataorder.llm.schedule import BatchSizeSchedule
+from dataorder.llm.sources import Blend
 
-__all__ = ["MAX_BLOCK_ROWS", "PackedSampler"]
+__all__ = ["MAX_BLOCK_ROWS", "DealtBlocks", "PackedSampler"]
 
 IntArray = npt.NDArray[np.int64]
 
 _VERSIONS = f"packing{PACKING_VERSION}-permutation{PERMUTATION_VERSION}-key{KEY_DERIVATION_VERSION}"
 _STREAM = "packed"
-# Rows evaluated together while iterating (rows of all ranks): a chunk of blocks shares the
-# packing of its windows and one search over the epoch's row counts.
-_CHUNK_ROWS = 4096
 #: Most rows in one global block (``micro_batch_size x data_parallel_size``): every rank costs
 #: and deals its whole block each step (NOTE [ Dealing rows ]), about 7 us a row here (4,096
 #: rows: 0.03 s; 65,536, 16,384 ranks of 4 rows: 0.44 s). Larger blocks are refused rather than
 #: left to hang every step.
 MAX_BLOCK_ROWS = 2**18
-
-
-# -- the epoch plan -------------------------------------------------------------------------------
-class RowsAt(Protocol):
-    """The rows of one epoch at its positions (all real, any order, repeats allowed):
-    :class:`~dataorder.llm.packing.plan.EpochRows` for one corpus. Costs and rows are asked
-    apart because dealing needs the costs of the whole block and a rank keeps only its own rows
-    (NOTE [ Dealing rows ])."""
-
-    def rows(self, positions: IntArray) -> list[Row]:
-        """The rows at ``positions``."""
-        ...
-
-    def costs(self, positions: IntArray) -> IntArray:
-        """The attention costs of the rows at ``positions``, int64."""
-        ...
-
-
-@dataclass(frozen=True, eq=False)
-class DealtBlocks(BlockSteps):
-    """One epoch of global blocks of rows, each dealt to the ranks by cost (NOTE [ Dealing
-    rows ]): the :class:`~dataorder.core.cursor.EpochPlan` of :class:`PackedSampler`.
-
-    Attributes:
-        blocks: The epoch's blocks (positions ``>= blocks.n`` are padding rows: empty, cost 0).
-        rows: See :class:`RowsAt`.
-    """
-
-    blocks: EpochBlocks
-    rows: RowsAt
-    unit: ClassVar[str] = "rows"
-
-    def batches(self, rank: int, start: int, stop: int) -> list[list[Row]]:
-        """``rank``'s micro-batches of steps ``start .. stop - 1``: the costs of every block,
-        dealt, then the rows of the positions dealt to ``rank`` only."""
-        lay = self.blocks
-        b, steps = lay.block_size, stop - start
-        positions = np.arange(start * b, stop * b, dtype=np.int64)
-        real = positions < lay.n  # a prefix: padding comes last
-        costs = np.zeros(positions.size, dtype=np.int64)
-        if real.any():
-            costs[real] = self.rows.costs(positions[real])
-        mine = np.concatenate(
-            [
-                positions[k * b + deal(costs[k * b : (k + 1) * b], lay.per_rank, lay.dp_size)[rank]]
-                for k in range(steps)
-            ]
-        )
-        rows: list[Row] = [()] * mine.size
-        kept = mine < lay.n
-        if kept.any():
-            for i, row in zip(
-                np.flatnonzero(kept).tolist(), self.rows.rows(mine[kept]), strict=True
-            ):
-                rows[i] = row
-        per = lay.per_rank
-        return [rows[k * per : (k + 1) * per] for k in range(steps)]
-
-
-# -- the row sources ------------------------------------------------------------------------------
-class _OneCorpus:
-    """One corpus: an epoch is one pass over its rows."""
-
-    def __init__(self, plan: PackingPlan) -> None:
-        self.plan = plan
-
-    def rows_at(self, epoch: int) -> RowsAt:
-        return self.plan.epoch(epoch)
-
-
-class _Mixture:
-    """Several corpora, each packed on its own; the run's rows apportioned among them by weight
-    (:class:`~dataorder.llm.blend_order.BlendOrder` over rows). Document ids are flat: document
-    ``i`` of source ``d`` is ``sum(documents of sources before d) + i``."""
-
-    def __init__(self, plans: Sequence[PackingPlan], order: BlendOrder) -> None:
-        self.plans = list(plans)
-        self.order = order
-        self.first_document = np.concatenate(
-            [[0], np.cumsum([len(p.lengths) for p in plans])[:-1]]
-        ).astype(np.int64)
-
-    def rows_at(self, epoch: int) -> RowsAt:
-        return _MixtureEpoch(self, self.order.epoch_bounds(epoch)[0])
-
-
-class _MixtureEpoch:
-    """The rows of one epoch of a :class:`_Mixture` (a :class:`RowsAt`)."""
-
-    def __init__(self, mixture: _Mixture, first: int) -> None:
-        self.mixture = mixture
-        self.first = first  # the epoch's first draw of the run
-
-    def _each_pass(
-        self, positions: IntArray
-    ) -> Iterator[tuple[int, IntArray, EpochRows, IntArray]]:
-        """``(source, indices into positions, the source's pass, rows of the pass)`` for every
-        pass of a source the positions draw from."""
-        mix = self.mixture
-        d, j = mix.order.draws(positions + self.first)
-        per_pass = mix.order.sizes[d]
-        passes = j // per_pass
-        for source, pass_ in sorted(set(zip(d.tolist(), passes.tolist(), strict=True))):
-            sel = np.flatnonzero((d == source) & (passes == pass_))
-            yield source, sel, mix.plans[source].epoch(pass_), j[sel] - pass_ * per_pass[sel]
-
-    def rows(self, positions: IntArray) -> list[Row]:
-        out: list[Row] = [()] * positions.size
-        for source, sel, stream, at_rows in self._each_pass(positions):
-            shift = int(self.mixture.first_document[source])
-            for i, row in zip(sel.tolist(), stream.rows(at_rows), strict=True):
-                out[i] = tuple((doc + shift, a, b) for doc, a, b in row)
-        return out
-
-    def costs(self, positions: IntArray) -> IntArray:
-        out = np.zeros(positions.size, dtype=np.int64)
-        for _, sel, stream, at_rows in self._each_pass(positions):
-            out[sel] = stream.costs(at_rows)
-        return out
+_DEALT = DealtByCost[Row]((), "rows", MAX_BLOCK_ROWS, "MAX_BLOCK_ROWS")
 
 
 # -- state fields -------------------------------------------------------------------------------
@@ -235,31 +99,17 @@ def _lengths_field() -> Field:
     digest of every source's (a state from other lengths is refused, named). A mixture's state
     rebuilds with ``lengths=None`` (its sources are given in ``mixture=``)."""
 
-    def read(sampler: PackedSampler) -> Scalar:
-        if sampler.mixture is None:
-            return str(sampler.plans[0].config()["lengths"])
-        return _MIXTURE_PREFIX + digest([p.config()["lengths"] for p in sampler.plans])
-
     def args(value: Scalar) -> Mapping[str, Any]:
         return {"lengths": None} if _is_mixture_print(value) else {}
 
-    return Field("lengths", read, args)
+    return Field("lengths", lambda s: s._record["lengths"], args)
 
 
 def _is_mixture_print(value: object) -> bool:
     return isinstance(value, str) and value.startswith(_MIXTURE_PREFIX)
 
 
-def _global_batch_size_field() -> Field:
-    """``config.global_batch_size``: 0 for none, an int, or a schedule's digest (then
-    ``from_state`` needs the schedule given)."""
-
-    def args(value: Scalar) -> Mapping[str, Any]:
-        if isinstance(value, str):
-            return {}  # a BatchSizeSchedule's digest: Given
-        return {"global_batch_size": value or None}
-
-    return Field("global_batch_size", lambda s: s.global_batch_size_field, args)
+_GLOBAL_BATCH = global_batch_field(lambda s: s._record["global_batch_size"])
 
 
 def _no_rows(plan: PackingPlan) -> str:
@@ -277,14 +127,26 @@ def _no_rows(plan: PackingPlan) -> str:
     return f"documents that fill at least one row of seq_len={s}; {why}"
 
 
-def _check_block(micro_batch_size: int, data_parallel_size: int) -> None:
-    if micro_batch_size * data_parallel_size > MAX_BLOCK_ROWS:
-        fail(
-            "micro_batch_size x data_parallel_size",
-            f"at most MAX_BLOCK_ROWS = {MAX_BLOCK_ROWS} rows (every rank builds and deals the "
-            "whole block each step)",
-            f"{micro_batch_size} x {data_parallel_size} = {micro_batch_size * data_parallel_size}",
+def _mixture_weights(weights: Any, k: int) -> MixtureSchedule | MixtureLog:
+    """``mixture[1]`` as a schedule over ``k`` sources, or a log over ``k`` without sizes."""
+    if not isinstance(weights, MixtureLog):
+        return MixtureSchedule.for_sources(
+            weights, k, name="mixture[1]", counted_as="len(mixture[0])"
         )
+    if weights.num_sources != k:
+        fail(
+            "mixture[1]",
+            f"a MixtureLog over len(mixture[0]) = {k} sources",
+            f"MixtureLog over {weights.num_sources} sources",
+        )
+    if weights.sizes is not None:
+        fail(
+            "mixture[1]",
+            "a MixtureLog without sizes (packed rows are planned over fixed document "
+            "lengths: corpus changes are for BlendedSampler; NOTE [ Corpus changes ])",
+            f"MixtureLog with sizes={list(weights.sizes)}",
+        )
+    return weights
 
 
 def _packing_field() -> Field:
@@ -321,37 +183,28 @@ def _packing_field() -> Field:
     return Field("packing", read, args, _PACKING_LABEL)
 
 
-def _only_if(field: Field, when: Callable[[Any], bool], label: str) -> Field:
-    """``field``, recorded only when ``when(sampler)`` (NOTE [ Packed state fields ]); ``label``
-    names it in messages and says when it is recorded."""
+def _only_if(field: Field, label: str) -> Field:
+    """``field``, recorded only by the configurations that record it (NOTE [ Packed state
+    fields ]); ``label`` names it in messages and says when it is recorded."""
     return Field(
-        field.name, lambda s: field.read(s) if when(s) else None, field.args, label, optional=True
+        field.name,
+        lambda s: field.read(s) if field.name in s._record else None,
+        field.args,
+        label,
+        optional=True,
     )
-
-
-def _one_corpus(sampler: PackedSampler) -> bool:
-    return sampler.mixture is None
 
 
 def _position_of(sampler: PackedSampler) -> str:
     text = sampler.dealt_blocks().describe(sampler.progress, sampler.epoch)
-    if sampler.mixture is None:
-        return text
-    first, end = sampler.order.epoch_bounds(sampler.epoch)
-    return f"{text} (the run's rows {first} to {end - 1})"
+    return text + sampler._source.epochs.where(sampler.epoch)
 
 
-def _per_source(sampler: PackedSampler) -> str:
-    if sampler.mixture is None:
-        return "one corpus"
-    rows = [p.rows_per_epoch for p in sampler.plans]
-    return per_source_progress(sampler.consumed_per_source().tolist(), rows, "rows")
-
-
-class PackedSampler(
-    MicroBatchPlacement, AssembledSampler[list[Row]], CursorBatchSampler[list[Row]]
-):
-    """Micro-batches of packed rows of ``seq_len`` tokens (see the module docstring).
+class PackedSampler(MicroBatchSampler[list[Row]]):
+    """Micro-batches of packed rows of ``seq_len`` tokens (see the module docstring): the
+    :class:`~dataorder.llm.packing.sources.PackedCorpus` source, or the
+    :class:`~dataorder.llm.sources.Blend` of packed corpora with ``mixture=``, times the
+    :class:`~dataorder.core.dealing.DealtByCost` batching.
 
     Args:
         lengths: The documents' token counts: a :class:`~dataorder.llm.packing.lengths.
@@ -428,21 +281,16 @@ class PackedSampler(
         fields=(
             _lengths_field(),
             _packing_field(),
-            _only_if(flag("drop_last"), _one_corpus, "drop_last (recorded without mixture= only)"),
-            _global_batch_size_field(),
+            _only_if(flag("drop_last"), "drop_last (recorded without mixture= only)"),
+            _GLOBAL_BATCH,
             _only_if(
                 flag("pad_samples_to_global_batch_size", name="pad"),
-                _one_corpus,
                 "pad_samples_to_global_batch_size (state key config.pad, recorded without "
                 "mixture= only)",
             ),
             recorded("seed"),
-            _only_if(
-                recorded("total_rows"),
-                lambda s: not _one_corpus(s),
-                "total_rows (recorded with mixture= only)",
-            ),
-            Field("versions", lambda s: s.versions),
+            _only_if(recorded("total_rows"), "total_rows (recorded with mixture= only)"),
+            Field("versions", lambda s: s._record["versions"]),
         ),
         layout=Layout(
             rank="data_parallel_rank", size="data_parallel_size", others=("micro_batch_size",)
@@ -465,7 +313,7 @@ class PackedSampler(
         extras=(MIXTURE_STATE,),
         details=(
             Detail("consumed_samples", lambda s: f"{s.consumed_samples} rows (run-wide)"),
-            Detail("per source", _per_source),
+            Detail("per source", lambda s: s._rows.describe(s.consumed_samples)),
         ),
         position=_position_of,
         steps="micro-steps",
@@ -504,79 +352,126 @@ class PackedSampler(
             dp_dims=dp_dims,
             topology=topology,
         )
-        _check_block(self._mbs, self._dp)
+        _DEALT.check(self._mbs, self._dp)
         self._drop_last = check_bool("drop_last", drop_last)
         self._pad = check_bool("pad_samples_to_global_batch_size", pad_samples_to_global_batch_size)
-
-        def plan(lengths: DocumentLengths | npt.ArrayLike, seed: int) -> PackingPlan:
-            return PackingPlan(
-                lengths,
-                seq_len,
-                split=split,
-                window=window,
-                chunk=chunk,
-                long_documents=long_documents,
-                seed=seed,
-            )
+        plan = partial(
+            PackingPlan,
+            seq_len=seq_len,
+            split=split,
+            window=window,
+            chunk=chunk,
+            long_documents=long_documents,
+        )
 
         self.mixture: MixtureSchedule | LogMixture | None = None
         self.order: BlendOrder
-        self._source: _OneCorpus | _Mixture
-        if mixture is None:
-            if lengths is None:
-                fail("lengths", "document lengths, or given in mixture=", None, TypeError)
-            self.plans = [plan(lengths, self._seed)]
-            self._init_one(global_batch_size, total_rows)
-        else:
+        # The one choice of source, by the arguments' form (NOTE [ A sampler is a source times a
+        # batching ]): a mixture of packed corpora is the blend over packed corpora.
+        if mixture is not None:
             if lengths is not None:
                 fail("lengths", "None with mixture= (the sources' lengths are in it)", "<given>")
-            self._init_mixture(mixture, plan, global_batch_size, total_rows)
-        self._stats: dict[int, tuple[int, int]] = {}
-        if check_int("consumed_samples", consumed_samples, min_value=0):
-            self._place(*self.count_position(consumed_samples), loaded=True)
+            self._blend(mixture, plan, global_batch_size, total_rows)
+        elif lengths is None:
+            fail("lengths", "document lengths, or given in mixture=", None, TypeError)
+        else:
+            self.plans = [plan(lengths, seed=self._seed)]
+            self._one(global_batch_size, total_rows)
+        self._start(consumed_samples)
 
-    # -- construction -----------------------------------------------------------------------------
-    def _init_one(self, global_batch_size: object, total_rows: object) -> None:
-        rows = self.plans[0].rows_per_epoch
+    # -- construction: the two sources ------------------------------------------------------------
+    def _one(self, global_batch_size: object, total_rows: object) -> None:
+        packing = self.plans[0]
+        rows = packing.rows_per_epoch
         if rows > MAX_POSITIONS:
             fail(
                 "seq_len",
                 f"large enough for at most {MAX_POSITIONS} rows per epoch (the lengths hold "
-                f"{self.plans[0].lengths.total_tokens} tokens)",
-                self.plans[0].seq_len,
+                f"{packing.lengths.total_tokens} tokens)",
+                packing.seq_len,
             )
         if total_rows is not None and (check_int("total_rows", total_rows, min_value=0) != rows):
             fail(
                 "total_rows", f"None or {rows} without mixture= (an epoch is one pass)", total_rows
             )
         block = self._mbs * self._dp
-        _, gbs, _ = check_epoch_end(
+        end = EpochEnd.of_passes(
             self._drop_last,
             global_batch_size,
             self._pad,
             micro_batch_size=self._mbs,
             data_parallel_size=self._dp,
         )
-        self._gbs = gbs
-        self._source = _OneCorpus(self.plans[0])
+        gbs = end.global_batch_size
+        source = PackedCorpus(packing)
+        self._compose(source, _DEALT, end)
+        self._rows: PackedCorpus | Blend[Row] = source
+        # what this configuration records (NOTE [ Packed state fields ]): an optional field is
+        # recorded when its key is here (drop_last and pad are read from the sampler)
+        self._record: dict[str, object] = {
+            "lengths": str(packing.config()["lengths"]),
+            "drop_last": None,
+            "pad": None,
+            "global_batch_size": gbs,
+            "versions": _VERSIONS,
+        }
+        self._total_rows, self._what = rows, f"{len(packing.lengths)} documents"
         if rows == 0:  # nothing to pack: say why, whatever drop_last is
-            fail("lengths", _no_rows(self.plans[0]), f"<{len(self.plans[0].lengths)} documents>")
-        if self._one_layout(self._mbs, self._dp).num_batches == 0:
+            fail("lengths", _no_rows(packing), f"<{len(packing.lengths)} documents>")
+        if source.epochs.blocks(0, self._mbs, self._dp, end).num_batches == 0:
             unit = f"global batch of global_batch_size={gbs}" if gbs else f"block of {block}"
             fail(
                 "lengths",
-                f"enough tokens for one {unit} rows of seq_len={self.plans[0].seq_len} when "
-                f"drop_last=True ({self.plans[0].rows_per_epoch} rows)",
-                f"<{len(self.plans[0].lengths)} documents>",
+                f"enough tokens for one {unit} rows of seq_len={packing.seq_len} when "
+                f"drop_last=True ({packing.rows_per_epoch} rows)",
+                f"<{len(packing.lengths)} documents>",
             )
 
-    def _init_mixture(
+    def _blend(
         self,
         mixture: object,
-        plan: Callable[[Any, int], PackingPlan],
+        plan: Callable[..., PackingPlan],
         global_batch_size: object,
         total_rows: object,
     ) -> None:
+        sources, weights = self._check_mixture(mixture)
+        self.plans = [plan(lengths, seed=self._source_seed(d)) for d, lengths in enumerate(sources)]
+        weights = _mixture_weights(weights, len(self.plans))
+        end, batches = EpochEnd.of_run(
+            global_batch_size,
+            what="an int or a BatchSizeSchedule with mixture=",
+            max_value=MAX_POSITIONS,
+            micro_batch_size=self._mbs,
+            data_parallel_size=self._dp,
+        )
+        largest = max(seg.global_batch_size for seg in batches.segments)
+        per_pass = [p.rows_per_epoch for p in self.plans]
+        if total_rows is None and sum(per_pass) < largest:
+            fail(
+                "global_batch_size",
+                f"at most total_rows (by default every source's rows of one pass, {sum(per_pass)})",
+                largest,
+            )
+        total = sum(per_pass) if total_rows is None else total_rows
+        total = check_int("total_rows", total, min_value=largest, max_value=MAX_POSITIONS)
+        if min(per_pass) < 1:
+            d = per_pass.index(min(per_pass))
+            fail(f"mixture[0][{d}]", _no_rows(self.plans[d]), "<no rows>")
+        self.mixture, compiled = compile_mixture(weights, self._seed, _STREAM, batches)
+        self.order = BlendOrder(per_pass, compiled, batches, total, self._seed)
+        self._rows = source = Blend(self.order, RowDraws(self.plans))
+        self._compose(source, _DEALT, end)
+        prints = [p.config()["lengths"] for p in self.plans]
+        self._record = {
+            "lengths": _MIXTURE_PREFIX + digest(prints),
+            "global_batch_size": batches,
+            "total_rows": None,
+            "versions": f"{_VERSIONS}-blend{BLEND_VERSION}",
+        }
+        self._total_rows, self._what = total, "mixture"
+
+    def _check_mixture(self, mixture: object) -> tuple[Sequence[Any], Any]:
+        """``mixture=``'s ``(sources, weights)``, and the arguments a mixture forces."""
         if not isinstance(mixture, tuple | list) or len(mixture) != 2:
             fail(
                 "mixture", "a pair ([lengths, ...], weights or MixtureSchedule)", mixture, TypeError
@@ -596,95 +491,12 @@ class PackedSampler(
                 "True with mixture= (a mixture drops nothing: its epochs are whole global batches)",
                 False,
             )
-        self.plans = [plan(lengths, self._source_seed(d)) for d, lengths in enumerate(sources)]
-        log = weights if isinstance(weights, MixtureLog) else None
-        if log is not None and log.num_sources != len(self.plans):
-            fail(
-                "mixture[1]",
-                f"a MixtureLog over len(mixture[0]) = {len(self.plans)} sources",
-                f"MixtureLog over {log.num_sources} sources",
-            )
-        if log is not None and log.sizes is not None:
-            fail(
-                "mixture[1]",
-                "a MixtureLog without sizes (packed rows are planned over fixed document "
-                "lengths: corpus changes are for BlendedSampler; NOTE [ Corpus changes ])",
-                f"MixtureLog with sizes={list(log.sizes)}",
-            )
-        schedule = (
-            None
-            if log is not None
-            else MixtureSchedule.for_sources(
-                weights, len(self.plans), name="mixture[1]", counted_as="len(mixture[0])"
-            )
-        )
-        if isinstance(global_batch_size, BatchSizeSchedule):
-            batches = global_batch_size
-        elif global_batch_size is None:
-            fail(
-                "global_batch_size", "an int or a BatchSizeSchedule with mixture=", None, TypeError
-            )
-        else:
-            batches = BatchSizeSchedule.constant(
-                check_int(
-                    "global_batch_size", global_batch_size, min_value=1, max_value=MAX_POSITIONS
-                )
-            )
-        batches.check_layout(micro_batch_size=self._mbs, data_parallel_size=self._dp)
-        self._batches = batches
-        largest = max(seg.global_batch_size for seg in batches.segments)
-        per_pass = [p.rows_per_epoch for p in self.plans]
-        if total_rows is None and sum(per_pass) < largest:
-            fail(
-                "global_batch_size",
-                f"at most total_rows (by default every source's rows of one pass, {sum(per_pass)})",
-                largest,
-            )
-        total = sum(per_pass) if total_rows is None else total_rows
-        self._total = check_int("total_rows", total, min_value=largest, max_value=MAX_POSITIONS)
-        if min(per_pass) < 1:
-            d = per_pass.index(min(per_pass))
-            fail(f"mixture[0][{d}]", _no_rows(self.plans[d]), "<no rows>")
-        key = derive_key(self._seed, epoch=0, stream=_STREAM, purpose="apportionment")
-        # a MixtureLog: NOTE [ Mixture log exactness ] in dataorder.llm.mixlog
-        compiled: Mixture | LogMixture
-        if schedule is not None:
-            compiled = Mixture(schedule, key)
-            self.mixture = schedule
-        else:  # a MixtureLog
-            compiled = self.mixture = weights.compile(key, batches)
-        self.order = BlendOrder(per_pass, compiled, batches, self._total, self._seed)
-        self._source = _Mixture(self.plans, self.order)
+        return sources, weights
 
     def _source_seed(self, source: int) -> int:
         """Source ``source``'s packing seed: its own windows and orders."""
         key = derive_key(self._seed, epoch=0, stream=_STREAM, purpose="source", extra=(source,))
         return key >> 1  # a seed is below 2**63
-
-    def _one_layout(self, mbs: int, dp: int) -> EpochBlocks:
-        return plan_megatron_epoch(
-            self.plans[0].rows_per_epoch,
-            mbs,
-            dp,
-            drop_last=self._drop_last,
-            global_batch_size=self._gbs,
-            pad_samples_to_global_batch_size=self._pad,
-        )
-
-    def _run_count(self) -> RunCount:
-        """One corpus: epochs of the same rows on this layout, as the Megatron samplers'
-        (NOTE [ The run-wide count ]); a mixture: stretches of the run, as a blend's."""
-        if self.mixture is not None:
-            return blend_run_count(self.order)
-        whole = self._gbs is not None and (
-            self._drop_last or self._pad or self.plans[0].rows_per_epoch % self._gbs == 0
-        )
-        why = "the rows an epoch drops or pads depend on M = micro_batch_size x data_parallel_size"
-        return RunCount.equal_epochs(
-            self._one_layout(self._mbs, self._dp).total_positions,
-            same_on_every_layout=whole,
-            why=why,
-        )
 
     # -- configuration, read-only ---------------------------------------------------------------
     @property
@@ -730,22 +542,17 @@ class PackedSampler(
     @property
     def total_rows(self) -> int:
         """Rows per epoch before the end is dropped or padded (with a mixture: nominal)."""
-        return self.plans[0].rows_per_epoch if self.mixture is None else self._total
+        return self._total_rows
 
     @property
     def global_batch_size_field(self) -> Scalar:
         """``config.global_batch_size``: 0 for none, an int, or a schedule's digest."""
-        if self.mixture is None:
-            return self._gbs or 0
-        thresholds = self._batches.thresholds
-        return thresholds[0][1] if len(thresholds) == 1 else f"schedule:{digest(thresholds)}"
+        return _GLOBAL_BATCH.read(self)  # type: ignore[return-value]
 
     @property
     def versions(self) -> str:
         """The versions of the constructions the rows depend on."""
-        if self.mixture is None:
-            return _VERSIONS
-        return f"{_VERSIONS}-blend{BLEND_VERSION}"
+        return str(self._record["versions"])
 
     @property
     def consumed_samples(self) -> int:
@@ -754,62 +561,13 @@ class PackedSampler(
 
     def consumed_per_source(self, rows: int | None = None) -> IntArray:
         """With a mixture, the rows each source has given after ``rows`` run-wide rows."""
-        if self.mixture is None:
-            fail("mixture", "given for consumed_per_source()", None)
         t = self.consumed_samples if rows is None else check_int("rows", rows, min_value=0)
-        return self.order.mixture.counts(t)
+        return self._rows.counts(t)  # one corpus: refused, naming mixture=
 
     @property
     def schedule(self) -> MixtureSchedule | LogMixture | None:
         """The mixture's schedule (what its state digests; a log's compiled form), or None."""
         return self.mixture
-
-    # -- what an epoch reads --------------------------------------------------------------------
-    def _epoch_counts(self) -> tuple[int, int]:
-        """``(tokens_dropped, tokens_padded)`` of the cursor's epoch, computed once per epoch."""
-        cached = self._stats.get(self._epoch)
-        if cached is None:
-            cached = self._count_one() if self.mixture is None else self._count_mixture()
-            self._stats = {self._epoch: cached}
-        return cached
-
-    def _count_one(self) -> tuple[int, int]:
-        plan, s = self.plans[0], self.seq_len
-        lay = self._one_layout(self._mbs, self._dp)
-        read = min(lay.n, lay.total_positions)
-        tail = lay.n - read
-        tail_tokens = plan.epoch(self._epoch).tokens_from(read)
-        dropped = plan.tokens_cut_per_epoch + tail_tokens
-        padded = plan.tokens_padded_per_epoch - (tail * s - tail_tokens) + lay.padded * s
-        return dropped, padded
-
-    def _count_mixture(self) -> tuple[int, int]:
-        """NOTE [ Coverage ] of a mixture's epoch, per source, without listing its rows: source
-        ``d`` gives its draws ``[c_d(first), c_d(end))``, rows ``j mod P`` of passes ``j // P``,
-        so a run of whole passes, and at most a tail of one pass and a head of the next."""
-        first, end = self.order.epoch_bounds(self._epoch)
-        starts, stops = self.order.mixture.counts(first), self.order.mixture.counts(end)
-        units = distinct = 0
-        for plan, j0, j1 in zip(self.plans, starts.tolist(), stops.tolist(), strict=True):
-            if j1 <= j0:
-                continue
-            per_pass, tokens = plan.rows_per_epoch, plan.tokens_per_epoch
-            (p0, a), (p1, b) = divmod(j0, per_pass), divmod(j1, per_pass)
-            if p0 == p1:
-                stream = plan.epoch(p0)
-                part = stream.tokens_from(a) - stream.tokens_from(b)
-                units, distinct = units + part, distinct + part
-                continue
-            head = plan.epoch(p0).tokens_from(a)
-            tail = tokens - plan.epoch(p1).tokens_from(b) if b else 0
-            units += head + (p1 - p0 - 1) * tokens + tail
-            if p1 - p0 > 1 or a == 0:  # a whole pass read: every token it holds
-                distinct += tokens
-            else:
-                distinct += plan.tokens_covered([(p0, a, per_pass), (p1, 0, b)])
-        universe = sum(int(p.lengths.total_tokens) for p in self.plans)
-        rows = end - first
-        return universe - distinct, (units - distinct) + rows * self.seq_len - units
 
     @property
     def tokens_dropped(self) -> int:
@@ -817,13 +575,13 @@ class PackedSampler(
         rows ``drop_last`` drops, the tokens ``split="never"`` cuts; with a mixture, every token
         its epoch does not reach. Counted from window totals on first use (a window's packing
         or two, never a row at a time; under ``"never"`` every window's rows are counted once)."""
-        return self._epoch_counts()[0]
+        return self._epoch_coverage()[0]
 
     @property
     def tokens_padded(self) -> int:
         """Padding tokens of the cursor's epoch, summed over ranks: the room rows leave, whole
         padding rows, and (a mixture) tokens read a second time."""
-        return self._epoch_counts()[1]
+        return self._epoch_coverage()[1]
 
     @property
     def documents_split(self) -> int:
@@ -834,49 +592,17 @@ class PackedSampler(
         return sum(sum(p.documents_split()) for p in self.plans)
 
     def __repr__(self) -> str:
-        what = "mixture" if self.mixture is not None else f"{len(self.plans[0].lengths)} documents"
         return (
-            f"PackedSampler({what}, seq_len={self.seq_len}, split={self.split!r}, "
+            f"PackedSampler({self._what}, seq_len={self.seq_len}, split={self.split!r}, "
             f"micro_batch_size={self._mbs}, data_parallel_rank={self._rank}, "
             f"data_parallel_size={self._dp}; epoch={self._epoch}, "
             f"consumed={self._position['consumed']})"
         )
 
-    def dealt_blocks(self, epoch: int | None = None) -> DealtBlocks:
-        """The :class:`DealtBlocks` of ``epoch`` (default: the cursor's) on this layout."""
+    def dealt_blocks(self, epoch: int | None = None) -> DealtBlocks[Row]:
+        """The :class:`~dataorder.core.dealing.DealtBlocks` of ``epoch`` (default: the cursor's)
+        on this layout."""
         plan = self.epoch_plan(epoch)
         if not isinstance(plan, DealtBlocks):  # pragma: no cover - what _make_plan builds
             raise TypeError(f"unexpected epoch plan {plan!r}")
         return plan
-
-    # -- CursorSampler --------------------------------------------------------------------------
-    @property
-    def max_epoch(self) -> int:
-        if self.mixture is None:
-            return super().max_epoch
-        return max(0, min(super().max_epoch, 2**62 // self._total - 2))
-
-    def _chunk_steps(self) -> int:
-        if isinstance(self.mixture, LogMixture):
-            return 1  # one micro-batch at a time: NOTE [ Frozen steps ] in dataorder.llm.mixlog
-        return max(1, _CHUNK_ROWS // (self._mbs * self._dp))
-
-    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> DealtBlocks:
-        mbs = check_int("micro_batch_size", layout["micro_batch_size"], min_value=1)
-        dp = check_int("data_parallel_size", layout["data_parallel_size"], min_value=1)
-        _check_block(mbs, dp)
-        if self.mixture is None:
-            if self._gbs is not None and self._gbs % (mbs * dp):
-                fail(
-                    "micro_batch_size x data_parallel_size",
-                    f"a divisor of global_batch_size={self._gbs}",
-                    f"{mbs} x {dp}",
-                )
-            lay = self._one_layout(mbs, dp)
-        else:
-            first, end = self.order.epoch_bounds(epoch)
-            self._batches.check_layout(
-                micro_batch_size=mbs, data_parallel_size=dp, from_step=self._batches.step_at(first)
-            )
-            lay = plan_epoch(end - first, per_rank=mbs, dp_size=dp, tail="drop")
-        return DealtBlocks(lay, self._source.rows_at(epoch))

@@ -1,9 +1,12 @@
-"""Dealing a global batch of rows to data-parallel ranks so their attention costs are even.
+"""The batching "blocks dealt by cost": each global block's items dealt to the ranks so their
+costs are even.
 
-Every rank knows the whole global batch (the rows are a pure function of the position), so each
-can compute the same dealing alone: no collective. :func:`deal` gives every rank exactly
-``per_rank`` rows of a block of ``per_rank * dp_size``, and makes the costliest rank close to the
-lower bound of any dealing of whole rows.
+Every rank knows the whole global block (its items are a pure function of the position), so
+each can compute the same dealing alone: no collective. :func:`deal` gives every rank exactly
+``per_rank`` items (rows, below) of a block of ``per_rank * dp_size``, and makes the costliest
+rank close to the lower bound of any dealing of whole rows. Any per-item cost works (packed
+rows deal by attention cost, the sum of their spans' squared lengths); :class:`DealtByCost` is
+the batching (:mod:`dataorder.core.blockplan`) and :class:`DealtBlocks` its epoch plan.
 
 The rule, deterministic from the costs alone:
 
@@ -58,13 +61,27 @@ Example:
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_int, check_int_array, fail
+from dataorder.core.blockplan import BlockSteps
+from dataorder.core.partition import EpochBlocks
 
-__all__ = ["MAX_COST", "MAX_SWAPS", "deal", "deal_bounds"]
+__all__ = [
+    "MAX_COST",
+    "MAX_SWAPS",
+    "CostedItems",
+    "DealtBlocks",
+    "DealtByCost",
+    "deal",
+    "deal_bounds",
+]
+
+T = TypeVar("T")
 
 IntArray = npt.NDArray[np.int64]
 
@@ -225,3 +242,99 @@ def deal_bounds(costs: npt.ArrayLike, per_rank: int, dp_size: int) -> tuple[int,
         bound = prefix[m] - prefix[m - q] + prefix[n] - prefix[n - rest]
         best = max(best, bound)
     return issue, best
+
+
+class CostedItems(Protocol[T]):
+    """What fills an epoch dealt by cost: the items at positions of the epoch (all real, any
+    order, repeats allowed) and their costs. Asked apart because dealing needs the costs of the
+    whole block and a rank builds only its own items."""
+
+    def items(self, positions: IntArray) -> list[T]:
+        """The items at ``positions``."""
+        ...
+
+    def costs(self, positions: IntArray) -> IntArray:
+        """The costs of the items at ``positions``, int64, each in ``[0, MAX_COST]``."""
+        ...
+
+
+@dataclass(frozen=True, eq=False)
+class DealtBlocks(BlockSteps, Generic[T]):
+    """One epoch of global blocks, each dealt to the ranks by cost: an
+    :class:`~dataorder.core.cursor.EpochPlan`.
+
+    Attributes:
+        blocks: The epoch's blocks (positions ``>= blocks.n`` are padding: ``padding``, cost 0).
+        fill: The items and their costs (:class:`CostedItems`).
+        padding: The item a padding position holds.
+        what: What an item is called in :meth:`describe` (``"rows"``).
+    """
+
+    blocks: EpochBlocks
+    fill: CostedItems[T]
+    padding: T
+    what: str = "items"
+    unit: ClassVar[str] = "items"
+
+    def describe(self, progress: Any, epoch: int) -> str:
+        """Where ``progress`` stands in ``epoch``, in words."""
+        total = self.blocks.total_positions
+        return f"{progress['consumed']} of {total} {self.what} of epoch {epoch}"
+
+    def batches(self, rank: int, start: int, stop: int) -> list[list[T]]:
+        """``rank``'s batches of steps ``start .. stop - 1``: the costs of every block, dealt,
+        then the items of the positions dealt to ``rank`` only."""
+        lay = self.blocks
+        b, steps = lay.block_size, stop - start
+        positions = np.arange(start * b, stop * b, dtype=np.int64)
+        real = positions < lay.n  # a prefix: padding comes last
+        costs = np.zeros(positions.size, dtype=np.int64)
+        if real.any():
+            costs[real] = self.fill.costs(positions[real])
+        mine = np.concatenate(
+            [
+                positions[k * b + deal(costs[k * b : (k + 1) * b], lay.per_rank, lay.dp_size)[rank]]
+                for k in range(steps)
+            ]
+        )
+        items: list[T] = [self.padding] * mine.size
+        kept = mine < lay.n
+        if kept.any():
+            for i, item in zip(
+                np.flatnonzero(kept).tolist(), self.fill.items(mine[kept]), strict=True
+            ):
+                items[i] = item
+        per = lay.per_rank
+        return [items[k * per : (k + 1) * per] for k in range(steps)]
+
+
+@dataclass(frozen=True)
+class DealtByCost(Generic[T]):
+    """The batching "blocks dealt by cost" (:class:`~dataorder.core.blockplan.Batching`).
+
+    Attributes:
+        padding: The item a padding position holds.
+        what: What an item is called in messages (``"rows"``).
+        max_block: Most items in one global block (every rank costs and deals its whole block
+            each step), or None; larger blocks are refused rather than left to hang every step.
+        max_name: The constant ``max_block`` is, for the refusal.
+    """
+
+    padding: T
+    what: str = "items"
+    max_block: int | None = None
+    max_name: str = "max_block"
+
+    def check(self, per_rank: int, dp_size: int) -> None:
+        """Refuse a block of more than ``max_block`` items, naming the layout."""
+        if self.max_block is not None and per_rank * dp_size > self.max_block:
+            fail(
+                "micro_batch_size x data_parallel_size",
+                f"at most {self.max_name} = {self.max_block} {self.what} (every rank builds and "
+                "deals the whole block each step)",
+                f"{per_rank} x {dp_size} = {per_rank * dp_size}",
+            )
+
+    def plan(self, blocks: EpochBlocks, fill: CostedItems[T]) -> DealtBlocks[T]:
+        """The epoch plan of ``blocks`` filled by ``fill``."""
+        return DealtBlocks(blocks, fill, self.padding, self.what)

@@ -9,17 +9,20 @@ module                    what it is
 ``partition``             global blocks of ``per_rank x dp_size``, tails dropped or padded
 ``blockplan``             the batching "fixed global blocks": an epoch filled by an order
 ``dealing``               the batching "blocks dealt by cost", over any per-item cost
+``buckets``               the batching "runs of buckets", sequential or interleaved
 ``state``                 the checkpoint format: flat, versioned, strict, fingerprinted
 ``cursor``                the loop contract: epochs, ``len()``, resume, ``batch_at``
 ``runcount``              where epochs start in a run-wide count (``consumed_samples``)
 ``topology``              where a process sits: a ``Topology`` value, detected at the edge
 ``batching``              what one step of one rank holds, and what its slots cover
-``assembly``              a sampler declared from parts: order, partition, batching, state
+``schema``                what a sampler declares: fields, layout, extras, compat modes
+``assembly``              a sampler assembled from its declaration: state, ``from_state``
 ========================  ====================================================================
 
 Exported here: what a user of the order and a sampler author need. The pieces a sampler declares
-itself with (``Field``, ``Given``, ``Mode`` ...) are in :mod:`dataorder.core.assembly`, the rules
-in :mod:`dataorder.core.batching` (NOTE [ Adding a sampler or a compat mode ]).
+itself with (``Field``, ``Given``, ``Mode`` ...) are in :mod:`dataorder.core.schema` (also
+importable from :mod:`dataorder.core.assembly`), the rules in :mod:`dataorder.core.batching`
+(NOTE [ Adding a sampler or a compat mode ]).
 """
 
 from __future__ import annotations

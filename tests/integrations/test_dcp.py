@@ -160,6 +160,9 @@ def _check_packed_resumed(root: Path, world: int, prefix: str, *extra: str) -> N
     assert "epoch 1: every token once ✓ (907 of 907, 0 dropped," in proc.stdout
 
 
+# The docstring's sequence above is this example's default real job. Packed rows read in a real
+# job and resumed on another mesh, every token once, by default: test_demo's packed phase.
+@pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
 def test_fsdp2_dcp_packed_rows_saved_on_2_ranks_resume_on_3_every_token_once(

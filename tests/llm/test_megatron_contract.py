@@ -25,7 +25,13 @@ from dataorder.llm.megatron import (
     MegatronPretrainingSampler,
 )
 from dataorder.llm.orders import shard_bounds
-from dataorder.testing import RECIPES, WORKER_RECIPES, SamplerCase, check_contract
+from dataorder.testing import (
+    RECIPES,
+    WORKER_RECIPES,
+    SamplerCase,
+    check_contract,
+    check_loop_recipes,
+)
 
 
 def _single(n: int, mbs: int, **kw: Any) -> Callable[[int, int], BaseMegatronSampler]:
@@ -83,12 +89,22 @@ RECIPE_CASES = {"random-keep", "random-gbs-pad", "sharded-drop", "single-keep", 
 WORKER_CASE = "random-gbs-pad"
 
 
-def _recipes(name: str) -> tuple[str, ...] | None:
+# By default (CI) the recipes without workers run on "random-keep" alone: one case of this family
+# in every plain loop (test_contract_blend runs every recipe, workers included, by default); the
+# rest of the matrix above is marked slow (test_the_loop_recipes_on_the_other_cases).
+DEFAULT_RECIPES = {"random-keep": tuple(r for r in RECIPES if r not in WORKER_RECIPES)}
+
+
+def _recipes(name: str) -> tuple[str, ...]:
     if name == WORKER_CASE:
-        return None
+        return RECIPES
     if name in RECIPE_CASES:
         return tuple(r for r in RECIPES if r not in WORKER_RECIPES)
     return ()
+
+
+def _slow_recipes(name: str) -> tuple[str, ...]:
+    return tuple(r for r in _recipes(name) if r not in DEFAULT_RECIPES.get(name, ()))
 
 
 @pytest.mark.parametrize(
@@ -109,8 +125,24 @@ def test_contract(
         case,
         resume_points=24,
         processes=processes,
-        recipes=_recipes(name),
+        recipes=DEFAULT_RECIPES.get(name, ()),
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "make", "n", "world"),
+    [c[:4] for c in CASES if _slow_recipes(c[0])],
+    ids=[c[0] for c in CASES if _slow_recipes(c[0])],
+)
+def test_the_loop_recipes_on_the_other_cases(
+    name: str, make: Callable[[int, int], BaseMegatronSampler], n: int, world: int
+) -> None:
+    """The loop recipes test_contract leaves out by default: the worker recipes (seconds each)
+    and the other cases of the matrix."""
+    case = SamplerCase(name=name, make=make, dataset_size=n, dp_size=world)
+    ran = check_loop_recipes(case, _slow_recipes(name))
+    assert ran == list(_slow_recipes(name)), ran  # the test extra installs every framework
 
 
 def _order(s: BaseMegatronSampler, epoch: int) -> Callable[[int], int | None]:

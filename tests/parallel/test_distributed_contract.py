@@ -19,7 +19,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataorder.parallel.distributed import DistributedSampler, epoch_order
-from dataorder.testing import RECIPES, WORKER_RECIPES, SamplerCase, check_contract
+from dataorder.testing import (
+    RECIPES,
+    WORKER_RECIPES,
+    SamplerCase,
+    check_contract,
+    check_loop_recipes,
+)
 
 
 def _make(n: int, **kw: Any) -> Callable[[int, int], DistributedSampler]:
@@ -56,12 +62,35 @@ RECIPE_CASES = {"torch-shuffle-pad", "sequential-drop", "shuffle-pad"}
 WORKER_CASE = "shuffle-pad"
 
 
-def _recipes(name: str) -> tuple[str, ...] | None:
+# By default (CI) the recipes without workers run on WORKER_CASE alone: one case of this family
+# in every plain loop (test_contract_blend runs every recipe, workers included, by default); the
+# rest of the matrix above is marked slow (test_the_loop_recipes_on_the_other_cases).
+DEFAULT_RECIPES = {WORKER_CASE: tuple(r for r in RECIPES if r not in WORKER_RECIPES)}
+
+
+def _recipes(name: str) -> tuple[str, ...]:
     if name == WORKER_CASE:
-        return None
+        return RECIPES
     if name in RECIPE_CASES:
         return tuple(r for r in RECIPES if r not in WORKER_RECIPES)
     return ()
+
+
+def _slow_recipes(name: str) -> tuple[str, ...]:
+    return tuple(r for r in _recipes(name) if r not in DEFAULT_RECIPES.get(name, ()))
+
+
+def _sampler_case(
+    name: str, make: Callable[[int, int], DistributedSampler], n: int, world: int, elastic: Any
+) -> SamplerCase:
+    return SamplerCase(
+        name=name,
+        make=make,
+        dataset_size=n,
+        dp_size=world,
+        elastic_dp_sizes=elastic,
+        batched=False,
+    )
 
 
 @pytest.mark.parametrize(
@@ -75,20 +104,27 @@ def test_contract(
     elastic: tuple[int, ...],
     processes: bool,
 ) -> None:
-    case = SamplerCase(
-        name=name,
-        make=make,
-        dataset_size=n,
-        dp_size=world,
-        elastic_dp_sizes=elastic,
-        batched=False,
-    )
     check_contract(
-        case,
+        _sampler_case(name, make, n, world, elastic),
         resume_points=30,
         processes=processes,
-        recipes=_recipes(name),
+        recipes=DEFAULT_RECIPES.get(name, ()),
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "make", "n", "world"),
+    [c[:4] for c in CASES if _slow_recipes(c[0])],
+    ids=[c[0] for c in CASES if _slow_recipes(c[0])],
+)
+def test_the_loop_recipes_on_the_other_cases(
+    name: str, make: Callable[[int, int], DistributedSampler], n: int, world: int
+) -> None:
+    """The loop recipes test_contract leaves out by default: the worker recipes (seconds each)
+    and the other cases of the matrix."""
+    ran = check_loop_recipes(_sampler_case(name, make, n, world, ()), _slow_recipes(name))
+    assert ran == list(_slow_recipes(name)), ran  # the test extra installs every framework
 
 
 @given(

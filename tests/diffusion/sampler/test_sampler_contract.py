@@ -20,7 +20,13 @@ import pytest
 from dataorder.diffusion.calculators.video import VideoBucketCalculator
 from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
-from dataorder.testing import RECIPES, WORKER_RECIPES, SamplerCase, check_contract
+from dataorder.testing import (
+    RECIPES,
+    WORKER_RECIPES,
+    SamplerCase,
+    check_contract,
+    check_loop_recipes,
+)
 
 
 def dataset(sizes: list[int], seed: int) -> BaseMultiresolutionDataset:
@@ -224,12 +230,22 @@ RECIPE_CASES = {
 WORKER_CASE = "small-keep-shuffled"
 
 
-def _recipes(name: str) -> tuple[str, ...] | None:
+# By default (CI) the recipes without workers run on WORKER_CASE alone: one case of this family
+# in every plain loop (test_contract_blend runs every recipe, workers included, by default); the
+# rest of the matrix above is marked slow (test_the_loop_recipes_on_the_other_cases).
+DEFAULT_RECIPES = {WORKER_CASE: tuple(r for r in RECIPES if r not in WORKER_RECIPES)}
+
+
+def _recipes(name: str) -> tuple[str, ...]:
     if name == WORKER_CASE:
-        return None
+        return RECIPES
     if name in RECIPE_CASES:
         return tuple(r for r in RECIPES if r not in WORKER_RECIPES)
     return ()
+
+
+def _slow_recipes(name: str) -> tuple[str, ...]:
+    return tuple(r for r in _recipes(name) if r not in DEFAULT_RECIPES.get(name, ()))
 
 
 @pytest.mark.parametrize(
@@ -254,8 +270,24 @@ def test_contract(
         case,
         resume_points=30,
         processes=processes,
-        recipes=_recipes(name),
+        recipes=DEFAULT_RECIPES.get(name, ()),
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "ds", "kw", "world"),
+    [c[:4] for c in CASES if _slow_recipes(c[0])],
+    ids=[c[0] for c in CASES if _slow_recipes(c[0])],
+)
+def test_the_loop_recipes_on_the_other_cases(
+    name: str, ds: BaseMultiresolutionDataset, kw: dict[str, Any], world: int
+) -> None:
+    """The loop recipes test_contract leaves out by default: the worker recipes (seconds each)
+    and the other cases of the matrix."""
+    case = SamplerCase(name=name, make=make(ds, **kw), dataset_size=len(ds), dp_size=world)
+    ran = check_loop_recipes(case, _slow_recipes(name))
+    assert ran == list(_slow_recipes(name)), ran  # the test extra installs every framework
 
 
 def test_nemo_mode_is_not_elastic() -> None:

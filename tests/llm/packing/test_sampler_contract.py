@@ -20,7 +20,13 @@ from hypothesis import strategies as st
 
 from dataorder.llm.mixture import MixtureSchedule
 from dataorder.llm.packing import PackedSampler
-from dataorder.testing import RECIPES, WORKER_RECIPES, SamplerCase, check_contract
+from dataorder.testing import (
+    RECIPES,
+    WORKER_RECIPES,
+    SamplerCase,
+    check_contract,
+    check_loop_recipes,
+)
 from dataorder.testing.contract import check_elastic_resume, check_epoch_partition, run_epoch
 
 Make = Callable[[int, int], PackedSampler]
@@ -87,15 +93,47 @@ def _case(name: str, make: Make, extents: list[int], world: int, elastic: tuple[
     )
 
 
+def _recipes(name: str) -> tuple[str, ...]:
+    # the loop recipes with workers run on one case (each costs seconds)
+    if name == "overflow-drop":
+        return RECIPES
+    return tuple(r for r in RECIPES if r not in WORKER_RECIPES)
+
+
+# By default (CI) the recipes without workers run on "overflow-drop" alone: one case of this
+# family in every plain loop (test_contract_blend runs every recipe, workers included, by
+# default); the rest is marked slow (test_the_loop_recipes_on_the_other_cases).
+DEFAULT_RECIPES = {"overflow-drop": tuple(r for r in RECIPES if r not in WORKER_RECIPES)}
+
+
+def _slow_recipes(name: str) -> tuple[str, ...]:
+    return tuple(r for r in _recipes(name) if r not in DEFAULT_RECIPES.get(name, ()))
+
+
 @pytest.mark.parametrize(
     ("name", "make", "extents", "world", "elastic"), CASES, ids=[c[0] for c in CASES]
 )
 def test_contract(
     name: str, make: Make, extents: list[int], world: int, elastic: tuple[int, ...]
 ) -> None:
-    # the loop recipes with workers run on one case (each costs seconds)
-    recipes = RECIPES if name == "overflow-drop" else tuple(set(RECIPES) - set(WORKER_RECIPES))
+    recipes = DEFAULT_RECIPES.get(name, ())
     ran = check_contract(_case(name, make, extents, world, elastic), recipes=recipes)
+    assert ran == list(recipes), ran  # the test extra installs every framework
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "make", "extents", "world"),
+    [c[:4] for c in CASES if _slow_recipes(c[0])],
+    ids=[c[0] for c in CASES if _slow_recipes(c[0])],
+)
+def test_the_loop_recipes_on_the_other_cases(
+    name: str, make: Make, extents: list[int], world: int
+) -> None:
+    """The loop recipes test_contract leaves out by default: the worker recipes (seconds each)
+    and the other cases of the table."""
+    ran = check_loop_recipes(_case(name, make, extents, world, ()), _slow_recipes(name))
+    assert ran == list(_slow_recipes(name)), ran
     if name == "overflow-drop":
         assert set(WORKER_RECIPES) <= set(ran), ran
 

@@ -2,7 +2,7 @@
 
 Both files are synthetic and fully determined by the constants below: numpy's PCG64 seeded with
 :data:`SEED`, and nothing else (no clock, no network, no global RNG). Running this script again
-rewrites them byte for byte; ``tests/test_demo.py`` checks that.
+rewrites them byte for byte; ``tests/tools/test_demo.py`` checks that.
 
 * ``tokens.npy``: ``uint8`` array of shape ``(TOKEN_SAMPLES, TOKEN_SEQ)``. Each row is one training
   sample of a token dataset: ``TOKEN_SEQ`` tokens from a first-order Markov chain over a vocabulary

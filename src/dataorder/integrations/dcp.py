@@ -59,8 +59,9 @@ class OrderState:
     The state is ``{"sampler": <the dataorder state>}``: a flat dict of ints and strings,
     identical on every rank (checked on a live job by
     :func:`dataorder.integrations.common.check_same_on_all_ranks`); with a log, also
-    ``"mixture_log"``: the log's bytes (the same on every rank, as every rank appends the same
-    entries).
+    ``"mixture_log"``: the log's bytes (the same entries on every rank, as every rank appends
+    the same ones; the segment bases saved with them are this process's samplers', so two ranks'
+    bytes may differ there, and either restores the same order: NOTE [ Saved segment bases ]).
 
     Raises:
         TypeError: If no dataorder sampler is found in ``loader_or_sampler``.

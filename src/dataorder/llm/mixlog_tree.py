@@ -89,7 +89,7 @@ class LevelWalk:
 
         The errors at the segment's end, ``E + 2**40 c - u length``, wrap the same way and are
         exact because they are bounded (NOTE [ Mixture log exactness ]). A lookup
-        (:meth:`LogMixture._local`) still walks in Python integers; ``tests/test_mixlog.py``
+        (:meth:`LogMixture._local`) still walks in Python integers; ``tests/llm/test_mixlog.py``
         checks both against the per-entry walk in Python integers on random logs.
     """
 

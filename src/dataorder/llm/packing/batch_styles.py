@@ -42,7 +42,7 @@ NOTE [ Megatron rows ]
 
     On one document the item equals ``GPTDataset``'s for the same tokens; a row of documents
     that each end with EOD equals ``GPTDataset``'s sample of them under ``--reset-position-ids
-    --reset-attention-mask --eod-mask-loss`` (tests/test_pack_megatron_style.py, against
+    --reset-attention-mask --eod-mask-loss`` (tests/llm/packing/test_megatron_style.py, against
     megatron-core).
 
 Example (``seq_len=8``, documents ``[10, 11, 12]`` and ``[20, 21, 22, 23]``, the row

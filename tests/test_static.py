@@ -78,7 +78,8 @@ def test_every_sampler_is_registered_whatever_was_imported_before() -> None:
         "'megatron_random',",
         "'megatron_single',",
         "'packed',",
-        "'sequential_bucket']",
+        "'sequential_bucket',",
+        "'variable_length']",
     ]
 
 

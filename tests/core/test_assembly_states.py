@@ -19,9 +19,11 @@ from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 from dataorder.llm.blend import BlendedSampler
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
 from dataorder.llm.packing import PackedSampler
+from dataorder.llm.vsl import VariableLengthSampler
 from dataorder.parallel.distributed import DistributedSampler
 
 LENGTHS = [5, 3, 9, 2, 7, 100, 1, 40] * 4
+VSL_LENGTHS = [70, 130, 20, 300, 45, 16, 64, 200] * 4
 DATASET = BaseMultiresolutionDataset.from_bucket_ids(
     np.array([0] * 20 + [1] * 20), [[512, 512], [640, 384]]
 )
@@ -42,6 +44,12 @@ KINDS: dict[str, tuple[Callable[[int, int], Any], dict[str, Any]]] = {
     "packed": (
         lambda r, d: PackedSampler(LENGTHS, 16, 2, r, d, seed=3, chunk=2, window=8),
         {"lengths": LENGTHS},
+    ),
+    "variable_length": (
+        lambda r, d: VariableLengthSampler(
+            VSL_LENGTHS, 64, 128, r, d, seed=3, min_seq_len=16, interleave_unit=2
+        ),
+        {"lengths": VSL_LENGTHS},
     ),
 }
 
@@ -148,6 +156,7 @@ CONSTRUCTOR_NAMES = {
     "megatron_random": ("data_parallel_rank", "data_parallel_size"),
     "blended": ("data_parallel_rank", "data_parallel_size"),
     "packed": ("data_parallel_rank", "data_parallel_size"),
+    "variable_length": ("data_parallel_rank", "data_parallel_size"),
     "distributed": ("rank", "num_replicas"),
     "sequential_bucket": ("rank", "num_replicas"),
 }
@@ -186,7 +195,7 @@ def test_from_state_takes_the_constructors_rank_and_size_keywords(
     expected = (made.state_dict(), next(iter(made)))
     for kw in _spellings(kind, rank, size):
         again = _rebuild(kind, state, **kw)
-        assert (again.topology.dp_rank, again.topology.dp_size) == (rank, size), kw
+        assert (again.dp_rank, again.epoch_plan(0).dp_size) == (rank, size), kw
         assert (again.state_dict(), next(iter(again))) == expected, kw
 
 

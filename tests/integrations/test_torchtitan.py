@@ -99,9 +99,9 @@ def test_the_loader_config_is_torchtitans() -> None:
         DataorderLoader.Config(dataset_fn="range").build(
             dp_world_size=2, dp_rank=0, local_batch_size=2
         )
-    loader = DataorderLoader.Config(dataset_fn="test_stack_torchtitan:samples", seed=3).build(
-        dp_world_size=2, dp_rank=1, local_batch_size=2
-    )
+    loader = DataorderLoader.Config(
+        dataset_fn="tests.integrations.test_torchtitan:samples", seed=3
+    ).build(dp_world_size=2, dp_rank=1, local_batch_size=2)
     assert isinstance(loader, ParallelAwareDataloader)
     state = loader.state_dict()
     assert list(state) == [STATE_KEY]

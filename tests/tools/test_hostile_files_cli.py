@@ -606,6 +606,7 @@ def _options() -> list[Option]:
         Option(
             (*pack, "--seq-len", "64", "--num-replicas", "1", "--batch-size", "{v}"), "--batch-size"
         ),
+        Option((*pack, "--seq-len", "64", "--vsl", "--min-seq-len", "{v}"), "--min-seq-len"),
     ]
     return rows
 
@@ -983,18 +984,20 @@ def test_the_demo_inspect_command_rebuilds_its_mixture(
     from dataorder.tools.demo_samplers import mixture_sources
 
     config = DemoConfig()
-    sizes, schedule = mixture_sources(config)
+    sizes, log = mixture_sources(config)
     ckpt = tmp_path / "check point"  # a space: the printed command must quote it
     ckpt.mkdir()
     sampler = BlendedSampler(
-        sizes, schedule, config.micro_batch_size, global_batch_size=config.global_batch_size,
-        seed=config.seed, data_parallel_rank=0, data_parallel_size=config.first_mesh.dp,
+        list(log.sizes), log, config.micro_batch_size, global_batch_size=config.global_batch_size,
+        seed=config.seed, total_samples=sum(sizes), data_parallel_rank=0,
+        data_parallel_size=config.first_mesh.dp,
     )  # fmt: skip
     steps = len(sampler)
     it = iter(sampler)
     for _ in range(steps // 2):
         next(it)
-    assert sampler.consumed_samples > schedule.entries[1][0], "the state must be past the change"
+    change = log.entry(1).step * config.global_batch_size
+    assert sampler.consumed_samples > change, "the state must be past the first change"
     (ckpt / "mixture.json").write_text(json.dumps({"_index_sampler_state": sampler.state_dict()}))
     write_inspect_files(config, ckpt)
     command = inspect_commands(config, ckpt)["mixture"]
@@ -1004,11 +1007,13 @@ def test_the_demo_inspect_command_rebuilds_its_mixture(
     assert run.code == 0, run.err
     report = json.loads(run.out)
     assert report["next"][0]["items"] == sampler.batch_at(steps // 2)
-    # the constant weights of the first entry are refused, named: the schedule is needed
-    weights = ",".join(map(str, schedule.entries[0][1]))
-    run = run_cli(capsys, [*argv[1:5], "--weights", weights])
+    # without its log (the sizes after every change and the first entry's constant weights),
+    # the state is refused, named: it was written over the log's corpus changes
+    weights = ",".join(map(str, log.entry(0).weights))
+    sizes_arg = ",".join(map(str, sizes))
+    run = run_cli(capsys, [*argv[1:3], "--source-sizes", sizes_arg, "--weights", weights])
     assert run.code == 2
-    assert "cannot continue this state" in run.err
+    assert "cannot rebuild the blended sampler from this state" in run.err
 
 
 def test_mixture_schedule_json_round_trip() -> None:

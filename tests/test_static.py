@@ -90,8 +90,9 @@ LAZY_PACKAGES = ["core", "diffusion", "live", "llm", "llm.packing", "parallel", 
 
 def test_every_package_init_is_the_one_kind() -> None:
     """A package's ``__init__`` is its docstring, then either nothing or the lazy table
-    (``_EXPORTS``, ``__all__ = sorted(_EXPORTS)``, the typing block, ``__getattr__`` and
-    ``__dir__``): it imports none of its modules, so ``import dataorder.llm`` costs nothing."""
+    (``_EXPORTS``, ``__all__ = sorted(_EXPORTS)``, the typing block, and ``__getattr__`` and
+    ``__dir__`` from :func:`dataorder._lazy.lazy_exports`): it imports none of its modules, so
+    ``import dataorder.llm`` costs nothing."""
     import ast
 
     lazy, bare = [], []
@@ -108,13 +109,12 @@ def test_every_package_init_is_the_one_kind() -> None:
             continue
         assert rest == [
             "from __future__ import annotations",
-            "import importlib",
-            "from typing import TYPE_CHECKING, Any",
+            "from typing import TYPE_CHECKING",
+            "from dataorder._lazy import lazy_exports",
             "_EXPORTS: dict[str, str] = {" + rest[3].removeprefix("_EXPORTS: dict[str, str] = {"),
             "__all__ = sorted(_EXPORTS)",
             "if TYPE_CHECKING:",
-            "def __getattr__(name: str) -> Any:",
-            "def __dir__() -> list[str]:",
+            "__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())",
         ], package
         lazy.append(package)
     assert lazy == LAZY_PACKAGES
@@ -156,6 +156,7 @@ def test_importing_the_packages_imports_none_of_their_modules() -> None:
     )
     assert out.stdout.split() == [
         "['dataorder',",
+        "'dataorder._lazy',",
         "'dataorder.core',",
         "'dataorder.diffusion',",
         "'dataorder.live',",

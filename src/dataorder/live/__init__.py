@@ -8,8 +8,9 @@ below is first used. No torch: the loader over torchft is :mod:`dataorder.integr
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dataorder._lazy import lazy_exports
 
 #: Every public name of the package -> the module that defines it.
 _EXPORTS: dict[str, str] = {
@@ -22,14 +23,4 @@ if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
     from dataorder.live.batches import LiveBatches as LiveBatches
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dataorder.live' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"dataorder.live.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

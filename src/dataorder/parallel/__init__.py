@@ -8,8 +8,9 @@ report and the command line use) never import torch; the sampler and the collect
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dataorder._lazy import lazy_exports
 
 #: Every public name of the package -> the module that defines it (one list: ``__all__`` and the
 #: lazy import both read it; tests/test_static.py checks the typing block below against it).
@@ -31,14 +32,4 @@ if TYPE_CHECKING:  # for type checkers only: what __getattr__ returns
     from dataorder.parallel.verify import verify_data_parallel as verify_data_parallel
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dataorder.parallel' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"dataorder.parallel.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -140,7 +140,10 @@ class CountedBuckets:
 
     def left(self, counts: Counts, dp_size: int) -> list[int]:
         """Steps each bucket can still fill on ``dp_size`` ranks from ``counts``."""
-        return [(n - c) // (dp_size * b) for n, c, b in zip(self.sizes, counts, self.batch_sizes)]
+        return [
+            (n - c) // (dp_size * b)
+            for n, c, b in zip(self.sizes, counts, self.batch_sizes, strict=True)
+        ]
 
     def steps_left(self, counts: Counts, dp_size: int) -> int:
         """Steps from ``counts`` to the end of the epoch on ``dp_size`` ranks."""
@@ -149,7 +152,10 @@ class CountedBuckets:
     def leftover(self, counts: Counts, dp_size: int) -> list[int]:
         """Items of each bucket never read when the epoch goes on from ``counts`` on
         ``dp_size`` ranks to its end."""
-        return [(n - c) % (dp_size * b) for n, c, b in zip(self.sizes, counts, self.batch_sizes)]
+        return [
+            (n - c) % (dp_size * b)
+            for n, c, b in zip(self.sizes, counts, self.batch_sizes, strict=True)
+        ]
 
     # -- which bucket -----------------------------------------------------------------------------
     def _block(self, j: int, dp_size: int) -> int:
@@ -161,9 +167,13 @@ class CountedBuckets:
             return self._rank[j], j
         block = self._block(j, dp_size)
         g = count // block
-        return Fraction((2 * PHASES * g + 2 * self.phases[j] + 1) * block, 2 * PHASES * self.sizes[j]), j
+        return Fraction(
+            (2 * PHASES * g + 2 * self.phases[j] + 1) * block, 2 * PHASES * self.sizes[j]
+        ), j
 
-    def _before(self, k: int, key: tuple[Fraction | int, int], c: int, s: int, m: int, dp_size: int) -> int:
+    def _before(
+        self, k: int, key: tuple[Fraction | int, int], c: int, s: int, m: int, dp_size: int
+    ) -> int:
         """How many of bucket ``k``'s next ``m`` steps (from place ``c``, ``s`` items each) sort
         before ``key``."""
         value, j = key
@@ -186,7 +196,7 @@ class CountedBuckets:
         steps = check_int("steps", steps, min_value=0, max_value=sum(m))
         s = [dp_size * b for b in self.batch_sizes]
         if steps == sum(m):
-            return tuple(c + mj * sj for c, mj, sj in zip(counts, m, s))
+            return tuple(c + mj * sj for c, mj, sj in zip(counts, m, s, strict=True))
         rows = range(len(m))
         for j in rows:
             lo, hi = 0, m[j] - 1  # the last of bucket j's steps whose rank is <= steps
@@ -203,13 +213,13 @@ class CountedBuckets:
                 else:
                     hi = i - 1
             if found is not None and sum(found) == steps:
-                return tuple(c + f * sk for c, f, sk in zip(counts, found, s))
+                return tuple(c + f * sk for c, f, sk in zip(counts, found, s, strict=True))
         raise AssertionError("unreachable: one bucket holds the step")  # pragma: no cover
 
     def next_bucket(self, counts: Counts, dp_size: int) -> int | None:
         """The bucket of the step at ``counts`` on ``dp_size`` ranks; None at the epoch's end."""
         best: tuple[tuple[Fraction | int, int], int] | None = None
-        for j, (n, c, b) in enumerate(zip(self.sizes, counts, self.batch_sizes)):
+        for j, (n, c, b) in enumerate(zip(self.sizes, counts, self.batch_sizes, strict=True)):
             if n - c >= dp_size * b:
                 key = self._key(j, c, dp_size)
                 if best is None or key < best[0]:
@@ -286,7 +296,7 @@ class CountedEpoch(Generic[T_co]):
         return self.buckets.advance((0,) * len(self.keys), self.dp_size, step)
 
     def progress_at(self, step: int) -> dict[str, int]:
-        return dict(zip(self.keys, self._counts_at(step)))
+        return dict(zip(self.keys, self._counts_at(step), strict=True))
 
     def left_over(self) -> list[int]:
         """Items of each bucket the epoch leaves unread, on the path through the anchor."""
@@ -315,7 +325,7 @@ class CountedEpoch(Generic[T_co]):
         counts = self.counts(progress)
         read = ", ".join(
             f"{self.grouping.shape_name(j)}: {c} of {n}"
-            for j, (c, n) in enumerate(zip(counts, self.buckets.sizes))
+            for j, (c, n) in enumerate(zip(counts, self.buckets.sizes, strict=True))
             if n
         )
         return f"epoch {epoch}, read of each bucket: {read}"

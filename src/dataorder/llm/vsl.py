@@ -48,13 +48,20 @@ from dataorder.core.buckets import MAX_INTERLEAVE_UNIT
 from dataorder.core.cursor import CursorBatchSampler
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.lockstep import PHASES, CountedBuckets, CountedEpoch
+from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
 from dataorder.core.state import Scalar
-from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.core.topology import MAX_DP_SIZE
 from dataorder.llm.packing.lengths import SLAB, DocumentLengths, pass_threads
 
-__all__ = ["CHUNK_BLOCK", "CURRICULA", "ORDER_VERSION", "VSL_STREAM", "VariableLengthSampler", "VslChunks"]
+__all__ = [
+    "CHUNK_BLOCK",
+    "CURRICULA",
+    "ORDER_VERSION",
+    "VSL_STREAM",
+    "VariableLengthSampler",
+    "VslChunks",
+]
 
 IntArray = npt.NDArray[np.int64]
 #: A chunk: ``(document, start, stop)``, tokens ``[start, stop)`` of the document.
@@ -266,9 +273,11 @@ class VariableLengthSampler(AssembledSampler[list[Chunk]], CursorBatchSampler[li
         if self.min_seq_len > self.max_seq_len:
             fail("min_seq_len", f"at most max_seq_len={self.max_seq_len}", self.min_seq_len)
         low, high = self.min_seq_len.bit_length() - 1, self.max_seq_len.bit_length() - 1
-        # the position: chunks of each length read (NOTE [ Counted positions ]), set before
-        # the cursor starts at 0 of each
-        self.progress_keys = tuple(f"chunks.{1 << k}" for k in range(low, high + 1))
+        # the position: chunks of each length read (NOTE [ Counted positions ]), one key per
+        # length of this configuration, so per instance (a schema's progress is per class); set
+        # before the cursor starts each at 0
+        keys = tuple(f"chunks.{1 << k}" for k in range(low, high + 1))
+        self.progress_keys = keys  # type: ignore[misc]
         AssembledSampler.__init__(self)
         self.tokens_per_rank = check_int(
             "tokens_per_rank",
@@ -294,7 +303,9 @@ class VariableLengthSampler(AssembledSampler[list[Chunk]], CursorBatchSampler[li
         if interleave_unit is not None:
             if self.curriculum != "natural":
                 fail("interleave_unit", "None unless curriculum='natural'", interleave_unit)
-            check_int("interleave_unit", interleave_unit, min_value=1, max_value=MAX_INTERLEAVE_UNIT)
+            interleave_unit = check_int(
+                "interleave_unit", interleave_unit, min_value=1, max_value=MAX_INTERLEAVE_UNIT
+            )
         self.interleave_unit = interleave_unit
         self.lengths = lengths if isinstance(lengths, DocumentLengths) else DocumentLengths(lengths)
         self._index = _ChunkIndex(self.lengths, low, high)
@@ -371,7 +382,9 @@ class VariableLengthSampler(AssembledSampler[list[Chunk]], CursorBatchSampler[li
     @property
     def chunk_lengths(self) -> list[int]:
         """The chunk lengths that hold chunks, shortest first."""
-        return [1 << k for k, n in zip(self._index.logs.tolist(), self._index.sizes) if n]
+        return [
+            1 << k for k, n in zip(self._index.logs.tolist(), self._index.sizes, strict=True) if n
+        ]
 
     @property
     def chunk_counts(self) -> list[int]:

@@ -33,15 +33,13 @@ NOTE [ Counted interleave ]
     share within about a block), the steps of one block come together (runs of about ``U / R``
     steps), and phases keyed by the epoch give every epoch another arrangement. ``phi_j =
     (2 h_j + 1) / (2 PHASES)`` for an int ``h_j`` in ``[0, PHASES)``; keys are compared as
-    exact fractions.
+    exact fractions of integers.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from fractions import Fraction
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -59,6 +57,8 @@ PHASES = 2**20
 IntArray = npt.NDArray[np.int64]
 T_co = TypeVar("T_co", covariant=True)
 Counts = tuple[int, ...]
+#: A step's sort key: ``(num, den, row)``, the fraction ``num / den`` first.
+Key = tuple[int, int, int]
 
 
 class CountedBuckets:
@@ -161,28 +161,28 @@ class CountedBuckets:
     def _block(self, j: int, dp_size: int) -> int:
         return (dp_size if self.unit is None else self.unit) * self.batch_sizes[j]
 
-    def _key(self, j: int, count: int, dp_size: int) -> tuple[Fraction | int, int]:
-        """The sort key of bucket ``j``'s step that starts at place ``count``."""
+    def _key(self, j: int, count: int, dp_size: int) -> Key:
+        """The sort key of bucket ``j``'s step that starts at place ``count``: the fraction
+        ``num / den``, then the row (NOTE [ Counted interleave ]; sequential: the place in
+        the order)."""
         if self.phases is None:
-            return self._rank[j], j
+            return self._rank[j], 1, j
         block = self._block(j, dp_size)
         g = count // block
-        return Fraction(
-            (2 * PHASES * g + 2 * self.phases[j] + 1) * block, 2 * PHASES * self.sizes[j]
-        ), j
+        return (2 * PHASES * g + 2 * self.phases[j] + 1) * block, 2 * PHASES * self.sizes[j], j
 
-    def _before(
-        self, k: int, key: tuple[Fraction | int, int], c: int, s: int, m: int, dp_size: int
-    ) -> int:
+    def _before(self, k: int, key: Key, c: int, s: int, m: int, dp_size: int) -> int:
         """How many of bucket ``k``'s next ``m`` steps (from place ``c``, ``s`` items each) sort
         before ``key``."""
-        value, j = key
+        num, den, j = key
         if self.phases is None:
-            return m if (self._rank[k], k) < (value, j) else 0
+            return m if (self._rank[k], k) < (num, j) else 0
         block, q = self._block(k, dp_size), 2 * PHASES
-        # blocks g with (2Q g + 2h + 1) B / (2Q n) < value (<= for a lower row): g < x (g <= x)
-        x = (Fraction(value) * q * self.sizes[k] / block - 2 * self.phases[k] - 1) / q
-        blocks = math.floor(x) + 1 if k < j else math.ceil(x)
+        # blocks g with (q g + 2h + 1) B / (q n) < num / den (<= for a lower row): g < x (g <= x)
+        # for x = top / bottom, in exact integers
+        top = num * q * self.sizes[k] - (2 * self.phases[k] + 1) * den * block
+        bottom = q * den * block
+        blocks = top // bottom + 1 if k < j else -(-top // bottom)
         return min(m, max(0, -(-(blocks * block - c) // s)))
 
     def advance(self, counts: Counts, dp_size: int, steps: int) -> Counts:
@@ -218,13 +218,13 @@ class CountedBuckets:
 
     def next_bucket(self, counts: Counts, dp_size: int) -> int | None:
         """The bucket of the step at ``counts`` on ``dp_size`` ranks; None at the epoch's end."""
-        best: tuple[tuple[Fraction | int, int], int] | None = None
+        best: Key | None = None
         for j, (n, c, b) in enumerate(zip(self.sizes, counts, self.batch_sizes, strict=True)):
             if n - c >= dp_size * b:
                 key = self._key(j, c, dp_size)
-                if best is None or key < best[0]:
-                    best = (key, j)
-        return None if best is None else best[1]
+                if best is None or key[0] * best[1] < best[0] * key[1]:  # ties: the lower row
+                    best = key
+        return None if best is None else best[2]
 
     def runs(self, counts: Counts, dp_size: int, steps: int) -> list[tuple[int, int, int]]:
         """The next ``steps`` steps from ``counts`` as runs ``(bucket, first place, steps)`` of

@@ -347,8 +347,8 @@ class VariableLengthSampler(AssembledSampler[list[Chunk]], CursorBatchSampler[li
         may lie on another layout's path: NOTE [ Counted positions ])."""
         plan = cast(CountedEpoch[list[Chunk]], super().epoch_plan(epoch, layout=layout))
         e = self._epoch if epoch is None else epoch
-        if self._anchor is not None and self._anchor[0] == e:
-            return plan.anchored(self._anchor[1])
+        if self._anchor is not None:  # state_after's question: the path through its state
+            return plan.anchored(self._anchor[1]) if self._anchor[0] == e else plan
         if layout is None and e == self._epoch and any(self._origin.values()):
             return plan.anchored(self._origin)
         return plan

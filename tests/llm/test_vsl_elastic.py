@@ -223,3 +223,18 @@ def test_the_unit_is_checked_and_no_layout_is_refused_for_it() -> None:
     s = _make(DOCS, 0, 2, interleave_unit=2**16)
     assert _make(DOCS, 0, 7, interleave_unit=3).remaining > 0
     VariableLengthSampler.from_state(s.state_dict(), lengths=DOCS, dp_size=5)
+
+
+def test_state_after_an_epochs_end_starts_the_next_epoch_at_its_beginning() -> None:
+    """Even when the cursor sits in that next epoch at a state of another layout."""
+    two = _make(DOCS, 0, 2)
+    two.set_epoch(1)
+    _skip(two, 1)
+    here = _make(DOCS, 0, 3)
+    here.load_state_dict(two.state_dict())  # the cursor: epoch 1, on the 2-rank path
+    ended = _make(DOCS, 0, 3)
+    list(ended)
+    fresh = _make(DOCS, 0, 3)
+    fresh.set_epoch(1)
+    _skip(fresh, 2)
+    assert here.state_after(ended.state_dict(), 2) == fresh.state_dict()

@@ -18,11 +18,15 @@ and variable sequence length chunks (``VariableLengthSampler``, chunks of ``--mi
 ``dataorder pack --vsl`` prints.
 
 Section 2 reads ``--big`` (default ``/tmp/len1e9.i32``, 10^9 int32 lognormal lengths, written
-here in slabs when absent: 4 GB) as a memory map, and in a fresh process builds the sampler and
-reads its first batch, then one at mid-epoch, with tracemalloc's peak (allocations beyond the
-memory map) and the wall time. The build is one vectorised pass over the lengths that counts the
-chunks of each length per block of 8,192 documents (NOTE [ Lazy chunk index ] in
-``dataorder.llm.vsl``); no chunk is listed.
+here in slabs when absent: 4 GB) as a memory map, and for each curriculum, in a fresh process,
+builds the sampler and reads its first batch, then one at mid-epoch, then the first batch of a
+state saved there (its first state computes the lengths' fingerprint: one pass of block
+totals) continued on 7 ranks (an elastic resume, from the same chunk index), with
+tracemalloc's peak (allocations beyond the memory map) and the wall time. The build is one
+vectorised pass over the lengths that counts the chunks of each length per block of 8,192
+documents (NOTE [ Lazy chunk index ] in ``dataorder.llm.vsl``); no chunk is listed, and no step
+either: the length of a step is a pure function of the chunks of each length read (NOTE
+[ Counted positions ] in ``dataorder.core.lockstep``).
 """
 
 from __future__ import annotations
@@ -82,21 +86,33 @@ import numpy as np
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.vsl import VariableLengthSampler
 path, n, seq_len, min_seq_len, ranks = sys.argv[1], *map(int, sys.argv[2:6])
+curriculum = sys.argv[6]
 tracemalloc.start()
 t0 = time.perf_counter()
 lengths = DocumentLengths(np.memmap(path, dtype=np.int32, mode="r", shape=(n,)))
-s = VariableLengthSampler(lengths, seq_len, seq_len, 0, ranks, seed=0, min_seq_len=min_seq_len)
+s = VariableLengthSampler(
+    lengths, seq_len, seq_len, 0, ranks, seed=0, min_seq_len=min_seq_len, curriculum=curriculum
+)
 first = s.batch_at(0)
 t1 = time.perf_counter()
 steps = len(s)
 t2 = time.perf_counter()
 mid = s.batch_at(steps // 2)
 t3 = time.perf_counter()
+saved = s.state_at(0, steps // 2)
+t4 = time.perf_counter()
+plan = s.epoch_plan(0, layout={"data_parallel_size": 7})
+progress = {k: saved[k] for k in s.progress_keys}
+on7 = plan.anchored(progress)
+at = on7.step_of(progress)
+elastic = on7.batches(0, at, at + 1)
+t5 = time.perf_counter()
 peak = tracemalloc.get_traced_memory()[1]
 index = s._index.cumulative.nbytes
-print(json.dumps({"first": t1 - t0, "len": t2 - t1, "mid": t3 - t2, "peak": peak,
-                  "index": index, "steps": steps, "chunks": sum(s.chunk_counts),
-                  "batch": len(first) + len(mid)}))
+print(json.dumps({"first": t1 - t0, "len": t2 - t1, "mid": t3 - t2, "state": t4 - t3,
+                  "elastic": t5 - t4, "peak": peak, "index": index, "steps": steps,
+                  "chunks": sum(s.chunk_counts),
+                  "batch": len(first) + len(mid) + len(elastic)}))
 """
 
 
@@ -112,20 +128,25 @@ def section_big(path: Path, n: int, seq_len: int, min_seq_len: int, ranks: int) 
         t0 = time.perf_counter()
         write_big(path, n)
         print(f"\n(wrote {path}: {n:,} int32 lengths in {time.perf_counter() - t0:.0f} s)")
-    argv = [str(path), str(n), str(seq_len), str(min_seq_len), str(ranks)]
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True, check=True
-    )
-    r = json.loads(done.stdout)
     print(f"\n## 2. First batch at {n:,} documents (memory-mapped int32 lengths)\n")
     print(f"{seq_len:,} tokens per rank, chunks of {min_seq_len:,} to {seq_len:,}, {ranks} ranks")
-    print("\n| documents | chunks | steps per epoch | first batch | len() | a mid-epoch batch | "
-          "chunk index | tracemalloc peak |")  # fmt: skip
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-    print(
-        f"| {n:,} | {r['chunks']:,} | {r['steps']:,} | {r['first']:.1f} s | {r['len']:.3f} s | "
-        f"{1000 * r['mid']:.1f} ms | {r['index'] / 2**20:.1f} MiB | {r['peak'] / 2**20:.0f} MiB |"
-    )
+    print("\n| curriculum | documents | chunks | steps per epoch | first batch | len() | "
+          "a mid-epoch batch | its state | its first batch on 7 ranks | chunk index | "
+          "tracemalloc peak |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for curriculum in ("natural", "grow"):
+        argv = [str(path), str(n), str(seq_len), str(min_seq_len), str(ranks), curriculum]
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True, check=True
+        )
+        r = json.loads(done.stdout)
+        print(
+            f"| {curriculum} | {n:,} | {r['chunks']:,} | {r['steps']:,} | {r['first']:.1f} s | "
+            f"{r['len']:.3f} s | {1000 * r['mid']:.1f} ms | {r['state']:.1f} s | "
+            f"{1000 * r['elastic']:.1f} ms | "
+            f"{r['index'] / 2**20:.1f} MiB | {r['peak'] / 2**20:.0f} MiB |",
+            flush=True,
+        )
 
 
 def main() -> None:

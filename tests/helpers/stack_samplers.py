@@ -1,11 +1,14 @@
 """Every sampler family the stack integrations must carry, built for one rank of a layout.
 
 ``FAMILIES`` maps a name to ``make(rank, dp_size) -> sampler``: Megatron single and random,
-blended, torch-style per-index, bucket, and ``packed``, the real
+blended, torch-style per-index, bucket, ``packed``, the real
 :class:`~dataorder.llm.packing.PackedSampler` over :data:`DOCUMENT_LENGTHS` (60 documents, rows
-of :data:`SEQ_LEN` tokens, 4 windows). Its micro-batches hold rows of ``(document, start, stop)``
-spans, not ints, so no integration may assume a batch is a list of ints, and what it reads is
-counted in tokens through its batching rule (NOTE [ Coverage ] in :mod:`dataorder.core.batching`).
+of :data:`SEQ_LEN` tokens, 4 windows), and ``vsl``, the
+:class:`~dataorder.llm.vsl.VariableLengthSampler` over the same documents (chunks of 4 to 16
+tokens, 32 tokens per rank and step). Their micro-batches hold ``(document, start, stop)``
+spans, not ints, so no integration may assume a batch is a list of ints, and what they read is
+counted in tokens through their batching rule (NOTE [ Coverage ] in
+:mod:`dataorder.core.batching`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 from dataorder.llm.blend import BlendedSampler
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
 from dataorder.llm.packing import PackedSampler
+from dataorder.llm.vsl import VariableLengthSampler
 from dataorder.parallel.distributed import DistributedSampler
 
 N = 48
@@ -59,6 +63,9 @@ FAMILIES: dict[str, Callable[[int, int], Any]] = {
         bucket_dataset(), base_batch_size=2, drop_last=False, seed=6, num_replicas=w, rank=r
     ),
     "packed": packed,
+    "vsl": lambda r, w: VariableLengthSampler(
+        DOCUMENT_LENGTHS, 16, SEQ_LEN, r, w, seed=12, min_seq_len=4
+    ),
 }
 
 

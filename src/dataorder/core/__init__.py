@@ -10,6 +10,7 @@ module                    what it is
 ``blockplan``             the batching "fixed global blocks": an epoch filled by an order
 ``dealing``               the batching "blocks dealt by cost", over any per-item cost
 ``buckets``               the batching "runs of buckets", sequential or interleaved
+``lockstep``              the batching "steps of buckets by counts": elastic on any layout
 ``state``                 the checkpoint format: flat, versioned, strict, fingerprinted
 ``cursor``                the loop contract: epochs, ``len()``, resume, ``batch_at``
 ``runcount``              where epochs start in a run-wide count (``consumed_samples``)

@@ -9,13 +9,16 @@ tokens becomes ``L // max_seq_len`` chunks of ``max_seq_len``, then one chunk pe
 chunk of length ``2**k`` that is not a ``max_seq_len`` one starts at ``L - r + (r >> (k+1) <<
 (k+1))``, so a chunk is a pure function of its document's length.
 
-The chunks of one length are a bucket; the core's lock-step bucket batching
-(:mod:`dataorder.core.buckets`) cuts them into steps: at every step every rank reads
-``tokens_per_rank // length`` chunks of one length, so a compiled model sees one shape per step
-and every step holds ``tokens_per_rank`` tokens on every rank. ``curriculum`` orders the
-lengths through an epoch: ``"natural"`` interleaves them by their share (NOTE [ Interleaved
-buckets ]), a new arrangement every epoch; ``"grow"`` reads them short to long (the paper's
-Grow curricula with one cycle). A bucket's last chunks that cannot fill a whole step on every
+The chunks of one length are a bucket, read in a keyed permutation (of the seed, the epoch and
+the length); the core's counted lock-step steps (:mod:`dataorder.core.lockstep`) cut them into
+steps: at every step every rank reads ``tokens_per_rank // length`` chunks of one length, so a
+compiled model sees one shape per step and every step holds ``tokens_per_rank`` tokens on every
+rank. The position is the number of chunks of each length read so far (``chunks.<length>`` in
+the state), and the length of the next step is a pure function of it and of the number of
+ranks (NOTE [ Counted positions ]): a state continues exactly on any number of ranks.
+``curriculum`` orders the lengths: ``"natural"`` interleaves them by their share (NOTE [ Counted
+interleave ]), a new arrangement every epoch; ``"grow"`` reads them short to long (the paper's
+Grow curricula with one cycle). A length's last chunks that cannot fill a whole step on every
 rank are dropped and counted in :attr:`~VariableLengthSampler.tokens_dropped`.
 
 NOTE [ Lazy chunk index ]
@@ -30,9 +33,10 @@ NOTE [ Lazy chunk index ]
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -40,20 +44,24 @@ import numpy.typing as npt
 from dataorder._validate import check_choice, check_int, fail
 from dataorder.core.assembly import AssembledSampler, Field, Given, Layout, Schema, recorded
 from dataorder.core.batching import Spans
-from dataorder.core.buckets import (
-    MAX_INTERLEAVE_UNIT,
-    BucketEpoch,
-    BucketEpochPlan,
-    KeyedBucketOrder,
-    plan_sampler_epoch,
-)
+from dataorder.core.buckets import MAX_INTERLEAVE_UNIT
 from dataorder.core.cursor import CursorBatchSampler
-from dataorder.core.keys import MAX_SEED
+from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
+from dataorder.core.lockstep import PHASES, CountedBuckets, CountedEpoch
 from dataorder.core.partition import MAX_BATCH_SIZE
+from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
+from dataorder.core.state import Scalar
 from dataorder.core.topology import MAX_DP_SIZE
 from dataorder.llm.packing.lengths import SLAB, DocumentLengths, pass_threads
 
-__all__ = ["CHUNK_BLOCK", "CURRICULA", "VSL_STREAM", "VariableLengthSampler", "VslChunks"]
+__all__ = [
+    "CHUNK_BLOCK",
+    "CURRICULA",
+    "ORDER_VERSION",
+    "VSL_STREAM",
+    "VariableLengthSampler",
+    "VslChunks",
+]
 
 IntArray = npt.NDArray[np.int64]
 #: A chunk: ``(document, start, stop)``, tokens ``[start, stop)`` of the document.
@@ -65,6 +73,9 @@ CURRICULA: tuple[str, ...] = ("natural", "grow")
 VSL_STREAM = "vsl"
 #: Documents per block of the lazy chunk index (NOTE [ Lazy chunk index ]).
 CHUNK_BLOCK = 2**13
+#: What ``config.order_version`` records: the counted order (2), over the permutation's and the
+#: key derivation's versions. States of the run-based order (0.4's drafts) are refused.
+ORDER_VERSION = 20_000 + 100 * PERMUTATION_VERSION + KEY_DERIVATION_VERSION
 _MAX_LOG = 30  # the longest chunk: 2**30 tokens
 
 _ITEMS = "micro-batches of (document, start, stop) chunks"
@@ -87,7 +98,7 @@ def _chunks_per_document(lengths: IntArray, k: int, max_log: int) -> IntArray:
 class _ChunkIndex:
     """The chunks of each length, by place in document order, counted per block, never listed
     (NOTE [ Lazy chunk index ]): the :class:`~dataorder.core.buckets.Grouping` the epoch reads.
-    Bucket ``j`` holds the chunks of ``2**logs[j]`` tokens; only lengths with chunks are buckets.
+    Bucket ``j`` holds the chunks of ``2**logs[j]`` tokens, every length from min to max.
     """
 
     def __init__(self, lengths: DocumentLengths, min_log: int, max_log: int) -> None:
@@ -110,12 +121,11 @@ class _ChunkIndex:
         # numpy releases the GIL: slabs on threads, read in order (the first bad length named)
         with ThreadPoolExecutor(pass_threads()) as pool:
             dropped = sum(pool.map(count, range(0, n, SLAB)))
-        keep = counts.sum(axis=1) > 0
-        if not keep.any():
+        if not counts.any():
             fail("lengths", f"documents with at least min_seq_len={1 << min_log} tokens", lengths)
-        self.logs = logs[keep]
+        self.logs = logs
         self.cumulative = np.zeros((self.logs.size, blocks + 1), dtype=np.int64)
-        np.cumsum(counts[keep], axis=1, out=self.cumulative[:, 1:])
+        np.cumsum(counts, axis=1, out=self.cumulative[:, 1:])
         self.sizes: IntArray = self.cumulative[:, -1].copy()
         self.tokens_cut = dropped  # the tokens below min_seq_len
 
@@ -202,9 +212,9 @@ class VariableLengthSampler(AssembledSampler[list[Chunk]], CursorBatchSampler[li
         seed: The seed of the order.
         min_seq_len: The shortest chunk, a power of two ``<= max_seq_len``.
         curriculum: ``"natural"`` (lengths mixed by share) or ``"grow"`` (short to long).
-        interleave_unit: ``"natural"`` only: the lengths are interleaved in runs of
-            ``interleave_unit`` global steps of that many ranks; a state resumes on any number
-            of ranks that divides it (default: ``data_parallel_size``).
+        interleave_unit: ``"natural"`` only: the lengths come in runs of ``interleave_unit``
+            rank micro-batches (``interleave_unit / data_parallel_size`` steps); default: one
+            step per run (NOTE [ Counted interleave ]). Any number of ranks continues a state.
 
     Raises:
         ValueError: If a value is out of range (the message names it), or no document holds
@@ -219,11 +229,11 @@ class VariableLengthSampler(AssembledSampler[list[Chunk]], CursorBatchSampler[li
         >>> s = VariableLengthSampler([700, 1100], 512, 512, 0, 2, seed=0, min_seq_len=256)
         >>> s.chunk_lengths, s.chunk_counts, len(s), s.tokens_dropped
         ([512], [3], 1, 776)
-        >>> list(s)  # rank 0's one micro-batch: tokens [0, 512) of document 1
-        [[(1, 0, 512)]]
-        >>> state = s.state_dict()  # the cursor (epoch, bucket, consumed) and the config
-        >>> state["kind"], state["epoch"], state["config.lengths"]
-        ('variable_length', 0, '978253bf80fb078d')
+        >>> list(s)  # rank 0's one micro-batch: tokens [512, 1024) of document 1
+        [[(1, 512, 1024)]]
+        >>> state = s.state_dict()  # the chunks of each length read, and the config
+        >>> state["epoch"], state["chunks.256"], state["chunks.512"], state["config.lengths"]
+        (0, 0, 2, '978253bf80fb078d')
     """
 
     schema = Schema(
@@ -235,13 +245,13 @@ class VariableLengthSampler(AssembledSampler[list[Chunk]], CursorBatchSampler[li
             recorded("tokens_per_rank"),
             recorded("curriculum"),
             recorded("interleave_unit", none_as=0),
-            Field("order_version", lambda s: s._order.config()["order_version"]),
+            Field("order_version", lambda s: ORDER_VERSION),
             Field("lengths", lambda s: s.lengths.fingerprint()),
         ),
         layout=Layout(rank="data_parallel_rank", size="data_parallel_size"),
         batching_of=lambda s: _RULE,
         given=(Given("lengths", "the document lengths (a state holds only their fingerprint)"),),
-        progress=("bucket", "consumed"),
+        progress=(),  # per instance: chunks.<length> for each length (progress_keys)
         steps="micro-batches",
     )
 
@@ -258,11 +268,17 @@ class VariableLengthSampler(AssembledSampler[list[Chunk]], CursorBatchSampler[li
         curriculum: str = "natural",
         interleave_unit: int | None = None,
     ) -> None:
-        AssembledSampler.__init__(self)
         self.max_seq_len = _power_of_two("max_seq_len", max_seq_len)
         self.min_seq_len = _power_of_two("min_seq_len", min_seq_len)
         if self.min_seq_len > self.max_seq_len:
             fail("min_seq_len", f"at most max_seq_len={self.max_seq_len}", self.min_seq_len)
+        low, high = self.min_seq_len.bit_length() - 1, self.max_seq_len.bit_length() - 1
+        # the position: chunks of each length read (NOTE [ Counted positions ]), one key per
+        # length of this configuration, so per instance (a schema's progress is per class); set
+        # before the cursor starts each at 0
+        keys = tuple(f"chunks.{1 << k}" for k in range(low, high + 1))
+        self.progress_keys = keys  # type: ignore[misc]
+        AssembledSampler.__init__(self)
         self.tokens_per_rank = check_int(
             "tokens_per_rank",
             tokens_per_rank,
@@ -284,72 +300,105 @@ class VariableLengthSampler(AssembledSampler[list[Chunk]], CursorBatchSampler[li
         )
         self.seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
         self.curriculum = check_choice("curriculum", curriculum, CURRICULA)
-        self.interleave_unit = self._unit(interleave_unit)
+        if interleave_unit is not None:
+            if self.curriculum != "natural":
+                fail("interleave_unit", "None unless curriculum='natural'", interleave_unit)
+            interleave_unit = check_int(
+                "interleave_unit", interleave_unit, min_value=1, max_value=MAX_INTERLEAVE_UNIT
+            )
+        self.interleave_unit = interleave_unit
         self.lengths = lengths if isinstance(lengths, DocumentLengths) else DocumentLengths(lengths)
-        self._order = KeyedBucketOrder(self.seed, stream=VSL_STREAM)
-        self._index = _ChunkIndex(
-            self.lengths, self.min_seq_len.bit_length() - 1, self.max_seq_len.bit_length() - 1
-        )
-        self._batch_sizes = self.tokens_per_rank >> self._index.logs
-
-    def _unit(self, unit: object) -> int | None:
-        size = self.data_parallel_size
-        if self.curriculum != "natural":
-            if unit is not None:
-                fail("interleave_unit", "None unless curriculum='natural'", unit)
-            return None
-        if unit is None and size > MAX_INTERLEAVE_UNIT:
-            fail("data_parallel_size", f"at most {MAX_INTERLEAVE_UNIT} (natural)", size)
-        u = size if unit is None else check_int("interleave_unit", unit, min_value=1)
-        if u > MAX_INTERLEAVE_UNIT:
-            fail("interleave_unit", f"an int in [1, {MAX_INTERLEAVE_UNIT}]", u)
-        if u % size:
-            fail("data_parallel_size", f"a divisor of interleave_unit={u}", size)
-        return u
+        self._index = _ChunkIndex(self.lengths, low, high)
+        self._batch_sizes = (self.tokens_per_rank >> self._index.logs).tolist()
+        self._anchor: tuple[int, Mapping[str, int]] | None = None
 
     @property
     def dp_rank(self) -> int:
         """This process's data-parallel rank."""
         return self.data_parallel_rank
 
-    def bucket_plan(self, epoch: int = 0, dp_size: int | None = None) -> BucketEpochPlan:
-        """The :class:`~dataorder.core.buckets.BucketEpochPlan` of ``epoch`` (on
-        ``dp_size`` ranks, default this sampler's): bucket ``j`` holds the chunks of
-        ``chunk_lengths[j]`` tokens."""
-        return plan_sampler_epoch(
-            self._order,
-            self._index.sizes,
-            self._batch_sizes,
-            epoch=epoch,
-            dp_size=self.data_parallel_size if dp_size is None else dp_size,
-            drop_last=True,
-            shuffle_buckets=self.curriculum == "natural",
-            interleave_unit=self.interleave_unit or 0,
+    def _key(self, epoch: int, purpose: str, log: int) -> int:
+        return derive_key(self.seed, epoch=epoch, stream=VSL_STREAM, purpose=purpose, extra=(log,))
+
+    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> CountedEpoch[list[Chunk]]:
+        logs = self._index.logs.tolist()
+        if self.curriculum == "natural":
+            phases = [self._key(epoch, "length-phase", k) % PHASES for k in logs]
+            buckets = CountedBuckets(
+                self._index.sizes, self._batch_sizes, phases=phases, unit=self.interleave_unit
+            )
+        else:  # short to long
+            buckets = CountedBuckets(self._index.sizes, self._batch_sizes, order=range(len(logs)))
+        sizes = self._index.sizes.tolist()
+
+        def within(j: int) -> Permutation:
+            return Permutation(sizes[j], self._key(epoch, "within-length", logs[j]))
+
+        return CountedEpoch(
+            buckets, layout["data_parallel_size"], self.progress_keys, within, self._index
         )
 
-    def _make_plan(self, epoch: int, layout: Mapping[str, int]) -> BucketEpoch[list[Chunk]]:
-        plan = self.bucket_plan(epoch, layout["data_parallel_size"])
-        return BucketEpoch(plan, self._order.within_orders(epoch=epoch, shuffle=True), self._index)
+    def epoch_plan(
+        self, epoch: int | None = None, *, layout: Mapping[str, int] | None = None
+    ) -> CountedEpoch[list[Chunk]]:
+        """The plan of ``epoch`` on ``layout`` (:meth:`CursorSampler.epoch_plan
+        <dataorder.core.cursor.CursorSampler.epoch_plan>`). On this sampler's layout, the
+        cursor's epoch follows the path through the cursor's origin (a loaded state's position
+        may lie on another layout's path: NOTE [ Counted positions ])."""
+        plan = cast(CountedEpoch[list[Chunk]], super().epoch_plan(epoch, layout=layout))
+        e = self._epoch if epoch is None else epoch
+        if self._anchor is not None:  # state_after's question: the path through its state
+            return plan.anchored(self._anchor[1]) if self._anchor[0] == e else plan
+        if layout is None and e == self._epoch and any(self._origin.values()):
+            return plan.anchored(self._origin)
+        return plan
+
+    @contextmanager
+    def _anchored(self, epoch: int, progress: Mapping[str, int]) -> Iterator[None]:
+        self._anchor = (epoch, progress)
+        try:
+            yield
+        finally:
+            self._anchor = None
+
+    def state_after(
+        self, state: Mapping[str, Any], steps: int, *, batch: int = 1
+    ) -> dict[str, Scalar]:
+        """The state ``steps`` batches after ``state`` (:meth:`CursorSampler.state_after
+        <dataorder.core.cursor.CursorSampler.state_after>`), on the path through ``state``."""
+        epoch, progress = self._resolve_state(state)
+        with self._anchored(epoch, progress):
+            return super().state_after(state, steps, batch=batch)
+
+    def _resolve_state(self, state_dict: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
+        if isinstance(state_dict, Mapping) and "bucket" in state_dict and "consumed" in state_dict:
+            raise ValueError(
+                "state is a VariableLengthSampler state of the run-based order (progress "
+                "'bucket' and 'consumed', 0.4's drafts), which this order cannot continue: its "
+                "position is the chunks of each length read ('chunks.<length>')"
+            )
+        return super()._resolve_state(state_dict)
 
     @property
     def chunk_lengths(self) -> list[int]:
-        """The chunk lengths that hold chunks, shortest first (the buckets, by row)."""
-        return [1 << k for k in self._index.logs.tolist()]
+        """The chunk lengths that hold chunks, shortest first."""
+        return [
+            1 << k for k, n in zip(self._index.logs.tolist(), self._index.sizes, strict=True) if n
+        ]
 
     @property
     def chunk_counts(self) -> list[int]:
         """Chunks of each of :attr:`chunk_lengths` in the corpus."""
-        return [int(n) for n in self._index.sizes]
+        return [int(n) for n in self._index.sizes if n]
 
     @property
     def tokens_dropped(self) -> int:
-        """Tokens no rank reads in an epoch: those below ``min_seq_len`` left by the
+        """Tokens no rank reads in the cursor's epoch: those below ``min_seq_len`` left by the
         decomposition, plus each length's last chunks that do not fill a whole step on every
-        rank (the same every epoch on one layout)."""
-        plan = self.bucket_plan(0)
-        seg = plan.segments
-        short = np.maximum(seg.n - seg.total_positions(), 0) << self._index.logs[plan.buckets]
-        return self._index.tokens_cut + int(short.sum())
+        rank. From the epoch's start it is the same every epoch on one layout; after a state of
+        another layout was loaded, it counts what that epoch leaves on the path through it."""
+        left = np.asarray(self.epoch_plan().left_over(), dtype=np.int64)
+        return self._index.tokens_cut + int((left << self._index.logs).sum())
 
     @property
     def tokens_padded(self) -> int:

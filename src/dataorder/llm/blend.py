@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from dataorder._validate import check_int, check_sequence, fail
 from dataorder.core.apportion import APPORTIONMENT_VERSION, MAX_POSITION
-from dataorder.core.assembly import Detail, Field, Given, Layout, Schema, recorded
+from dataorder.core.assembly import Detail, Field, Given, Schema, recorded
 from dataorder.core.blockplan import FixedBlocks
 from dataorder.core.cursor import RunCount
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED
@@ -32,6 +32,8 @@ from dataorder.llm.mixture import MixtureSchedule, WeightVector
 from dataorder.llm.sampler import (
     BATCH_SIZE_SCHEDULE,
     MIXTURE_STATE,
+    PLACEMENT,
+    RUN_COUNT,
     EpochEnd,
     MicroBatchSampler,
     Stretches,
@@ -127,10 +129,9 @@ def _mixture_entry(sampler: BlendedSampler) -> str:
 
 def _position(sampler: BlendedSampler) -> str:
     first, end = sampler.order.epoch_bounds(sampler.epoch)
-    consumed = sampler.progress["consumed"]
+    where = sampler._source.epochs.where(sampler.epoch)
     return (
-        f"{consumed} of {end - first} samples of epoch {sampler.epoch} (the run's samples "
-        f"{first} to {end - 1})"
+        f"{sampler.progress['consumed']} of {end - first} samples of epoch {sampler.epoch}{where}"
     )
 
 
@@ -191,9 +192,7 @@ class BlendedSampler(MicroBatchSampler[list[int]]):
             recorded("seed"),
             Field("versions", lambda s: _VERSIONS),
         ),
-        layout=Layout(
-            rank="data_parallel_rank", size="data_parallel_size", others=("micro_batch_size",)
-        ),
+        layout=PLACEMENT,
         given=(
             Given("sizes", f"the sources' sizes the state was written over {_DIGEST_ONLY}"),
             Given("weights", f"the weights or MixtureSchedule of the run {_DIGEST_ONLY}"),
@@ -201,9 +200,7 @@ class BlendedSampler(MicroBatchSampler[list[int]]):
         ),
         extras=(MIXTURE_STATE,),
         details=(
-            Detail(
-                "consumed_samples", lambda s: f"{s.consumed_samples} (Megatron's run-wide count)"
-            ),
+            RUN_COUNT,
             Detail("per source", _per_source),
             Detail("mixture", _mixture_entry),
         ),
@@ -287,15 +284,9 @@ class BlendedSampler(MicroBatchSampler[list[int]]):
     )
 
     def consumed_per_source(self, samples: int | None = None) -> npt.NDArray[np.int64]:
-        """How many samples each source has contributed after ``samples`` run-wide samples.
-
-        Args:
-            samples: A run-wide count (default: :attr:`consumed_samples`).
-
-        Returns:
-            An int64 array of K counts summing to ``samples``. O(K) per schedule entry before
-            ``samples`` (each entry's starting counts are kept once computed).
-        """
+        """The samples each source has given after ``samples`` run-wide samples (default:
+        :attr:`consumed_samples`): K int64 counts summing to ``samples``, in O(K) per schedule
+        entry before ``samples`` (each entry's starting counts are kept once computed)."""
         if samples is None:
             samples = self.consumed_samples
         return self._mixture.counts(check_int("samples", samples, min_value=0))

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 from dataorder._validate import check_bool, check_int, fail
-from dataorder.core.assembly import Detail, Layout, Mode, Modes, Schema, flag, recorded
+from dataorder.core.assembly import Mode, Modes, Schema, flag, recorded
 from dataorder.core.blockplan import FixedBlocks
 from dataorder.core.keys import MAX_SEED
 from dataorder.core.partition import EpochBlocks
@@ -33,7 +33,7 @@ from dataorder.core.topology import Topology
 from dataorder.llm.compat_megatron import MegatronLMOrder
 from dataorder.llm.compat_nemo import NemoOrder
 from dataorder.llm.orders import EpochSpec, IdentityOrder, MegatronOrder, MicroBatch, default_order
-from dataorder.llm.sampler import EpochEnd, MicroBatchSampler
+from dataorder.llm.sampler import PLACEMENT, RUN_COUNT, EpochEnd, MicroBatchSampler
 from dataorder.llm.sources import SampleOrder
 
 __all__ = [
@@ -82,10 +82,6 @@ _FIELDS = (
     flag("drop_last"),
     recorded("global_batch_size", none_as=0),
     flag("pad_samples_to_global_batch_size", name="pad"),
-)
-_LAYOUT = Layout(rank="data_parallel_rank", size="data_parallel_size", others=("micro_batch_size",))
-_DETAILS = (
-    Detail("consumed_samples", lambda s: f"{s.consumed_samples} (Megatron's run-wide count)"),
 )
 
 
@@ -215,9 +211,9 @@ class MegatronPretrainingSampler(BaseMegatronSampler):
     schema = Schema(
         kind="megatron_single",
         fields=_FIELDS,
-        layout=_LAYOUT,
+        layout=PLACEMENT,
         steps="micro-steps",
-        details=_DETAILS,
+        details=(RUN_COUNT,),
     )
 
     def get_start_end_idx(self) -> tuple[int, int]:
@@ -254,10 +250,10 @@ class MegatronPretrainingRandomSampler(BaseMegatronSampler):
     schema = Schema(
         kind="megatron_random",
         fields=(*_FIELDS, recorded("seed")),
-        layout=_LAYOUT,
+        layout=PLACEMENT,
         modes=MEGATRON_MODES,
         steps="micro-steps",
-        details=_DETAILS,
+        details=(RUN_COUNT,),
     )
 
     def __init__(

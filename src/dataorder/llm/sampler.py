@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from dataorder._validate import check_int, fail
-from dataorder.core.assembly import AssembledSampler, Extra, Field, Given
+from dataorder.core.assembly import AssembledSampler, Detail, Extra, Field, Given, Layout
 from dataorder.core.blockplan import Batching
 from dataorder.core.cursor import CursorBatchSampler, EpochPlan, RunCount
 from dataorder.core.keys import derive_key
@@ -35,6 +35,8 @@ from dataorder.llm.schedule import BatchSizeSchedule
 __all__ = [
     "BATCH_SIZE_SCHEDULE",
     "MIXTURE_STATE",
+    "PLACEMENT",
+    "RUN_COUNT",
     "EpochEnd",
     "Epochs",
     "MicroBatchSampler",
@@ -195,6 +197,14 @@ class Source(Protocol):
     def fill(self, epoch: int, mbs: int, dp: int, end: EpochEnd) -> Any: ...
     def coverage(self, epoch: int, blocks: EpochBlocks) -> tuple[int, int]: ...
     def chunk_steps(self, mbs: int, dp: int) -> int: ...
+
+
+#: The layout every :class:`MicroBatchSampler` records (its placement, never the rank).
+PLACEMENT = Layout("data_parallel_rank", "data_parallel_size", ("micro_batch_size",))
+#: ``dataorder inspect``'s line for Megatron's run-wide count.
+RUN_COUNT = Detail(
+    "consumed_samples", lambda s: f"{s.consumed_samples} (Megatron's run-wide count)"
+)
 
 
 class MicroBatchSampler(AssembledSampler[T], CursorBatchSampler[T]):

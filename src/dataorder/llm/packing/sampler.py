@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
-from dataorder.core.assembly import Detail, Field, Given, Layout, Schema, flag, recorded
+from dataorder.core.assembly import Detail, Field, Given, Schema, flag, recorded
 from dataorder.core.dealing import DealtBlocks, DealtByCost
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.partition import MAX_POSITIONS
@@ -44,6 +44,7 @@ from dataorder.llm.packing.sources import PackedCorpus, RowDraws
 from dataorder.llm.sampler import (
     BATCH_SIZE_SCHEDULE,
     MIXTURE_STATE,
+    PLACEMENT,
     EpochEnd,
     MicroBatchSampler,
     compile_mixture,
@@ -191,9 +192,8 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
     :class:`~dataorder.core.dealing.DealtByCost` batching.
 
     Args:
-        lengths: The documents' token counts: a :class:`~dataorder.llm.packing.lengths.
-            DocumentLengths` (from an array, ``from_megatron``, ``from_arrow``) or an integer
-            array; None with ``mixture``.
+        lengths: The documents' token counts (a :class:`~dataorder.llm.packing.lengths.
+            DocumentLengths` or an integer array); None with ``mixture``.
         seq_len: Tokens per row, an int in ``[1, 2**31]``.
         micro_batch_size: Rows per micro-batch on each rank.
         data_parallel_rank, data_parallel_size, mesh, dp_dims, topology: The data-parallel
@@ -205,9 +205,8 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         seed: An int in ``[0, 2**63)``: the windows, the orders, the slot orders.
         split: ``"overflow"`` (pretraining: every token of every document once per epoch, only
             what cannot fit split across rows) or ``"never"`` (fine-tuning: no document split).
-        window: Documents packed together (a multiple of ``chunk``): larger windows pad less;
-            a resume packs one. None: :func:`~dataorder.llm.packing.plan.default_window` of
-            ``chunk`` (the state records the window used).
+        window: Documents packed together (a multiple of ``chunk``; larger windows pad less, a
+            resume packs one); None: :func:`~dataorder.llm.packing.plan.default_window`.
         chunk: Consecutive documents read together (the grain of the windows).
         long_documents: Under ``"never"``, ``"truncate"`` a document longer than ``seq_len``
             to ``seq_len`` tokens, or ``"drop"`` it (counted).
@@ -258,9 +257,7 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
             _only_if(recorded("total_rows"), "total_rows (recorded with mixture= only)"),
             Field("versions", lambda s: s._record["versions"]),
         ),
-        layout=Layout(
-            rank="data_parallel_rank", size="data_parallel_size", others=("micro_batch_size",)
-        ),
+        layout=PLACEMENT,
         given=(
             Given(
                 "lengths",

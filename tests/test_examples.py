@@ -99,6 +99,17 @@ def test_migration_guide_code_runs(index: int) -> None:
     exec(code, {})
 
 
+def test_llm_sampler_reference_examples_run() -> None:
+    """docs/llm_samplers.md's ``>>>`` examples (the checkpoint schemas) hold as written."""
+    import doctest
+
+    result = doctest.testfile(
+        str(DOCS / "llm_samplers.md"), module_relative=False, optionflags=doctest.ELLIPSIS
+    )
+    assert result.attempted >= 12
+    assert result.failed == 0
+
+
 # -- examples -------------------------------------------------------------------------------------
 def test_the_quickstart_runs() -> None:
     proc = subprocess.run(

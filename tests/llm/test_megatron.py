@@ -707,7 +707,7 @@ def test_importing_megatron_does_not_import_torch() -> None:
 
 def test_docstring_examples() -> None:
     result = doctest.testmod(dataorder.llm.megatron, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted >= 8
+    assert result.attempted >= 4  # the checkpoint schemas: docs/llm_samplers.md
     assert result.failed == 0
 
 

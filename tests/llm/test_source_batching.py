@@ -37,11 +37,7 @@ class DealtBlend(MicroBatchSampler[list[int]]):
     def __init__(
         self, micro_batch_size: int, data_parallel_rank: int, data_parallel_size: int, *, seed: int
     ) -> None:
-        super().__init__()
-        self._set_placement(
-            micro_batch_size, data_parallel_rank, data_parallel_size, mesh=None, dp_dims=None,
-            topology=None,
-        )  # fmt: skip
+        super().__init__(micro_batch_size, data_parallel_rank, data_parallel_size, None, None, None)
         end, batches = EpochEnd.of_run(
             12, what="an int", micro_batch_size=self._mbs, data_parallel_size=self._dp
         )

@@ -18,6 +18,7 @@ module                    what it is
 ``batching``              what one step of one rank holds, and what its slots cover
 ``schema``                what a sampler declares: fields, layout, extras, compat modes
 ``assembly``              a sampler assembled from its declaration: state, ``from_state``
+``readonly``              ``ReadOnly``: a sampler's configuration read back, one line each
 ========================  ====================================================================
 
 Exported here: what a user of the order and a sampler author need. The pieces a sampler declares

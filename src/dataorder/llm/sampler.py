@@ -1,20 +1,14 @@
 """One micro-batch sampler for every LLM order: a source times a batching.
 
 NOTE [ A sampler is a source times a batching ]
-    A *source* says which item each position of an epoch holds (:mod:`dataorder.llm.sources`:
-    a sample order and its compat variants, a blend of sources; :mod:`dataorder.llm.packing.
-    sources`: packed rows), and how its positions fall into epochs (:class:`Passes` of a fixed
-    set of items, or :class:`Stretches` of one run-wide stream, a blend's). A *batching* says
-    how an epoch's global blocks become each rank's steps, and knows nothing of LLMs:
-    :class:`~dataorder.core.blockplan.FixedBlocks`, :class:`~dataorder.core.dealing.
-    DealtByCost`. :class:`MicroBatchSampler` composes the two and owns, once, what every LLM
-    sampler shares: the placement (``micro_batch_size``, ``data_parallel_rank``/``size``, a
-    mesh or a topology), the epoch end (:class:`EpochEnd`: ``drop_last``, the global batch
-    size, an int or a :class:`~dataorder.llm.schedule.BatchSizeSchedule`, and padding), the
-    run-wide count (``consumed_samples``) and the counts of what an epoch drops or pads. It
-    never asks what its source is. The public samplers (Megatron's two, the blend, the packed
-    sampler) are its subclasses: each validates its users' arguments, builds its source, and
-    declares its state (:class:`~dataorder.core.assembly.Schema`).
+    A *source* (:class:`Source`: :mod:`dataorder.llm.sources`, :mod:`dataorder.llm.packing.
+    sources`) says which item each position of an epoch holds and how positions fall into epochs
+    (:class:`Passes`, :class:`Stretches`); a *batching* (``core``: ``FixedBlocks``,
+    ``DealtByCost``) says how an epoch's global blocks become each rank's steps.
+    :class:`MicroBatchSampler` composes the two and owns, once, the placement, the epoch end
+    (:class:`EpochEnd`), the run-wide count and what an epoch drops or pads; it never asks what
+    its source is. The public LLM samplers are its subclasses (docs/design.md, "A sampler is a
+    source times a batching").
 """
 
 from __future__ import annotations
@@ -24,11 +18,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from dataorder._validate import check_int, fail
-from dataorder.core.assembly import AssembledSampler, Extra, Field, Given
+from dataorder.core.assembly import AssembledSampler, Detail, Extra, Field, Given, Layout
 from dataorder.core.blockplan import Batching
 from dataorder.core.cursor import CursorBatchSampler, EpochPlan, RunCount
 from dataorder.core.keys import derive_key
 from dataorder.core.partition import MAX_BATCH_SIZE, EpochBlocks, plan_epoch
+from dataorder.core.readonly import ReadOnly
 from dataorder.core.state import MAX_EPOCH, Scalar, digest
 from dataorder.core.topology import Topology, resolve_topology
 from dataorder.llm.blend_order import BlendOrder
@@ -40,6 +35,8 @@ from dataorder.llm.schedule import BatchSizeSchedule
 __all__ = [
     "BATCH_SIZE_SCHEDULE",
     "MIXTURE_STATE",
+    "PLACEMENT",
+    "RUN_COUNT",
     "EpochEnd",
     "Epochs",
     "MicroBatchSampler",
@@ -59,15 +56,10 @@ _SHOWN_SOURCES = 8
 
 @dataclass(frozen=True)
 class EpochEnd:
-    """How an epoch ends, for the whole job (validated by the sampler's constructor).
-
-    Attributes:
-        drop_last: Drop the tail that does not fill a whole block (or global batch); else pad.
-        global_batch_size: The constant global batch size that decides the tail, or None.
-        pad: Pad the last global batch to ``global_batch_size`` (with ``drop_last=False``).
-        batches: The global batch size schedule of a run whose epochs are whole global batches
-            (a blend's), or None.
-    """
+    """How an epoch ends, for the whole job: ``drop_last`` (else pad) the tail that does not fill
+    a whole block, or a whole ``global_batch_size`` (an int, or None); ``pad`` the last global
+    batch to ``global_batch_size``; ``batches``: the global batch size schedule of a run whose
+    epochs are whole global batches (a blend's), or None."""
 
     drop_last: bool
     global_batch_size: int | None
@@ -75,12 +67,9 @@ class EpochEnd:
     batches: BatchSizeSchedule | None = None
 
     @classmethod
-    def of_passes(
-        cls, drop_last: object, global_batch_size: object, pad: object, **layout: int
-    ) -> EpochEnd:
+    def of_passes(cls, drop: object, gbs: object, pad: object, mbs: int, dp: int) -> EpochEnd:
         """Megatron's rules (``check_epoch_end``): the tail of a pass dropped or padded."""
-        drop, gbs, padded = check_epoch_end(drop_last, global_batch_size, pad, **layout)
-        return cls(drop, gbs, padded)
+        return cls(*check_epoch_end(drop, gbs, pad, micro_batch_size=mbs, data_parallel_size=dp))
 
     @classmethod
     def of_run(
@@ -94,14 +83,11 @@ class EpochEnd:
     ) -> tuple[EpochEnd, BatchSizeSchedule]:
         """Whole global batches of ``global_batch_size``, an int or a schedule (required:
         ``what`` says what it must be), which the layout must divide; and the schedule."""
-        if isinstance(global_batch_size, BatchSizeSchedule):
-            batches = global_batch_size
-        elif global_batch_size is None:
+        batches = global_batch_size
+        if batches is None:
             fail("global_batch_size", what, None, TypeError)
-        else:
-            gbs = check_int(
-                "global_batch_size", global_batch_size, min_value=1, max_value=max_value
-            )
+        if not isinstance(batches, BatchSizeSchedule):
+            gbs = check_int("global_batch_size", batches, min_value=1, max_value=max_value)
             batches = BatchSizeSchedule.constant(gbs)
         batches.check_layout(
             micro_batch_size=micro_batch_size, data_parallel_size=data_parallel_size
@@ -110,37 +96,23 @@ class EpochEnd:
 
 
 class Epochs(Protocol):
-    """How a source's positions fall into epochs, the epoch end applied."""
+    """How a source's positions fall into epochs, the epoch end applied: the largest epoch;
+    ``blocks(epoch, mbs, dp, end)``, an epoch's global blocks on ``mbs x dp`` (ValueError for a
+    layout the end refuses); ``run_count(mbs, dp, end)``, where epochs start in a run-wide count
+    (NOTE [ The run-wide count ]); ``where(epoch)``, where it lies in the run, in words."""
 
     @property
-    def max_epoch(self) -> int:
-        """The largest epoch."""
-        ...
-
-    def blocks(self, epoch: int, mbs: int, dp: int, end: EpochEnd) -> EpochBlocks:
-        """The global blocks of ``epoch`` on ``mbs x dp`` (ValueError for a layout the end
-        refuses)."""
-        ...
-
-    def run_count(self, mbs: int, dp: int, end: EpochEnd) -> RunCount:
-        """Where the epochs start in a run-wide count (NOTE [ The run-wide count ])."""
-        ...
-
-    def where(self, epoch: int) -> str:
-        """Where ``epoch`` lies in the run, in words ("" for passes)."""
-        ...
+    def max_epoch(self) -> int: ...
+    def blocks(self, epoch: int, mbs: int, dp: int, end: EpochEnd) -> EpochBlocks: ...
+    def run_count(self, mbs: int, dp: int, end: EpochEnd) -> RunCount: ...
+    def where(self, epoch: int) -> str: ...
 
 
 @dataclass(frozen=True)
 class Passes:
-    """Epochs that are passes over the same ``n`` items, the tail dropped or padded.
-
-    Attributes:
-        n: Items per pass.
-        pinned: Whether the order's configuration pins the layout (no other layout continues it).
-        why: ``why(end)``: why a bare count past the first epoch may mean another position on
-            another layout (NOTE [ The run-wide count ]).
-    """
+    """Epochs that are passes over the same ``n`` items, the tail dropped or padded; ``pinned``:
+    the order's configuration pins the layout; ``why(end)``: why a bare count past the first
+    epoch may mean another position on another layout (NOTE [ The run-wide count ])."""
 
     n: int
     pinned: bool
@@ -180,12 +152,8 @@ class Passes:
 @dataclass(frozen=True)
 class Stretches:
     """A blend's epochs: stretches of one run-wide stream of whole global batches (NOTE
-    [ Blended epochs ] in :mod:`dataorder.llm.blend_order`).
-
-    Attributes:
-        order: The blend's order (its :meth:`~BlendOrder.epoch_bounds`).
-        unit: What a position is, in words (``"rows"``).
-    """
+    [ Blended epochs ] in :mod:`dataorder.llm.blend_order`) of ``order``; ``unit`` says what a
+    position is (``"rows"``)."""
 
     order: BlendOrder
     unit: str = "samples"
@@ -218,56 +186,57 @@ class Stretches:
 
 class Source(Protocol):
     """Which item each position of an epoch holds (NOTE [ A sampler is a source times a
-    batching ])."""
+    batching ]): its :class:`Epochs`; ``fill(epoch, mbs, dp, end)``, what fills an epoch's blocks,
+    in the form the batching reads (:class:`~dataorder.core.blockplan.Rows`,
+    :class:`~dataorder.core.dealing.CostedItems`); ``coverage(epoch, blocks)``, the ``(dropped,
+    padded)`` of an epoch cut into ``blocks``, in the source's unit (samples, tokens);
+    ``chunk_steps(mbs, dp)``, most steps evaluated together while iterating."""
 
     @property
-    def epochs(self) -> Epochs:
-        """How the positions fall into epochs."""
-        ...
+    def epochs(self) -> Epochs: ...
+    def fill(self, epoch: int, mbs: int, dp: int, end: EpochEnd) -> Any: ...
+    def coverage(self, epoch: int, blocks: EpochBlocks) -> tuple[int, int]: ...
+    def chunk_steps(self, mbs: int, dp: int) -> int: ...
 
-    def fill(self, epoch: int, mbs: int, dp: int, end: EpochEnd) -> Any:
-        """What fills ``epoch``'s blocks on ``mbs x dp``, in the form the sampler's batching
-        reads (:class:`~dataorder.core.blockplan.Rows`, :class:`~dataorder.core.dealing.
-        CostedItems`)."""
-        ...
 
-    def coverage(self, epoch: int, blocks: EpochBlocks) -> tuple[int, int]:
-        """``(dropped, padded)``: what ``epoch`` (cut into ``blocks``) leaves unread and reads
-        as padding or repeats, in the source's unit (samples, tokens)."""
-        ...
-
-    def chunk_steps(self, mbs: int, dp: int) -> int:
-        """Most steps evaluated together while iterating."""
-        ...
+#: The layout every :class:`MicroBatchSampler` records (its placement, never the rank).
+PLACEMENT = Layout("data_parallel_rank", "data_parallel_size", ("micro_batch_size",))
+#: ``dataorder inspect``'s line for Megatron's run-wide count.
+RUN_COUNT = Detail(
+    "consumed_samples", lambda s: f"{s.consumed_samples} (Megatron's run-wide count)"
+)
 
 
 class MicroBatchSampler(AssembledSampler[T], CursorBatchSampler[T]):
     """A source times a batching, placed on a data-parallel rank (NOTE [ A sampler is a source
-    times a batching ]). Subclasses call :meth:`_set_placement`, then :meth:`_compose`, then
-    :meth:`_start`, and declare a :class:`~dataorder.core.assembly.Schema`.
+    times a batching ]). A subclass checks its own arguments, calls this constructor, then
+    :meth:`_compose` and :meth:`_start`, and declares a :class:`~dataorder.core.assembly.Schema`.
+
+    Args:
+        micro_batch_size: Items per micro-batch on each rank, ``>= 1``.
+        data_parallel_rank: This rank, in ``[0, data_parallel_size)``. None: from ``topology``,
+            ``mesh``, the process group or the environment
+            (:func:`~dataorder.core.topology.resolve_topology`).
+        data_parallel_size: The number of data-parallel ranks, ``>= 1``. None: as the rank.
+        mesh: A ``DeviceMesh``: rank and size are its data-parallel coordinates.
+        dp_dims: The mesh's data-parallel dims (default: the dims named ``dp``...).
+        topology: A :class:`~dataorder.core.topology.Topology` instead of the rank and size.
     """
 
-    _mbs: int
-    _dp: int
-    _rank: int
-    _topology: Topology
     _source: Source
     _batching: Batching
     _end: EpochEnd
 
-    # -- placement --------------------------------------------------------------------------------
-    def _set_placement(
+    def __init__(
         self,
         micro_batch_size: int,
         data_parallel_rank: int | None,
         data_parallel_size: int | None,
-        *,
         mesh: Any,
         dp_dims: Sequence[str] | None,
         topology: Topology | None,
     ) -> None:
-        """Check ``micro_batch_size`` and resolve the rank and size (explicit values, ``mesh``,
-        ``topology``, the process group or the environment, in the Megatron names)."""
+        super().__init__()
         self._mbs = check_int(
             "micro_batch_size", micro_batch_size, min_value=1, max_value=MAX_BATCH_SIZE
         )
@@ -279,35 +248,22 @@ class MicroBatchSampler(AssembledSampler[T], CursorBatchSampler[T]):
             topology=topology,
             names=("data_parallel_size", "data_parallel_rank"),
         )
-        self._dp = self._topology.dp_size
-        self._rank = self._topology.dp_rank
+        self._dp, self._rank = self._topology.dp_size, self._topology.dp_rank
 
-    @property
-    def micro_batch_size(self) -> int:
-        """Items per micro-batch on each rank."""
-        return self._mbs
+    micro_batch_size = ReadOnly[int]("_mbs", "Items per micro-batch on each rank.")
+    data_parallel_rank = ReadOnly[int]("_rank", "This sampler's rank.")
+    data_parallel_size = ReadOnly[int]("_dp", "The number of data-parallel ranks.")
+    dp_rank = ReadOnly[int]("_rank", "This sampler's data-parallel rank.")
+    topology = ReadOnly[Topology]("_topology", "This process's data-parallel place.")
+    max_epoch = ReadOnly[int](
+        lambda s: s._source.epochs.max_epoch,
+        "The largest epoch (fewer than ``MAX_EPOCH`` when a blend's run-wide count would pass "
+        "``2**62``).",
+    )
+    consumed_samples = ReadOnly[int](
+        lambda s: s._count_now(), "The run-wide count of positions consumed (Megatron's)."
+    )
 
-    @property
-    def data_parallel_rank(self) -> int:
-        """This sampler's rank."""
-        return self._rank
-
-    @property
-    def data_parallel_size(self) -> int:
-        """The number of data-parallel ranks."""
-        return self._dp
-
-    @property
-    def topology(self) -> Topology:
-        """This process's data-parallel place (rank, size, replica group)."""
-        return self._topology
-
-    @property
-    def dp_rank(self) -> int:
-        """This sampler's data-parallel rank."""
-        return self._rank
-
-    # -- composition ------------------------------------------------------------------------------
     def _compose(self, source: Source, batching: Batching, end: EpochEnd) -> None:
         self._source, self._batching, self._end = source, batching, end
         self._coverage: tuple[int, tuple[int, int]] | None = None
@@ -332,23 +288,21 @@ class MicroBatchSampler(AssembledSampler[T], CursorBatchSampler[T]):
     def _chunk_steps(self) -> int:
         return self._source.chunk_steps(self._mbs, self._dp)
 
-    @property
-    def max_epoch(self) -> int:
-        """The largest epoch (fewer than ``MAX_EPOCH`` when a blend's run-wide count would pass
-        ``2**62``)."""
-        return self._source.epochs.max_epoch
-
-    @property
-    def consumed_samples(self) -> int:
-        """The run-wide count of positions consumed (Megatron's ``consumed_samples``)."""
-        return self._count_now()
-
     def _epoch_coverage(self) -> tuple[int, int]:
         """The source's ``(dropped, padded)`` in the cursor's epoch, computed once per epoch."""
         if self._coverage is None or self._coverage[0] != self._epoch:
             blocks: EpochBlocks = getattr(self.epoch_plan(), "blocks")  # noqa: B009
             self._coverage = (self._epoch, self._source.coverage(self._epoch, blocks))
         return self._coverage[1]
+
+    def _repr(self, head: str, tail: str = "") -> str:
+        """``Name(<head>micro_batch_size=.., data_parallel_rank=.., data_parallel_size=..<tail>;
+        epoch=.., consumed=..)``."""
+        return (
+            f"{type(self).__name__}({head}micro_batch_size={self._mbs}, "
+            f"data_parallel_rank={self._rank}, data_parallel_size={self._dp}{tail}; "
+            f"epoch={self._epoch}, consumed={self._position['consumed']})"
+        )
 
 
 # -- what the blends share -----------------------------------------------------------------------
@@ -385,7 +339,6 @@ def global_batch_field(read: Callable[[Any], BatchSizeSchedule | int | None]) ->
 def _check_trained(
     sampler: Any, tag: object, epoch: int, progress: Mapping[str, int], layout: Mapping[str, int]
 ) -> None:
-    # NOTE [ Trained part of a schedule ]: through the end of the global batch under way
     saved = sampler.order.epoch_bounds(epoch)[0] + progress["consumed"]
     sampler.schedule.check_trained(
         tag, sampler.order.quotas_fixed_through(saved), saved_at=saved, unit=sampler.position_unit
@@ -400,11 +353,9 @@ def _trained_tag(sampler: Any, epoch: int, progress: Mapping[str, int]) -> str |
     return tag
 
 
-#: The ``mixture`` key of the state of a sampler over a :class:`~dataorder.llm.mixture.
-#: MixtureSchedule` (NOTE [ Trained part of a schedule ]): the digest of the schedule through
-#: the end of the global batch under way. Declared by every sampler whose ``schedule``,
-#: ``order`` (a :class:`~dataorder.llm.blend_order.BlendOrder`) and ``position_unit`` say what
-#: was trained; absent when ``schedule`` is None.
+#: The state's ``mixture`` key under a :class:`~dataorder.llm.mixture.MixtureSchedule`: its
+#: digest through the end of the global batch under way (NOTE [ Trained part of a schedule ]),
+#: read from the sampler's ``schedule``, ``order`` and ``position_unit``; absent without one.
 MIXTURE_STATE = Extra(
     "mixture", _trained_tag, _check_trained, required=lambda s: s.schedule is not None
 )

@@ -1,18 +1,13 @@
-"""The sources of the LLM samplers: which item each position of an epoch holds.
+"""The sources of the LLM samplers (:class:`~dataorder.llm.sampler.Source`): which item each
+position of an epoch holds.
 
-* :class:`SampleOrder`: a pass over ``total_samples`` samples in a Megatron order (the identity,
-  the keyed shuffle, the sharded one, NeMo's and Megatron-LM's: :data:`~dataorder.llm.megatron.
-  MEGATRON_MODES`); what :class:`~dataorder.llm.megatron.MegatronPretrainingSampler` and
-  :class:`~dataorder.llm.megatron.MegatronPretrainingRandomSampler` read.
+* :class:`SampleOrder`: a pass over ``total_samples`` samples in a Megatron order (every mode of
+  :data:`~dataorder.llm.megatron.MEGATRON_MODES`), what the Megatron samplers read.
 * :class:`Blend`: K sources apportioned by weight (:class:`~dataorder.llm.blend_order.
-  BlendOrder` over draws), each source read through its :class:`Draws`: :class:`SampleDraws`
-  (map-style datasets, :class:`~dataorder.llm.blend.BlendedSampler`) or packed rows
-  (:class:`~dataorder.llm.packing.sources.RowDraws`, a mixture of packed corpora).
+  BlendOrder`), each read through its :class:`Draws`: :class:`SampleDraws` (map-style datasets,
+  :class:`~dataorder.llm.blend.BlendedSampler`) or packed rows
+  (:class:`~dataorder.llm.packing.sources.RowDraws`).
 * :class:`~dataorder.llm.packing.sources.PackedCorpus`: a pass over one corpus's packed rows.
-
-Each is a :class:`~dataorder.llm.sampler.Source`: its epochs, the fill of an epoch's blocks, what
-an epoch drops or pads, and how many steps to evaluate at once (NOTE [ A sampler is a source
-times a batching ] in :mod:`dataorder.llm.sampler`).
 """
 
 from __future__ import annotations
@@ -53,27 +48,23 @@ def _megatron_why(end: EpochEnd) -> str:
 
 
 class SampleOrder:
-    """A pass over ``total_samples`` samples in a Megatron order, the same on every rank.
+    """A pass over ``n`` samples in a Megatron order, the same on every rank, on the layout
+    ``mbs x dp`` with the epoch end ``end``; ``build(spec)`` builds the order on the layout of
+    ``spec`` (again for another layout: an order may bake the layout in)."""
 
-    Args:
-        spec: The epoch on the sampler's layout.
-        build: ``build(spec)``: the order on the layout of ``spec`` (built again for another
-            layout: an order may bake the layout in).
-    """
-
-    def __init__(self, spec: EpochSpec, build: Callable[[EpochSpec], MegatronOrder]) -> None:
-        self.spec, self._build = spec, build
-        self.strategy = build(spec)
+    def __init__(
+        self, n: int, mbs: int, dp: int, end: EpochEnd, build: Callable[[EpochSpec], MegatronOrder]
+    ) -> None:
+        self.spec, self._build = _spec(n, mbs, dp, end), build
+        self.strategy = build(self.spec)
         config = self.strategy.config()
         pinned = bool(config.get("data_parallel_size")) and bool(config.get("micro_batch_size"))
-        self.epochs = Passes(spec.total_samples, pinned, _megatron_why)
+        self.epochs = Passes(n, pinned, _megatron_why)
 
     def fill(self, epoch: int, mbs: int, dp: int, end: EpochEnd) -> _OrderFill:
         if (mbs, dp) == (self.spec.micro_batch_size, self.spec.data_parallel_size):
             return _OrderFill(self.strategy, self.spec, epoch)
-        spec = EpochSpec(
-            self.spec.total_samples, mbs, dp, end.drop_last, end.global_batch_size, end.pad
-        )
+        spec = _spec(self.spec.total_samples, mbs, dp, end)
         return _OrderFill(self._build(spec), spec, epoch)
 
     def coverage(self, epoch: int, blocks: EpochBlocks) -> tuple[int, int]:
@@ -81,6 +72,10 @@ class SampleOrder:
 
     def chunk_steps(self, mbs: int, dp: int) -> int:
         return max(1, _CHUNK_POSITIONS // mbs)
+
+
+def _spec(n: int, mbs: int, dp: int, end: EpochEnd) -> EpochSpec:
+    return EpochSpec(n, mbs, dp, end.drop_last, end.global_batch_size, end.pad)
 
 
 class _OrderFill:
@@ -95,26 +90,18 @@ class _OrderFill:
 
 
 class Draws(Protocol[T]):
-    """How a blend reads its sources: the item the ``j``-th draw of source ``d`` holds."""
+    """How a blend reads its sources: ``unit``, what a position is (``"samples"``, ``"rows"``);
+    ``items(d, j)`` and ``costs(d, j)``, the items the draws ``j`` of sources ``d`` hold (1-D
+    arrays of one length) and their costs; ``coverage(order, first, end)``, the ``(dropped,
+    padded)`` of the run positions ``first .. end - 1``; ``chunk_steps(order, mbs, dp)``, most
+    steps evaluated together while iterating."""
 
-    #: What a position is, in words ("samples", "rows").
     unit: str
 
-    def items(self, d: IntArray, j: IntArray) -> list[T]:
-        """The items of draws ``j`` of sources ``d`` (1-D arrays of one length)."""
-        ...
-
-    def costs(self, d: IntArray, j: IntArray) -> IntArray:
-        """Their costs (for a batching that deals by cost)."""
-        ...
-
-    def coverage(self, order: BlendOrder, first: int, end: int) -> tuple[int, int]:
-        """``(dropped, padded)`` of the run positions ``first .. end - 1``."""
-        ...
-
-    def chunk_steps(self, order: BlendOrder, mbs: int, dp: int) -> int:
-        """Most steps evaluated together while iterating."""
-        ...
+    def items(self, d: IntArray, j: IntArray) -> list[T]: ...
+    def costs(self, d: IntArray, j: IntArray) -> IntArray: ...
+    def coverage(self, order: BlendOrder, first: int, end: int) -> tuple[int, int]: ...
+    def chunk_steps(self, order: BlendOrder, mbs: int, dp: int) -> int: ...
 
 
 class SampleDraws:
@@ -149,14 +136,9 @@ class SampleDraws:
 
 class Blend(Generic[T]):
     """K sources apportioned by weight, exact in every global batch: run position ``p`` is draw
-    ``j`` of source ``d`` (:meth:`~dataorder.llm.blend_order.BlendOrder.draws`), read through
-    ``draws``. A blend takes any source, so a mixture of packed corpora is this blend over
-    packed rows.
-
-    Args:
-        order: The blended order (sizes per pass, mixture, batch sizes, seed).
-        draws: How the sources are read.
-    """
+    ``j`` of source ``d`` of ``order`` (:meth:`~dataorder.llm.blend_order.BlendOrder.draws`),
+    read through ``draws``. A blend takes any source: a mixture of packed corpora is this blend
+    over packed rows."""
 
     def __init__(self, order: BlendOrder, draws: Draws[T]) -> None:
         self.order, self.draws = order, draws

@@ -2,33 +2,21 @@
 
 :class:`PackedSampler` is a batch sampler (``DataLoader(PackedDataset(...),
 batch_sampler=sampler, collate_fn=PackedDataset.collate)``) over the rows of a
-:class:`~dataorder.llm.packing.plan.PackingPlan`. It is the Megatron samplers' partition over
-rows instead of samples, plus one step of its own:
+:class:`~dataorder.llm.packing.plan.PackingPlan`: the Megatron samplers' global blocks over
+rows instead of samples (a mixture apportions the rows among corpora packed on their own, as
+:class:`~dataorder.llm.blend.BlendedSampler` apportions samples). The steps, the state and the
+checkpoint schema: docs/llm_samplers.md.
 
-1. The rows of an epoch are a stream (:class:`~dataorder.llm.packing.plan.EpochRows`: windows in
-   a keyed order, each packed by best fit, its rows in a keyed order). With a mixture, each
-   source is packed on its own and the run's row positions are apportioned among them by weight,
-   exactly as :class:`~dataorder.llm.blend.BlendedSampler` apportions samples
-   (:class:`~dataorder.llm.blend_order.BlendOrder`): the ``j``-th row a source gives is row
-   ``j mod P`` of its pass ``j // P`` (``P`` rows per pass).
-2. The stream is cut into global blocks of ``micro_batch_size x data_parallel_size`` rows, the
-   end of an epoch dropped or padded for the whole job (``drop_last``, ``global_batch_size``,
-   ``pad_samples_to_global_batch_size`` as for the Megatron samplers; a padding row is ``()``).
-3. NOTE [ Dealing rows ]: every rank knows its block's rows (they are a pure function of the
-   position), so each deals the block to the ranks by attention cost (the sum of span lengths
-   squared, :func:`~dataorder.core.dealing.deal`) and keeps its own ``micro_batch_size``
-   rows (the costs of the block are enough to deal; only a rank's own rows are built): ranks
-   finish a step together, with no collective. A block's rows do not depend on the
-   layout, only their dealing does, so a state taken at a block boundary continues on any
-   ``micro_batch_size x data_parallel_size`` that divides the rows consumed (elastic).
-
-State: the epoch and ``consumed`` (rows of the epoch all ranks have taken), the configuration
-with a fingerprint of the lengths (a state from other lengths is refused, named), and with a
-mixture the digest of the schedule's trained part. A resume costs the packing of one window.
+NOTE [ Dealing rows ]
+    Every rank knows its block's rows (a pure function of the position), so each deals the block
+    to the ranks by attention cost (:func:`~dataorder.core.dealing.deal`) and builds only its
+    own: ranks finish a step together, with no collective. Only the dealing depends on the
+    layout, so a state at a block boundary continues on any layout that divides it (elastic).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -37,11 +25,12 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
-from dataorder.core.assembly import Detail, Field, Given, Layout, Schema, flag, recorded
+from dataorder.core.assembly import Detail, Field, Given, Schema, flag, recorded
 from dataorder.core.dealing import DealtBlocks, DealtByCost
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.partition import MAX_POSITIONS
 from dataorder.core.permutation import PERMUTATION_VERSION
+from dataorder.core.readonly import ReadOnly
 from dataorder.core.state import Scalar, digest
 from dataorder.core.topology import Topology
 from dataorder.llm.blend_order import BLEND_VERSION, BlendOrder
@@ -55,6 +44,7 @@ from dataorder.llm.packing.sources import PackedCorpus, RowDraws
 from dataorder.llm.sampler import (
     BATCH_SIZE_SCHEDULE,
     MIXTURE_STATE,
+    PLACEMENT,
     EpochEnd,
     MicroBatchSampler,
     compile_mixture,
@@ -91,6 +81,7 @@ _DEALT = DealtByCost[Row]((), "rows", MAX_BLOCK_ROWS, "MAX_BLOCK_ROWS")
 #     schedule tag, 19-digit counts) fits MAX_STATE_BYTES that way, and a one-corpus state at
 #     the caps fits 512 bytes.
 _MIXTURE_PREFIX = "sources:"
+_PACKING = r"([0-9]+)/(overflow|never|never-drop)/([0-9]+)/([0-9]+)"
 _PACKING_LABEL = "packing (seq_len/split/window/chunk; split 'never-drop' is long_documents='drop')"
 
 
@@ -161,23 +152,17 @@ def _packing_field() -> Field:
         return f"{sampler.seq_len}/{split}/{sampler.window}/{sampler.chunk}"
 
     def args(value: Scalar) -> Mapping[str, Any]:
-        parts = str(value).split("/")
-        splits = {"overflow": ("overflow", "truncate"), "never": ("never", "truncate")}
-        splits["never-drop"] = ("never", "drop")
-        if (
-            not isinstance(value, str)
-            or len(parts) != 4
-            or parts[1] not in splits
-            or not all(p.isdigit() and p.isascii() for p in (parts[0], parts[2], parts[3]))
-        ):
+        found = re.fullmatch(_PACKING, value) if isinstance(value, str) else None
+        if found is None:
             fail("state['config.packing']", "'seq_len/split/window/chunk'", value)
-        split, long_documents = splits[parts[1]]
+        seq_len, split, window, chunk = found.groups()
+        drop = split == "never-drop"
         return {
-            "seq_len": int(parts[0]),
-            "split": split,
-            "window": int(parts[2]),
-            "chunk": int(parts[3]),
-            "long_documents": long_documents,
+            "seq_len": int(seq_len),
+            "split": "never" if drop else split,
+            "window": int(window),
+            "chunk": int(chunk),
+            "long_documents": "drop" if drop else "truncate",
         }
 
     return Field("packing", read, args, _PACKING_LABEL)
@@ -201,20 +186,18 @@ def _position_of(sampler: PackedSampler) -> str:
 
 
 class PackedSampler(MicroBatchSampler[list[Row]]):
-    """Micro-batches of packed rows of ``seq_len`` tokens (see the module docstring): the
+    """Micro-batches of packed rows of ``seq_len`` tokens: the
     :class:`~dataorder.llm.packing.sources.PackedCorpus` source, or the
     :class:`~dataorder.llm.sources.Blend` of packed corpora with ``mixture=``, times the
     :class:`~dataorder.core.dealing.DealtByCost` batching.
 
     Args:
-        lengths: The documents' token counts: a :class:`~dataorder.llm.packing.lengths.
-            DocumentLengths` (from an array, ``from_megatron``, ``from_arrow``) or an integer
-            array; None with ``mixture``.
+        lengths: The documents' token counts (a :class:`~dataorder.llm.packing.lengths.
+            DocumentLengths` or an integer array); None with ``mixture``.
         seq_len: Tokens per row, an int in ``[1, 2**31]``.
         micro_batch_size: Rows per micro-batch on each rank.
-        data_parallel_rank: This rank; None: from ``topology``, ``mesh``, the process group or
-            the environment.
-        data_parallel_size: The number of data-parallel ranks; None: as the rank.
+        data_parallel_rank, data_parallel_size, mesh, dp_dims, topology: The data-parallel
+            place (:class:`~dataorder.llm.sampler.MicroBatchSampler`).
         global_batch_size: Rows per global batch, a multiple of ``micro_batch_size x
             data_parallel_size``, or None (a block). With a mixture, required (an int or a
             :class:`~dataorder.llm.schedule.BatchSizeSchedule`): each global batch takes each
@@ -222,9 +205,8 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         seed: An int in ``[0, 2**63)``: the windows, the orders, the slot orders.
         split: ``"overflow"`` (pretraining: every token of every document once per epoch, only
             what cannot fit split across rows) or ``"never"`` (fine-tuning: no document split).
-        window: Documents packed together (a multiple of ``chunk``): larger windows pad less;
-            a resume packs one. None: :func:`~dataorder.llm.packing.plan.default_window` of
-            ``chunk`` (the state records the window used).
+        window: Documents packed together (a multiple of ``chunk``; larger windows pad less, a
+            resume packs one); None: :func:`~dataorder.llm.packing.plan.default_window`.
         chunk: Consecutive documents read together (the grain of the windows).
         long_documents: Under ``"never"``, ``"truncate"`` a document longer than ``seq_len``
             to ``seq_len`` tokens, or ``"drop"`` it (counted).
@@ -233,21 +215,20 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
             global batches of one run, with no tail to drop or pad.
         pad_samples_to_global_batch_size: With ``drop_last=False``, pad the last global batch.
         mixture: ``([lengths_0, lengths_1, ...], weights_or_schedule)``: pack each source on its
-            own and take rows by weight (a weight vector or a
-            :class:`~dataorder.llm.mixture.MixtureSchedule` over the rows trained). Document ids
-            in rows are then flat over the sources, in order
-            (:class:`~dataorder.llm.packing.dataset.ConcatTokens`).
+            own and take rows by weight (a weight vector, a
+            :class:`~dataorder.llm.mixture.MixtureSchedule` over the rows trained, or a
+            :class:`~dataorder.llm.mixlog.MixtureLog`). Document ids in rows are then flat over
+            the sources, in order (:class:`~dataorder.llm.packing.dataset.ConcatTokens`).
         total_rows: With a mixture, rows per epoch (default: every source's rows per pass).
         consumed_samples: A run-wide count of rows consumed (Megatron's convention): the sampler
             starts there.
-        mesh, dp_dims, topology: The data-parallel place, as for the Megatron samplers.
 
     Raises:
         TypeError: If an argument has the wrong type.
         ValueError: If an argument is out of range; the message names it and its value.
 
-    Example: five documents of 5, 3, 9, 2 and 7 tokens in rows of 8, two ranks of one row each:
-    every token once, the 9-token document split, nothing padded but the last row's room.
+    Five documents of 5, 3, 9, 2 and 7 tokens in rows of 8, two ranks of one row each: every
+    token once, the 9-token document split, nothing padded but the last row's room.
 
     >>> s = [PackedSampler([5, 3, 9, 2, 7], 8, 1, r, 2, seed=0, chunk=1, window=5,
     ...                    drop_last=False) for r in range(2)]
@@ -255,22 +236,6 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
     ([2, 2], 6, 0)
     >>> sorted(span for x in s for batch in x for row in batch for span in row)
     [(0, 0, 5), (1, 0, 3), (2, 0, 8), (2, 8, 9), (3, 0, 2), (4, 0, 7)]
-
-    Checkpoint schema (after the first step): ``consumed`` rows of the epoch, the packing's
-    configuration with ``config.lengths`` the lengths' fingerprint; ``layout.*`` informational
-    (a state loads on any layout whose block divides ``consumed``):
-
-    >>> t = PackedSampler([5, 3, 9, 2, 7], 8, 1, 0, 2, seed=0, chunk=1, window=5)
-    >>> _ = next(iter(t))
-    >>> sorted(t.state_dict())  # doctest: +NORMALIZE_WHITESPACE
-    ['config.drop_last', 'config.global_batch_size', 'config.lengths', 'config.packing',
-     'config.pad', 'config.seed', 'config.versions', 'consumed', 'epoch', 'fingerprint',
-     'format', 'kind', 'layout.data_parallel_size', 'layout.micro_batch_size', 'version']
-    >>> t.state_dict()["config.packing"]  # seq_len/split/window/chunk
-    '8/overflow/5/1'
-
-    (A mixture records ``config.total_rows`` and the ``mixture`` digest instead of
-    ``drop_last`` and ``pad``: NOTE [ Packed state fields ].)
     """
 
     #: What a position of the order counts, in messages.
@@ -292,9 +257,7 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
             _only_if(recorded("total_rows"), "total_rows (recorded with mixture= only)"),
             Field("versions", lambda s: s._record["versions"]),
         ),
-        layout=Layout(
-            rank="data_parallel_rank", size="data_parallel_size", others=("micro_batch_size",)
-        ),
+        layout=PLACEMENT,
         given=(
             Given(
                 "lengths",
@@ -342,15 +305,9 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         dp_dims: Sequence[str] | None = None,
         topology: Topology | None = None,
     ) -> None:
-        super().__init__()
         self._seed = check_int("seed", seed, min_value=0, max_value=MAX_SEED)
-        self._set_placement(
-            micro_batch_size,
-            data_parallel_rank,
-            data_parallel_size,
-            mesh=mesh,
-            dp_dims=dp_dims,
-            topology=topology,
+        super().__init__(
+            micro_batch_size, data_parallel_rank, data_parallel_size, mesh, dp_dims, topology
         )
         _DEALT.check(self._mbs, self._dp)
         self._drop_last = check_bool("drop_last", drop_last)
@@ -395,13 +352,7 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
                 "total_rows", f"None or {rows} without mixture= (an epoch is one pass)", total_rows
             )
         block = self._mbs * self._dp
-        end = EpochEnd.of_passes(
-            self._drop_last,
-            global_batch_size,
-            self._pad,
-            micro_batch_size=self._mbs,
-            data_parallel_size=self._dp,
-        )
+        end = EpochEnd.of_passes(self._drop_last, global_batch_size, self._pad, self._mbs, self._dp)
         gbs = end.global_batch_size
         source = PackedCorpus(packing)
         self._compose(source, _DEALT, end)
@@ -498,66 +449,30 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         key = derive_key(self._seed, epoch=0, stream=_STREAM, purpose="source", extra=(source,))
         return key >> 1  # a seed is below 2**63
 
-    # -- configuration, read-only ---------------------------------------------------------------
-    @property
-    def seq_len(self) -> int:
-        """Tokens per row."""
-        return self.plans[0].seq_len
-
-    @property
-    def split(self) -> str:
-        """``"overflow"`` or ``"never"``."""
-        return self.plans[0].split
-
-    @property
-    def window(self) -> int:
-        """Documents packed together."""
-        return self.plans[0].window
-
-    @property
-    def chunk(self) -> int:
-        """Consecutive documents read together."""
-        return self.plans[0].chunk
-
-    @property
-    def long_documents(self) -> str:
-        """What ``"never"`` does to a document longer than ``seq_len``."""
-        return self.plans[0].long_documents
-
-    @property
-    def seed(self) -> int:
-        """The seed."""
-        return self._seed
-
-    @property
-    def drop_last(self) -> bool:
-        """Whether the end of an epoch is dropped (else padded with empty rows)."""
-        return self._drop_last
-
-    @property
-    def pad_samples_to_global_batch_size(self) -> bool:
-        """Whether the last global batch is padded to ``global_batch_size`` rows."""
-        return self._pad
-
-    @property
-    def total_rows(self) -> int:
-        """Rows per epoch before the end is dropped or padded (with a mixture: nominal)."""
-        return self._total_rows
-
-    @property
-    def global_batch_size_field(self) -> Scalar:
-        """``config.global_batch_size``: 0 for none, an int, or a schedule's digest."""
-        return _GLOBAL_BATCH.read(self)  # type: ignore[return-value]
-
-    @property
-    def versions(self) -> str:
-        """The versions of the constructions the rows depend on."""
-        return str(self._record["versions"])
-
-    @property
-    def consumed_samples(self) -> int:
-        """Rows consumed in the run (Megatron's ``consumed_samples``, in rows)."""
-        return self._count_now()
+    seq_len = ReadOnly[int](lambda s: s.plans[0].seq_len, "Tokens per row.")
+    split = ReadOnly[str](lambda s: s.plans[0].split, '``"overflow"`` or ``"never"``.')
+    window = ReadOnly[int](lambda s: s.plans[0].window, "Documents packed together.")
+    chunk = ReadOnly[int](lambda s: s.plans[0].chunk, "Consecutive documents read together.")
+    long_documents = ReadOnly[str](
+        lambda s: s.plans[0].long_documents,
+        'What ``"never"`` does to a document longer than ``seq_len``.',
+    )
+    seed = ReadOnly[int]("_seed", "The seed.")
+    drop_last = ReadOnly[bool](
+        "_drop_last", "Whether the end of an epoch is dropped (else padded)."
+    )
+    pad_samples_to_global_batch_size = ReadOnly[bool](
+        "_pad", "Whether the last global batch is padded to ``global_batch_size`` rows."
+    )
+    total_rows = ReadOnly[int](
+        "_total_rows", "Rows per epoch before the end is dropped or padded (a mixture: nominal)."
+    )
+    global_batch_size_field = ReadOnly[Scalar | None](
+        _GLOBAL_BATCH.read, "``config.global_batch_size``: 0 for none, an int, or a digest."
+    )
+    versions = ReadOnly[str](
+        lambda s: str(s._record["versions"]), "The versions of the constructions the rows use."
+    )
 
     def consumed_per_source(self, rows: int | None = None) -> IntArray:
         """With a mixture, the rows each source has given after ``rows`` run-wide rows."""
@@ -569,35 +484,26 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         """The mixture's schedule (what its state digests; a log's compiled form), or None."""
         return self.mixture
 
-    @property
-    def tokens_dropped(self) -> int:
-        """Tokens of the corpus the cursor's epoch does not read, summed over ranks: the tail
-        rows ``drop_last`` drops, the tokens ``split="never"`` cuts; with a mixture, every token
-        its epoch does not reach. Counted from window totals on first use (a window's packing
-        or two, never a row at a time; under ``"never"`` every window's rows are counted once)."""
-        return self._epoch_coverage()[0]
-
-    @property
-    def tokens_padded(self) -> int:
-        """Padding tokens of the cursor's epoch, summed over ranks: the room rows leave, whole
-        padding rows, and (a mixture) tokens read a second time."""
-        return self._epoch_coverage()[1]
-
-    @property
-    def documents_split(self) -> int:
-        """Documents whose tokens are in more than one row of the packing of an epoch (the same
-        every epoch; packs every window once, on first use). A property of the packing, not of
-        what is read: a split document whose other rows fall in a dropped tail still counts,
-        and a mixture counts one pass of each source, however many passes its epoch reads."""
-        return sum(sum(p.documents_split()) for p in self.plans)
+    tokens_dropped = ReadOnly[int](
+        lambda s: s._epoch_coverage()[0],
+        "Tokens of the corpus the cursor's epoch does not read, summed over ranks: the tail rows "
+        '``drop_last`` drops, the tokens ``split="never"`` cuts; with a mixture, every token its '
+        "epoch does not reach. Counted from window totals on first use.",
+    )
+    tokens_padded = ReadOnly[int](
+        lambda s: s._epoch_coverage()[1],
+        "Padding tokens of the cursor's epoch, summed over ranks: the room rows leave, whole "
+        "padding rows, and (a mixture) tokens read a second time.",
+    )
+    documents_split = ReadOnly[int](
+        lambda s: sum(sum(p.documents_split()) for p in s.plans),
+        "Documents whose tokens are in more than one row of the packing of an epoch (packs "
+        "every window once, on first use): a property of the packing, not of what is read (a "
+        "mixture counts one pass of each source).",
+    )
 
     def __repr__(self) -> str:
-        return (
-            f"PackedSampler({self._what}, seq_len={self.seq_len}, split={self.split!r}, "
-            f"micro_batch_size={self._mbs}, data_parallel_rank={self._rank}, "
-            f"data_parallel_size={self._dp}; epoch={self._epoch}, "
-            f"consumed={self._position['consumed']})"
-        )
+        return self._repr(f"{self._what}, seq_len={self.seq_len}, split={self.split!r}, ")
 
     def dealt_blocks(self, epoch: int | None = None) -> DealtBlocks[Row]:
         """The :class:`~dataorder.core.dealing.DealtBlocks` of ``epoch`` (default: the cursor's)

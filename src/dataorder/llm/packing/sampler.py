@@ -48,6 +48,7 @@ from dataorder.llm.blend_order import BLEND_VERSION, BlendOrder
 from dataorder.llm.mixlog import LogMixture, MixtureLog
 from dataorder.llm.mixture import MixtureSchedule
 from dataorder.llm.packing.fit import LongDocuments, Split
+from dataorder.llm.packing.growth import GrowingRows
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.plan import DEFAULT_CHUNK, PACKING_VERSION, PackingPlan, Row
 from dataorder.llm.packing.rule import PackedRows
@@ -138,13 +139,6 @@ def _mixture_weights(weights: Any, k: int) -> MixtureSchedule | MixtureLog:
             "mixture[1]",
             f"a MixtureLog over len(mixture[0]) = {k} sources",
             f"MixtureLog over {weights.num_sources} sources",
-        )
-    if weights.sizes is not None:
-        fail(
-            "mixture[1]",
-            "a MixtureLog without sizes (packed rows are planned over fixed document "
-            "lengths: corpus changes are for BlendedSampler; NOTE [ Corpus changes ])",
-            f"MixtureLog with sizes={list(weights.sizes)}",
         )
     return weights
 
@@ -445,7 +439,11 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
             data_parallel_size=self._dp,
         )
         largest = max(seg.global_batch_size for seg in batches.segments)
-        per_pass = [p.rows_per_epoch for p in self.plans]
+        # corpus changes (NOTE [ Packed corpus changes ]): the rows of the log's first sizes
+        growing = None
+        if isinstance(weights, MixtureLog) and weights.sizes is not None:
+            growing = GrowingRows(self.plans, lambda x, seed: plan(x, seed=seed), weights)
+        per_pass = [p.rows_per_epoch for p in self.plans] if growing is None else growing.first_rows
         if total_rows is None and sum(per_pass) < largest:
             fail(
                 "global_batch_size",
@@ -454,12 +452,16 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
             )
         total = sum(per_pass) if total_rows is None else total_rows
         total = check_int("total_rows", total, min_value=largest, max_value=MAX_POSITIONS)
-        if min(per_pass) < 1:
-            d = per_pass.index(min(per_pass))
+        added = [] if growing is None else [d for d, p in enumerate(growing.first_plans) if not p]
+        if min(r for d, r in enumerate(per_pass) if d not in added) < 1:
+            d = next(d for d, r in enumerate(per_pass) if r < 1 and d not in added)
             fail(f"mixture[0][{d}]", _no_rows(self.plans[d]), "<no rows>")
         self.mixture, compiled = compile_mixture(weights, self._seed, _STREAM, batches)
         self.order = BlendOrder(per_pass, compiled, batches, total, self._seed)
-        self._rows = source = Blend(self.order, RowDraws(self.plans))
+        draws: RowDraws | GrowingRows = RowDraws(self.plans)
+        if growing is not None and isinstance(compiled, LogMixture):
+            growing.mixture, draws = compiled, growing
+        self._rows = source = Blend(self.order, draws)
         self._compose(source, _DEALT, end)
         prints = [p.config()["lengths"] for p in self.plans]
         self._record = {
@@ -563,6 +565,15 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         """With a mixture, the rows each source has given after ``rows`` run-wide rows."""
         t = self.consumed_samples if rows is None else check_int("rows", rows, min_value=0)
         return self._rows.counts(t)  # one corpus: refused, naming mixture=
+
+    def retired_unread(self, rows: int | None = None) -> dict[int, int]:
+        """Per source retired by the mixture's log (an entry that starts at or before ``rows``
+        run-wide rows; default: :attr:`consumed_samples`), the tokens of its last pass it has
+        not read (NOTE [ Packed corpus changes ] in :mod:`dataorder.llm.packing.growth`).
+        Empty without a log of corpus changes."""
+        t = self.consumed_samples if rows is None else check_int("rows", rows, min_value=0)
+        draws = self._rows.draws if isinstance(self._rows, Blend) else None
+        return draws.retired_unread(t) if isinstance(draws, GrowingRows) else {}
 
     @property
     def schedule(self) -> MixtureSchedule | LogMixture | None:

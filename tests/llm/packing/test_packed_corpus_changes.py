@@ -147,8 +147,9 @@ def _check_passes(sampler: PackedSampler, log: MixtureLog, lengths: list[list[in
                 _, op, new = changes[d].pop(0)
                 if op == "retire":
                     continue
-                if tokens_read == 0:  # the pass has not begun: a pass of the new size
-                    in_play = set(range(new))
+                if tokens_read in (0, sum(lengths[d][i] for i in in_play)):
+                    # the pass has not begun (or the last one is over): a pass of the new size
+                    read, tokens_read, in_play = {}, 0, set(range(new))
                 else:
                     in_play |= set(range(size[d], new))
                 size[d] = new
@@ -301,6 +302,32 @@ def test_a_resume_with_another_corpus_entry_is_refused_naming_it() -> None:
     other.retire(5, 1)
     with pytest.raises(ValueError, match=r"entry 1"):
         _make([WEB, CODE, MATH], other, 0, 2, total_rows=48).load_state_dict(state)
+
+
+def test_a_resume_over_other_lengths_of_the_grown_documents_is_refused() -> None:
+    s = _grown(0, 1)
+    next(iter(s))
+    other = [*WEB[:-1], WEB[-1] + 1]  # a document of the last growth differs
+    with pytest.raises(ValueError, match=r"another configuration: lengths"):
+        _make([other, CODE, MATH], _grown_log(), 0, 1, total_rows=48).load_state_dict(
+            s.state_dict()
+        )
+
+
+def test_the_progress_shows_rows_per_pass_after_the_changes_and_retired_unread_tokens() -> None:
+    s = _grown(0, 1, total_rows=10**6)
+    shown = "\n".join(text for _, text in s.describe_progress())
+    assert "source 2 not added yet" in shown
+    it = iter(s)
+    for _ in range(7 * GBS):
+        next(it)
+    draws = s._rows.draws
+    assert isinstance(draws, GrowingRows)
+    shown = "\n".join(text for _, text in s.describe_progress())
+    rows = draws.plan(0, 30).rows_per_epoch
+    assert f"passes over {rows})" in shown
+    unread = s.retired_unread()[1]
+    assert f"retired (tokens of the last pass unread): source 1: {unread}" in shown
 
 
 def test_a_log_naming_documents_the_lengths_lack_is_refused() -> None:

@@ -55,6 +55,7 @@ from dataorder.llm.mixlog import LogMixture, MixtureLog
 from dataorder.llm.mixlog_corpus import CorpusLog
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.plan import PackingPlan, Row
+from dataorder.llm.sampler import per_source_progress
 
 __all__ = ["GrowingRows", "Growth", "RowPass", "check_corpus_log"]
 
@@ -441,6 +442,22 @@ class GrowingRows:
     def _tokens_listed(self, source: int, j0: int, j1: int) -> int:
         _, a, b = self._spans(source, j0, j1)
         return int((b - a).sum())
+
+    def describe(self, position: int) -> str:
+        """What each source has given after ``position`` run-wide rows, a pass being its rows
+        at the sizes then, and what retired sources leave unread, in words."""
+        counts = self.mixture.counts(position).tolist()
+        rows = [
+            self.plan(d, n).rows_per_epoch if n else 0
+            for d, n in enumerate(self.sizes_at(position))
+        ]
+        shown = per_source_progress(counts, rows, self.unit)
+        retired = self.retired_unread(position)
+        if retired:
+            shown += "; retired (tokens of the last pass unread): " + ", ".join(
+                f"source {d}: {n}" for d, n in retired.items()
+            )
+        return shown
 
     def retired_unread(self, position: int) -> dict[int, int]:
         """Per source retired by an entry that starts at or before run position ``position``,

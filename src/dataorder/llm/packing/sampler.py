@@ -189,6 +189,15 @@ def _only_if(field: Field, label: str) -> Field:
     )
 
 
+def _per_source(sampler: PackedSampler) -> str:
+    """The rows each source has given (over a changing corpus: a pass at the sizes then, and
+    the tokens retired sources leave unread; NOTE [ Packed corpus changes ])."""
+    rows = sampler._rows
+    if isinstance(rows, Blend) and isinstance(rows.draws, GrowingRows):
+        return rows.draws.describe(sampler.consumed_samples)
+    return rows.describe(sampler.consumed_samples)
+
+
 def _position_of(sampler: PackedSampler) -> str:
     text = sampler.dealt_blocks().describe(sampler.progress, sampler.epoch)
     return text + sampler._source.epochs.where(sampler.epoch)
@@ -307,7 +316,7 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         extras=(MIXTURE_STATE,),
         details=(
             Detail("consumed_samples", lambda s: f"{s.consumed_samples} rows (run-wide)"),
-            Detail("per source", lambda s: s._rows.describe(s.consumed_samples)),
+            Detail("per source", lambda s: _per_source(s)),
         ),
         position=_position_of,
         steps="micro-steps",

@@ -18,8 +18,11 @@ NOTE [ Packed corpus changes ]
     * a growth from ``n`` to ``n'`` documents at row ``a = c - start`` of the pass under way
       (``0 < a < L``, ``L`` its rows): the rest of the pass is its unread rows ``[a, L)`` together
       with the rows of a :class:`~dataorder.llm.packing.plan.PackingPlan` over only the new
-      documents (``lengths[n:n']``, seeded by the source's seed and the entry), interleaved by a
-      keyed permutation of the ``L - a + G`` remaining slots. No row is read twice; every unread
+      documents (``lengths[n:n']``, seeded by the source's seed and the entry), each in its own
+      order, merged evenly over the ``L - a + G`` remaining slots (:class:`Growth`): a global
+      batch reads a window or two of each, as without changes (a keyed permutation of the
+      slots would scatter every global batch over every window of the pass, each packed
+      again). No row is read twice; every unread
       document is read once: an old one in its unread rows (a document the old packing split
       keeps its pieces where they were), a new one in the new plan. Later passes pack all
       ``n'`` documents with the normal plan (seed of the source, pass index continued). Several
@@ -49,7 +52,6 @@ import numpy.typing as npt
 from dataorder._validate import fail
 from dataorder.core.batching import coverage
 from dataorder.core.keys import derive_key
-from dataorder.core.permutation import permute_many
 from dataorder.llm.blend_order import BlendOrder
 from dataorder.llm.mixlog import LogMixture, MixtureLog
 from dataorder.llm.mixlog_corpus import CorpusLog
@@ -70,15 +72,16 @@ _LIST_ROWS = 2**14
 
 @dataclass(frozen=True)
 class Growth:
-    """A growth inside a pass: rows ``[at, before)`` of the pass as it was, and the
-    ``plan.rows_per_epoch`` rows of a plan over the new documents (ids from ``shift``), read in
-    ``Permutation(before - at + plan.rows_per_epoch, key)`` order from row ``at`` on."""
+    """A growth inside a pass: from row ``at`` on, the pass reads its rows ``[at, before)`` as
+    they were and the ``G = plan.rows_per_epoch`` rows of a plan over the new documents (ids
+    from ``shift``), each in its own order, merged evenly: of the ``S = before - at + G`` slots,
+    slot ``t`` is a new row iff ``floor((t + 1) G / S) > floor(t G / S)``, and then it is new
+    row ``floor(t G / S)`` (else old row ``at + t - floor(t G / S)``)."""
 
     at: int
     before: int
     plan: PackingPlan
     shift: int
-    key: int
 
     @property
     def slots(self) -> int:
@@ -93,7 +96,8 @@ class RowPass:
 
     The pass under way starts at row ``start`` and has ``length`` rows: pass ``index`` of
     ``base`` with ``growths`` applied in order. Later passes are passes ``index + 1 + q`` of
-    ``plan`` (all ``size`` documents). ``base`` and ``plan`` are None for a source of size 0.
+    the plan of all ``size`` documents (:meth:`GrowingRows.plan`). ``base`` is None for a
+    source of size 0.
     """
 
     first: int
@@ -103,7 +107,6 @@ class RowPass:
     index: int
     growths: tuple[Growth, ...]
     size: int
-    plan: PackingPlan | None
 
 
 def check_corpus_log(log: CorpusLog, lengths: Sequence[DocumentLengths]) -> None:
@@ -206,13 +209,13 @@ class GrowingRows:
     def _growth(self, source: int, entry: int, old: int, new: int, at: int, before: int) -> Growth:
         key = (source, new, entry)
         plan = self._plans.get(key)
-        seed = self.seeds[source]
         if plan is None:
             added = DocumentLengths(self.lengths[source].slice(old, new))
-            grown = derive_key(seed, epoch=0, stream=_STREAM, purpose="growth", extra=(entry,))
-            plan = self._plans[key] = self.make_plan(added, grown >> 1)
-        slots = derive_key(seed, epoch=0, stream=_STREAM, purpose="growth-slots", extra=(entry,))
-        return Growth(at, before, plan, old, slots)
+            seed = derive_key(
+                self.seeds[source], epoch=0, stream=_STREAM, purpose="growth", extra=(entry,)
+            )
+            plan = self._plans[key] = self.make_plan(added, seed >> 1)
+        return Growth(at, before, plan, old)
 
     # -- the passes -------------------------------------------------------------------------------
     def passes(self) -> list[list[RowPass]]:
@@ -232,39 +235,42 @@ class GrowingRows:
         return self._passes
 
     def _source_passes(self, d: int, changes: list[tuple[int, str, int, int]]) -> list[RowPass]:
-        """Mirrors :func:`~dataorder.llm.blend_order.source_passes` over rows."""
+        """Mirrors :func:`~dataorder.llm.blend_order.source_passes` over rows. A plan of the
+        whole corpus is built only where a pass of it starts (several growths inside one pass
+        build one plan over the new documents each, no plan of the sizes between)."""
         n = (self.mixture.log.sizes or ())[d]
         base = self.plan(d, n) if n else None
         start = index = 0
         length = base.rows_per_epoch if base is not None else 0
         growths: tuple[Growth, ...] = ()
-        out = [RowPass(0, start, length, base, index, growths, n, base)]
+        out = [RowPass(0, start, length, base, index, growths, n)]
         for row, op, new, entry in changes:
             if row >= start + length:
                 if n == 0:
                     start = row  # an empty source is never drawn (its weight is 0)
                 else:
-                    per_pass = self.plan(d, n).rows_per_epoch
+                    base = self.plan(d, n)
+                    per_pass = base.rows_per_epoch
                     q = (row - start - length) // per_pass
                     start, index = start + length + q * per_pass, index + 1 + q
-                    base, growths, length = self.plan(d, n), (), per_pass
+                    growths, length = (), per_pass
             if op != "retire":
                 if row == start:  # nothing of this pass read: a normal pass of the new size
                     base, growths = self.plan(d, new), ()
                     length = base.rows_per_epoch
+                    if length == 0:
+                        fail(
+                            "mixture[1]",
+                            f"corpus changes that leave source {d} documents filling at least "
+                            f"one row; entry {entry} ({op}) gives it {new} documents that pack "
+                            "into none",
+                            f"<MixtureLog of {len(self.mixture.log)} entries>",
+                        )
                 else:
                     g = self._growth(d, entry, n, new, row - start, length)
                     growths, length = (*growths, g), row - start + g.slots
                 n = new
-                if self.plan(d, n).rows_per_epoch == 0:
-                    fail(
-                        "mixture[1]",
-                        f"corpus changes that leave source {d} documents filling at least one "
-                        f"row; entry {entry} ({op}) gives it {n} documents that pack into none",
-                        f"<MixtureLog of {len(self.mixture.log)} entries>",
-                    )
-            plan = self.plan(d, n) if n else None
-            out.append(RowPass(row, start, length, base, index, growths, n, plan))
+            out.append(RowPass(row, start, length, base, index, growths, n))
         return out
 
     def _locate(
@@ -274,7 +280,7 @@ class GrowingRows:
         pass the draws ``j`` of ``source`` read."""
         records = self.passes()[source]
         which = np.searchsorted(np.array([r.first for r in records]), j, "right") - 1
-        for w in np.unique(which).tolist():
+        for w in sorted(set(which.tolist())):
             sel = np.flatnonzero(which == w)
             rec = records[w]
             off = j[sel] - rec.start
@@ -282,15 +288,16 @@ class GrowingRows:
             if inside.any():
                 yield from self._inside(rec, sel[inside], off[inside])
             if not inside.all():
-                if rec.plan is None:  # pragma: no cover - the log's weights prevent it
+                if rec.size == 0:  # pragma: no cover - the log's weights prevent it
                     raise RuntimeError(f"source {source} drew from an empty source")
+                plan = self.plan(source, rec.size)
                 r = off[~inside] - rec.length
-                per_pass = rec.plan.rows_per_epoch
+                per_pass = plan.rows_per_epoch
                 q = r // per_pass
                 rest = sel[~inside]
-                for p in np.unique(q).tolist():
+                for p in sorted(set(q.tolist())):
                     m = q == p
-                    yield rest[m], rec.plan, rec.index + 1 + p, r[m] - p * per_pass, 0
+                    yield rest[m], plan, rec.index + 1 + p, r[m] - p * per_pass, 0
 
     def _inside(
         self, rec: RowPass, sel: IntArray, off: IntArray
@@ -305,16 +312,15 @@ class GrowingRows:
             m = np.flatnonzero((owner < 0) & (row >= g.at))
             if not m.size:
                 continue
-            slot = permute_many(g.slots, np.uint64(g.key), row[m] - g.at)
-            kept = g.before - g.at
-            old = slot < kept
-            row[m[old]] = g.at + slot[old]
-            new = m[~old]
-            owner[new], row[new] = i, slot[~old] - kept
+            t, grown, slots = row[m] - g.at, g.plan.rows_per_epoch, g.slots
+            before = t * grown // slots  # new rows among the slots before t (an even merge)
+            new = (t + 1) * grown // slots > before
+            row[m[~new]] = g.at + (t - before)[~new]
+            owner[m[new]], row[m[new]] = i, before[new]
         base = owner < 0
         if base.any():
             yield sel[base], rec.base, rec.index, row[base], 0
-        for i in np.unique(owner[~base]).tolist():
+        for i in sorted(set(owner[~base].tolist())):
             m = owner == i
             g = rec.growths[i]
             yield sel[m], g.plan, 0, row[m], g.shift
@@ -323,7 +329,7 @@ class GrowingRows:
     def _each(
         self, d: IntArray, j: IntArray
     ) -> Iterator[tuple[int, IntArray, PackingPlan, int, IntArray, int]]:
-        for source in np.unique(d).tolist():
+        for source in sorted(set(d.tolist())):
             at = np.flatnonzero(d == source)
             for sel, plan, epoch, rows, shift in self._locate(source, j[at]):
                 yield source, at[sel], plan, epoch, rows, shift
@@ -386,11 +392,14 @@ class GrowingRows:
         rec = records[w]
         if w + 1 < len(records) and j1 > records[w + 1].first:
             return None
-        if not rec.growths and rec.base is not None and rec.base is rec.plan:
-            return rec.plan, rec.start, rec.index
+        if rec.size == 0:
+            return None
+        plan = self.plan(source, rec.size)
+        if not rec.growths and rec.base is plan:
+            return plan, rec.start, rec.index
         after = rec.start + rec.length
-        if j0 >= after and rec.plan is not None:
-            return rec.plan, after, rec.index + 1
+        if j0 >= after:
+            return plan, after, rec.index + 1
         return None
 
     def _read(self, source: int, j0: int, j1: int) -> tuple[int, int]:
@@ -433,11 +442,11 @@ class GrowingRows:
             if not rec.growths and rec.base is not None:
                 return rec.base.epoch(rec.index).tokens_from(j - rec.start)
             return self._tokens_listed(source, j, end)
-        if rec.plan is None:  # pragma: no cover - the log's weights prevent it
+        if rec.size == 0:  # pragma: no cover - the log's weights prevent it
             return 0
-        per_pass = rec.plan.rows_per_epoch
-        q, rem = divmod(j - end, per_pass)
-        return 0 if rem == 0 else rec.plan.epoch(rec.index + 1 + q).tokens_from(rem)
+        plan = self.plan(source, rec.size)
+        q, rem = divmod(j - end, plan.rows_per_epoch)
+        return 0 if rem == 0 else plan.epoch(rec.index + 1 + q).tokens_from(rem)
 
     def _tokens_listed(self, source: int, j0: int, j1: int) -> int:
         _, a, b = self._spans(source, j0, j1)

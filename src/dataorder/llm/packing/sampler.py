@@ -237,7 +237,10 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         pad_samples_to_global_batch_size: With ``drop_last=False``, pad the last global batch.
         mixture: ``([lengths_0, lengths_1, ...], weights_or_schedule)``: pack each source on its
             own and take rows by weight (a weight vector or a
-            :class:`~dataorder.llm.mixture.MixtureSchedule` over the rows trained). Document ids
+            :class:`~dataorder.llm.mixture.MixtureSchedule` over the rows trained, or a
+            :class:`~dataorder.llm.mixlog.MixtureLog`; one built with ``sizes=`` may grow, add
+            and retire sources, its lengths here holding every document it will name: NOTE
+            [ Packed corpus changes ] in :mod:`dataorder.llm.packing.growth`). Document ids
             in rows are then flat over the sources, in order
             (:class:`~dataorder.llm.packing.dataset.ConcatTokens`).
         total_rows: With a mixture, rows per epoch (default: every source's rows per pass).

@@ -342,6 +342,11 @@ def test_a_log_naming_documents_the_lengths_lack_is_refused() -> None:
         s.batch_at(3 * GBS)
 
 
+def test_retired_unread_refuses_a_negative_row_count_naming_it() -> None:
+    with pytest.raises(ValueError, match=r"rows must be a non-negative int; got rows=-1"):
+        _grown(0, 1).retired_unread(-1)
+
+
 def test_an_added_source_that_packs_into_no_row_is_refused_naming_the_entry() -> None:
     log = MixtureLog([1, 0], sizes=[30, 0])
     log.add_source(1, 1, 2, [1, 1])

@@ -187,6 +187,11 @@ def test_packed_corpus_changes_read_each_pass_once_and_replay_on_other_sizes(
 ) -> None:
     reference, sampler, log = _run(plan, [1], [])
     _check_passes(sampler, log, plan[3])
+    # the rows of the whole run looked up at once (the vectorised walk through the growths)
+    # are the ones the run read a global batch at a time (the walk row by row)
+    d, j = sampler.order.draws(np.arange(STEPS * GBS, dtype=np.int64))
+    rows = sampler._rows.draws.items(d, j)
+    assert [sorted(rows[k : k + GBS]) for k in range(0, len(rows), GBS)] == reference
     resumed, _, _ = _run(plan, chain, sorted(kills))
     assert resumed == reference
     # a pure function of the finished log and the position: the log built ahead reads the same
@@ -255,6 +260,7 @@ def test_a_growth_inside_a_pass_spreads_the_new_documents_over_its_rest() -> Non
     s = _grown(0, 1)
     draws = s._rows.draws
     assert isinstance(draws, GrowingRows)
+    assert len(draws.passes()[0][2].growths) == 2  # the second growth lands in the same pass
     rec = draws.passes()[0][1]  # after the first growth
     assert rec.growths
     assert rec.start == 0

@@ -68,6 +68,23 @@ MakePlan = Callable[[DocumentLengths, int], PackingPlan]
 _STREAM = "packed"
 # Rows listed per call when a range of a modified pass is counted span by span.
 _LIST_ROWS = 2**14
+# At most this many rows of a pass under way are walked through its growths one by one.
+_FEW_ROWS = 16
+
+
+def _walk(growths: Sequence[Growth], row: int) -> tuple[int, int]:
+    """``(growth, row of its plan)`` of row ``row`` of a pass under way, or ``(-1, row of the
+    base pass)``: :class:`Growth`'s even merge, newest growth first."""
+    for i in range(len(growths) - 1, -1, -1):
+        g = growths[i]
+        if row < g.at:
+            continue
+        t = row - g.at
+        before = t * g.rows // g.slots
+        if (t + 1) * g.rows // g.slots > before:
+            return i, before
+        row = g.at + t - before
+    return -1, row
 
 
 @dataclass(frozen=True)
@@ -82,11 +99,12 @@ class Growth:
     before: int
     plan: PackingPlan
     shift: int
+    rows: int  # plan.rows_per_epoch, kept: a lookup reads it once per growth
 
     @property
     def slots(self) -> int:
         """Rows of the pass from ``at`` on, after the growth."""
-        return self.before - self.at + self.plan.rows_per_epoch
+        return self.before - self.at + self.rows
 
 
 @dataclass(frozen=True)
@@ -215,7 +233,7 @@ class GrowingRows:
                 self.seeds[source], epoch=0, stream=_STREAM, purpose="growth", extra=(entry,)
             )
             plan = self._plans[key] = self.make_plan(added, seed >> 1)
-        return Growth(at, before, plan, old)
+        return Growth(at, before, plan, old, plan.rows_per_epoch)
 
     # -- the passes -------------------------------------------------------------------------------
     def passes(self) -> list[list[RowPass]]:
@@ -307,16 +325,18 @@ class GrowingRows:
             raise RuntimeError("a source of size 0 was drawn from")
         row = off.copy()
         owner = np.full(off.shape, -1, dtype=np.int64)
-        for i in range(len(rec.growths) - 1, -1, -1):
-            g = rec.growths[i]
-            m = np.flatnonzero((owner < 0) & (row >= g.at))
-            if not m.size:
-                continue
-            t, grown, slots = row[m] - g.at, g.plan.rows_per_epoch, g.slots
-            before = t * grown // slots  # new rows among the slots before t (an even merge)
-            new = (t + 1) * grown // slots > before
-            row[m[~new]] = g.at + (t - before)[~new]
-            owner[m[new]], row[m[new]] = i, before[new]
+        if off.size <= _FEW_ROWS:  # a few rows: Python ints, no per-growth array overhead
+            for k, r in enumerate(off.tolist()):
+                owner[k], row[k] = _walk(rec.growths, r)
+        else:  # element-wise, no gathers: a growth costs a dozen passes over the rows
+            for i in range(len(rec.growths) - 1, -1, -1):
+                g = rec.growths[i]
+                hit = (owner < 0) & (row >= g.at)
+                t = row - g.at
+                before = t * g.rows // g.slots  # new rows among the slots before t (even merge)
+                new = hit & ((t + 1) * g.rows // g.slots > before)
+                owner = np.where(new, i, owner)
+                row = np.where(new, before, np.where(hit, g.at + t - before, row))
         base = owner < 0
         if base.any():
             yield sel[base], rec.base, rec.index, row[base], 0

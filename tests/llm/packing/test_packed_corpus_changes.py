@@ -350,6 +350,22 @@ def test_a_log_naming_documents_the_lengths_lack_is_refused() -> None:
         s.batch_at(3 * GBS)
 
 
+def test_a_growth_at_a_pass_boundary_then_retired_counts_the_whole_new_pass() -> None:
+    # source 1 reads whole passes of 2 documents, stops being drawn at a pass boundary, grows
+    # to 4 documents there (a fresh pass of 4) and is retired: none of the 4 was read in it
+    log = MixtureLog([1, 0], sizes=[30, 0])
+    log.add_source(1, 1, 2, [0, 1])
+    log.set_weights(3, [1, 0])
+    log.grow(4, 1, 4)
+    log.retire(5, 1)
+    s = _make([WEB, CODE[:4]], log, 0, 1)
+    given = int(s.consumed_per_source(6 * GBS)[1])
+    draws = s._rows.draws
+    assert isinstance(draws, GrowingRows)
+    assert given % draws.plan(1, 2).rows_per_epoch == 0  # a boundary of its passes of 2
+    assert s.retired_unread(6 * GBS) == {1: sum(CODE[:4])}
+
+
 def test_retired_unread_refuses_a_negative_row_count_naming_it() -> None:
     with pytest.raises(ValueError, match=r"rows must be a non-negative int; got rows=-1"):
         _grown(0, 1).retired_unread(-1)

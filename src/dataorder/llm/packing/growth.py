@@ -115,7 +115,8 @@ class RowPass:
     The pass under way starts at row ``start`` and has ``length`` rows: pass ``index`` of
     ``base`` with ``growths`` applied in order. Later passes are passes ``index + 1 + q`` of
     the plan of all ``size`` documents (:meth:`GrowingRows.plan`). ``base`` is None for a
-    source of size 0.
+    source of size 0. ``fresh``: a growth or an addition started the pass under way (at
+    ``start``), so its documents are unread there even if the pass before was read whole.
     """
 
     first: int
@@ -125,6 +126,7 @@ class RowPass:
     index: int
     growths: tuple[Growth, ...]
     size: int
+    fresh: bool = False  # the pass under way was started by a growth or an addition
 
 
 def check_corpus_log(log: CorpusLog, lengths: Sequence[DocumentLengths]) -> None:
@@ -261,6 +263,7 @@ class GrowingRows:
         start = index = 0
         length = base.rows_per_epoch if base is not None else 0
         growths: tuple[Growth, ...] = ()
+        fresh = False
         out = [RowPass(0, start, length, base, index, growths, n)]
         for row, op, new, entry in changes:
             if row >= start + length:
@@ -271,10 +274,10 @@ class GrowingRows:
                     per_pass = base.rows_per_epoch
                     q = (row - start - length) // per_pass
                     start, index = start + length + q * per_pass, index + 1 + q
-                    growths, length = (), per_pass
+                    growths, length, fresh = (), per_pass, False
             if op != "retire":
                 if row == start:  # nothing of this pass read: a normal pass of the new size
-                    base, growths = self.plan(d, new), ()
+                    base, growths, fresh = self.plan(d, new), (), True
                     length = base.rows_per_epoch
                     if length == 0:
                         fail(
@@ -288,7 +291,7 @@ class GrowingRows:
                     g = self._growth(d, entry, n, new, row - start, length)
                     growths, length = (*growths, g), row - start + g.slots
                 n = new
-            out.append(RowPass(row, start, length, base, index, growths, n))
+            out.append(RowPass(row, start, length, base, index, growths, n, fresh))
         return out
 
     def _locate(
@@ -449,11 +452,12 @@ class GrowingRows:
 
     def unread_tokens(self, source: int, j: int) -> int:
         """Tokens of the pass of ``source`` holding its draw ``j - 1`` (its last) that it has not
-        read after ``j`` draws; before its first draw, its whole first pass."""
+        read after ``j`` draws; before its first draw, its whole first pass, and likewise the
+        whole pass a growth started at ``j`` (its new documents were never read)."""
         records = self.passes()[source]
         w = int(np.searchsorted(np.array([r.first for r in records]), j, "right")) - 1
         rec = records[w]
-        if j == 0:
+        if j == 0 or (j == rec.start and rec.fresh):  # nothing of a pass of new documents read
             return 0 if rec.base is None else rec.base.tokens_per_epoch
         if j <= rec.start:
             return 0

@@ -334,16 +334,6 @@ def test_source_datasets_keep_every_index_when_a_source_grows() -> None:
         data[2 * SOURCE_STRIDE]
 
 
-def test_a_packed_mixture_refuses_a_log_with_corpus_changes() -> None:
-    from dataorder.llm.packing import PackedSampler
-
-    lengths = [np.full(20, 10), np.full(10, 30)]
-    with pytest.raises(ValueError, match=r"mixture\[1\] must be a MixtureLog without sizes"):
-        PackedSampler(
-            None, 64, 1, 0, 1, 8, seed=5, mixture=(lengths, MixtureLog([1, 1], sizes=[20, 10]))
-        )
-
-
 def test_the_state_details_show_sizes_after_the_changes_and_retired_unread() -> None:
     log = MixtureLog([1, 1, 0], sizes=[6, 4, 0])
     s = BlendedSampler([6, 4, 0], log, 1, 0, 1, 4, seed=0, total_samples=40)

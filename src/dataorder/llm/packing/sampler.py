@@ -37,6 +37,7 @@ from dataorder.llm.blend_order import BLEND_VERSION, BlendOrder
 from dataorder.llm.mixlog import LogMixture, MixtureLog
 from dataorder.llm.mixture import MixtureSchedule
 from dataorder.llm.packing.fit import LongDocuments, Split
+from dataorder.llm.packing.growth import GrowingRows
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.plan import DEFAULT_CHUNK, PACKING_VERSION, PackingPlan, Row
 from dataorder.llm.packing.rule import PackedRows
@@ -130,13 +131,6 @@ def _mixture_weights(weights: Any, k: int) -> MixtureSchedule | MixtureLog:
             f"a MixtureLog over len(mixture[0]) = {k} sources",
             f"MixtureLog over {weights.num_sources} sources",
         )
-    if weights.sizes is not None:
-        fail(
-            "mixture[1]",
-            "a MixtureLog without sizes (packed rows are planned over fixed document "
-            "lengths: corpus changes are for BlendedSampler; NOTE [ Corpus changes ])",
-            f"MixtureLog with sizes={list(weights.sizes)}",
-        )
     return weights
 
 
@@ -180,6 +174,15 @@ def _only_if(field: Field, label: str) -> Field:
     )
 
 
+def _per_source(sampler: PackedSampler) -> str:
+    """The rows each source has given (over a changing corpus: a pass at the sizes then, and
+    the tokens retired sources leave unread; NOTE [ Packed corpus changes ])."""
+    rows = sampler._rows
+    if isinstance(rows, Blend) and isinstance(rows.draws, GrowingRows):
+        return rows.draws.describe(sampler.consumed_samples)
+    return rows.describe(sampler.consumed_samples)
+
+
 def _position_of(sampler: PackedSampler) -> str:
     text = sampler.dealt_blocks().describe(sampler.progress, sampler.epoch)
     return text + sampler._source.epochs.where(sampler.epoch)
@@ -217,8 +220,11 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         mixture: ``([lengths_0, lengths_1, ...], weights_or_schedule)``: pack each source on its
             own and take rows by weight (a weight vector, a
             :class:`~dataorder.llm.mixture.MixtureSchedule` over the rows trained, or a
-            :class:`~dataorder.llm.mixlog.MixtureLog`). Document ids in rows are then flat over
-            the sources, in order (:class:`~dataorder.llm.packing.dataset.ConcatTokens`).
+            :class:`~dataorder.llm.mixlog.MixtureLog`; one built with ``sizes=`` may grow, add
+            and retire sources, its lengths here holding every document it will name: NOTE
+            [ Packed corpus changes ] in :mod:`dataorder.llm.packing.growth`). Document ids
+            in rows are then flat over the sources, in order
+            (:class:`~dataorder.llm.packing.dataset.ConcatTokens`).
         total_rows: With a mixture, rows per epoch (default: every source's rows per pass).
         consumed_samples: A run-wide count of rows consumed (Megatron's convention): the sampler
             starts there.
@@ -276,7 +282,7 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         extras=(MIXTURE_STATE,),
         details=(
             Detail("consumed_samples", lambda s: f"{s.consumed_samples} rows (run-wide)"),
-            Detail("per source", lambda s: s._rows.describe(s.consumed_samples)),
+            Detail("per source", lambda s: _per_source(s)),
         ),
         position=_position_of,
         steps="micro-steps",
@@ -396,7 +402,11 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
             data_parallel_size=self._dp,
         )
         largest = max(seg.global_batch_size for seg in batches.segments)
-        per_pass = [p.rows_per_epoch for p in self.plans]
+        # corpus changes (NOTE [ Packed corpus changes ]): the rows of the log's first sizes
+        growing = None
+        if isinstance(weights, MixtureLog) and weights.sizes is not None:
+            growing = GrowingRows(self.plans, lambda x, seed: plan(x, seed=seed), weights)
+        per_pass = [p.rows_per_epoch for p in self.plans] if growing is None else growing.first_rows
         if total_rows is None and sum(per_pass) < largest:
             fail(
                 "global_batch_size",
@@ -405,12 +415,16 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
             )
         total = sum(per_pass) if total_rows is None else total_rows
         total = check_int("total_rows", total, min_value=largest, max_value=MAX_POSITIONS)
-        if min(per_pass) < 1:
-            d = per_pass.index(min(per_pass))
+        added = [] if growing is None else [d for d, p in enumerate(growing.first_plans) if not p]
+        if min(r for d, r in enumerate(per_pass) if d not in added) < 1:
+            d = next(d for d, r in enumerate(per_pass) if r < 1 and d not in added)
             fail(f"mixture[0][{d}]", _no_rows(self.plans[d]), "<no rows>")
         self.mixture, compiled = compile_mixture(weights, self._seed, _STREAM, batches)
         self.order = BlendOrder(per_pass, compiled, batches, total, self._seed)
-        self._rows = source = Blend(self.order, RowDraws(self.plans))
+        draws: RowDraws | GrowingRows = RowDraws(self.plans)
+        if growing is not None and isinstance(compiled, LogMixture):
+            growing.mixture, draws = compiled, growing
+        self._rows = source = Blend(self.order, draws)
         self._compose(source, _DEALT, end)
         prints = [p.config()["lengths"] for p in self.plans]
         self._record = {
@@ -478,6 +492,15 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         """With a mixture, the rows each source has given after ``rows`` run-wide rows."""
         t = self.consumed_samples if rows is None else check_int("rows", rows, min_value=0)
         return self._rows.counts(t)  # one corpus: refused, naming mixture=
+
+    def retired_unread(self, rows: int | None = None) -> dict[int, int]:
+        """Per source retired by the mixture's log (an entry that starts at or before ``rows``
+        run-wide rows; default: :attr:`consumed_samples`), the tokens of its last pass it has
+        not read (NOTE [ Packed corpus changes ] in :mod:`dataorder.llm.packing.growth`).
+        Empty without a log of corpus changes."""
+        t = self.consumed_samples if rows is None else check_int("rows", rows, min_value=0)
+        draws = self._rows.draws if isinstance(self._rows, Blend) else None
+        return draws.retired_unread(t) if isinstance(draws, GrowingRows) else {}
 
     @property
     def schedule(self) -> MixtureSchedule | LogMixture | None:

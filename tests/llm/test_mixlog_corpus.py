@@ -351,3 +351,19 @@ def test_the_state_details_show_sizes_after_the_changes_and_retired_unread() -> 
 
 def _shown(sampler: BlendedSampler) -> str:
     return "\n".join(text for _, text in sampler.describe_progress())
+
+
+@pytest.mark.parametrize("grow", [True, False])
+def test_a_growth_at_a_pass_boundary_then_retired_counts_the_fresh_pass(grow: bool) -> None:
+    """Source 1 (2 documents) ends its 12th pass at draw 24; a growth to 4 documents there
+    begins a fresh pass, which the retirement leaves wholly unread: its 4 documents are counted
+    (2 of them never read at all). Without the growth no pass is under way: nothing unread."""
+    log = MixtureLog([1, 0], sizes=[30, 0])
+    log.add_source(1, 1, 2, [0, 1])
+    log.set_weights(3, [1, 0])
+    if grow:
+        log.grow(4, 1, 4)
+    log.retire(5, 1)
+    s = BlendedSampler([30, 0], log, 1, 0, 1, 12, seed=5, total_samples=10**6)
+    assert s.consumed_per_source(72).tolist() == [48, 24]
+    assert s.retired_unread(72) == {1: 4 if grow else 0}

@@ -228,12 +228,16 @@ class SourcePass:
     pieces: tuple[tuple[int, int, int, int], ...]
     size: int
     index: int
+    #: The pass was begun by a corpus change at its first draw (a growth at a pass boundary, an
+    #: addition): until it reads, it is the pass under way, all of it unread.
+    begun: bool = False
 
     def unread(self, j: int) -> int:
         """Documents of the pass holding draw ``j - 1`` (the last one read) not read after
-        ``j`` draws; at ``j == 0`` the whole first pass."""
+        ``j`` draws; at ``j == 0``, or before a pass a corpus change began reads, the whole
+        pass."""
         if j <= self.start:
-            return self.length if j == 0 else 0
+            return self.length if j == 0 or (self.begun and j == self.start) else 0
         if j <= self.start + self.length:
             return self.start + self.length - j
         rem = (j - self.start - self.length) % self.size
@@ -271,6 +275,7 @@ def source_passes(
     pieces = ((0, n, 0, member_key(source_key, source, 0)),) if n else ()
     length = n
     out = [SourcePass(0, start, length, pieces, n, index)]
+    begun = False
     for draw, op, new, entry in changes:
         if draw >= start + length:
             if n == 0:
@@ -281,17 +286,17 @@ def source_passes(
                 q = (draw - start - length) // n
                 start, index = start + length + q * n, index + 1 + q
                 pieces = ((0, n, 0, member_key(source_key, source, index)),)
-                length = n
+                length, begun = n, False
         if op != 2:
             if draw == start:  # nothing of this pass read: a fresh pass of the new size
                 pieces = ((0, new, 0, member_key(source_key, source, index)),)
-                length = new
+                length, begun = new, True
             else:
                 key = member_key(growth_key, source, entry)
                 pieces = (*pieces, (length, new - n, n, key))
                 length += new - n
             n = new
-        out.append(SourcePass(draw, start, length, pieces, n, index))
+        out.append(SourcePass(draw, start, length, pieces, n, index, begun))
     return out
 
 

@@ -6,6 +6,7 @@ counts stay within the bound; coverage matches a listing; a mismatched log is re
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import numpy as np
@@ -14,9 +15,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataorder.core.batching import coverage
+from dataorder.core.keys import MAX_SEED
+from dataorder.core.partition import MAX_POSITIONS
+from dataorder.core.state import MAX_STATE_BYTES
 from dataorder.llm.mixlog import MixtureLog
 from dataorder.llm.packing import PackedSampler
 from dataorder.llm.packing.growth import GrowingRows
+from dataorder.llm.packing.plan import MAX_CHUNK, MAX_SEQ_LEN, MAX_WINDOW
+from dataorder.llm.packing.sampler import MAX_BLOCK_ROWS
+from dataorder.llm.schedule import BatchSizeSchedule
 from dataorder.testing import SamplerCase, check_contract
 from dataorder.testing.contract import check_elastic_resume, check_epoch_partition
 
@@ -313,13 +320,61 @@ def test_a_resume_with_another_corpus_entry_is_refused_naming_it() -> None:
 
 
 def test_a_resume_over_other_lengths_of_the_grown_documents_is_refused() -> None:
+    """A state binds the lengths of the documents in play at its position: past the growth to
+    30 (step 3), another length for one of its documents is refused, naming the key."""
     s = _grown(0, 1)
-    next(iter(s))
+    it = iter(s)
+    for _ in range(4 * GBS):
+        next(it)
     other = [*WEB[:-1], WEB[-1] + 1]  # a document of the last growth differs
-    with pytest.raises(ValueError, match=r"another configuration: lengths"):
+    with pytest.raises(ValueError, match=r"state\['mixture'\].*lengths differ"):
         _make([other, CODE, MATH], _grown_log(), 0, 1, total_rows=48).load_state_dict(
             s.state_dict()
         )
+    first = [WEB[0] + 1, *WEB[1:]]  # a document of the first sizes differs
+    with pytest.raises(ValueError, match=r"another configuration: lengths"):
+        _make([first, CODE, MATH], _grown_log(), 0, 1, total_rows=48).load_state_dict(
+            s.state_dict()
+        )
+
+
+def test_a_state_before_a_growth_loads_over_other_lengths_of_documents_not_in_play() -> None:
+    s = _grown(0, 1)
+    next(iter(s))  # step 0: the growth to 30 (step 3) has not started
+    other = [*WEB[:-1], WEB[-1] + 1]
+    _make([other, CODE, MATH], _grown_log(), 0, 1, total_rows=48).load_state_dict(s.state_dict())
+
+
+def _rows_from(sampler: PackedSampler, steps: int) -> list[Any]:
+    it = iter(sampler)
+    return [next(it) for _ in range(steps)]
+
+
+@pytest.mark.parametrize("dp", [2, 3])
+def test_a_job_resumes_with_longer_lengths_when_its_corpus_grows(dp: int) -> None:
+    """The crawl case: a job packs the 18 documents of source 0 it has, trains 4 global
+    batches and stops; its corpus has grown to 30 documents, so it restarts with the longer
+    lengths and a log that grows source 0 at step 6, from the old state, on ``dp`` ranks: the
+    rows it reads are the uninterrupted run's (given all 30 lengths and the same log)."""
+    first = MixtureLog([1, 1], sizes=[18, 24])
+    old = [_make([WEB[:18], CODE], first, r, 2, total_rows=10**6) for r in range(2)]
+    for s in old:
+        _rows_from(s, 4 * GBS // 2)
+    state = old[0].state_dict()
+    grown = MixtureLog.from_bytes(first.to_bytes())
+    grown.grow(6, 0, 30)
+    resumed = [_make([WEB, CODE], grown, r, dp, total_rows=10**6) for r in range(dp)]
+    whole = [_make([WEB, CODE], grown, r, dp, total_rows=10**6) for r in range(dp)]
+    for r in range(dp):
+        resumed[r].load_state_dict(state)
+        whole[r].load_state_dict(whole[r].state_at(0, 4 * GBS // dp))
+    got = [_rows_from(s, 6 * GBS // dp) for s in resumed]
+    want = [_rows_from(s, 6 * GBS // dp) for s in whole]
+    assert got == want
+    ids = {span[0] for rank in got for batch in rank for row in batch for span in row}
+    assert ids & set(range(18, 30))  # the new documents are read after the growth
+    before, after = state["mixture"], resumed[0].state_dict()["mixture"]
+    assert before.rpartition("/")[2] != after.rpartition("/")[2]  # the new lengths are bound
 
 
 def test_the_progress_shows_rows_per_pass_after_the_changes_and_retired_unread_tokens() -> None:
@@ -408,3 +463,26 @@ def test_epochs_of_a_packed_blend_with_corpus_changes_partition_and_resume_elast
 @pytest.mark.slow
 def test_the_contract_on_a_packed_blend_with_corpus_changes() -> None:
     assert check_contract(_contract_case(), resume_points=6, recipes=()) == []
+
+
+def test_a_state_over_corpus_changes_at_every_cap_fits_the_state_bound() -> None:
+    """The lengths the changes bring in add 9 characters to the ``mixture`` tag: a packed state at
+    every cap (seq_len, window, chunk, seed, 2**18 ranks, a batch-size schedule, epochs of 2**62
+    rows: its last epoch, its last row) with a tag naming 2**62 entries still fits
+    MAX_STATE_BYTES (fewer rows an epoch allow more epochs: as many digits in all)."""
+    log = MixtureLog([1, 1], sizes=[3, 3])
+    log.grow(1, 1, 4)
+    docs = [2**31 - 1, 5, 7, 3]
+    gbs = MAX_POSITIONS
+    s = PackedSampler(
+        None, MAX_SEQ_LEN, 1, MAX_BLOCK_ROWS - 1, MAX_BLOCK_ROWS,
+        BatchSizeSchedule([(0, gbs), (MAX_POSITIONS, gbs)]), seed=MAX_SEED, window=MAX_WINDOW,
+        chunk=MAX_CHUNK, split="never", long_documents="drop", mixture=([docs, docs], log),
+        total_rows=MAX_POSITIONS,
+    )  # fmt: skip
+    state = s.state_dict()
+    grown = state["mixture"].rpartition("/")[2]
+    assert len(grown) == 8
+    worst = dict(state, consumed=MAX_POSITIONS, epoch=s.max_epoch)
+    worst["mixture"] = f"{2**62}:{'f' * 16}:{'f' * 32}/{grown}"
+    assert len(json.dumps(worst, separators=(",", ":"))) <= MAX_STATE_BYTES

@@ -35,6 +35,14 @@ NOTE [ Packed corpus changes ]
       (:meth:`GrowingRows.retired_unread`).
     * an addition: a source of size 0 starts its first pass (pass 0 of its plan) when added.
 
+    NOTE [ Lengths a state binds ]: a state binds the lengths of the documents in play at its
+    position, no others: ``config.lengths`` digests every source's first ``size`` lengths (the
+    log's first sizes), and the end of the state's ``mixture`` tag those of the documents the
+    changes that started by then brought in. So a job that learns of new documents only when
+    its corpus grows resumes its old state with the longer lengths and the log's new entry; a
+    state that has read a grown document is refused over other lengths for it (the documents
+    after the sources given first shift their flat ids, as the longer lengths say).
+
     Coverage (NOTE [ Coverage ]) of an epoch: a source's rows inside one stretch of normal
     passes of one plan are counted from window totals, as without changes; rows that touch a
     pass a growth modified are listed span by span (the cost of that epoch's count, once, like
@@ -52,6 +60,7 @@ import numpy.typing as npt
 from dataorder._validate import fail
 from dataorder.core.batching import coverage
 from dataorder.core.keys import derive_key
+from dataorder.core.state import digest
 from dataorder.llm.blend_order import BlendOrder
 from dataorder.llm.mixlog import LogMixture, MixtureLog
 from dataorder.llm.mixlog_corpus import CorpusLog
@@ -196,6 +205,7 @@ class GrowingRows:
         self._plans = {(d, len(p.lengths), -1): p for d, p in enumerate(plans)}
         self._passes: list[list[RowPass]] = []
         self._passes_at = -1
+        self._grown_prints: dict[tuple[int, int, int], str] = {}
         sizes = log.sizes or ()
         self.first_plans = [self.plan(d, n) if n else None for d, n in enumerate(sizes)]
 
@@ -491,6 +501,27 @@ class GrowingRows:
                 f"source {d}: {n}" for d, n in retired.items()
             )
         return shown
+
+    def first_prints(self) -> list[str]:
+        """Every source's lengths fingerprint at the log's first sizes (``""``: a source added
+        later): what ``config.lengths`` digests, so lengths that only add documents the run has
+        not reached yet load the same states (NOTE [ Lengths a state binds ])."""
+        return ["" if p is None else str(p.config()["lengths"]) for p in self.first_plans]
+
+    def grown_print(self, position: int) -> str:
+        """The digest of the lengths of every document a corpus change has brought into play by
+        run position ``position`` (entries that start at or before it): the state's
+        ``mixture`` tag ends in its first 8 hex digits (NOTE [ Lengths a state binds ])."""
+        first = self.log.sizes or ()
+        parts: list[object] = []
+        for d, n in enumerate(self.sizes_at(position + 1)):
+            if n > first[d]:
+                key = (d, first[d], n)
+                if key not in self._grown_prints:
+                    part = DocumentLengths(self.lengths[d].slice(first[d], n))
+                    self._grown_prints[key] = part.fingerprint()
+                parts.append([d, first[d], n, self._grown_prints[key]])
+        return digest(parts)
 
     def retired_unread(self, position: int) -> dict[int, int]:
         """Per source retired by an entry that starts at or before run position ``position``,

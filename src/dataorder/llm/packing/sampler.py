@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
-from dataorder.core.assembly import Detail, Field, Given, Schema, flag, recorded
+from dataorder.core.assembly import Detail, Extra, Field, Given, Schema, flag, recorded
 from dataorder.core.dealing import DealtBlocks, DealtByCost
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.partition import MAX_POSITIONS
@@ -183,6 +183,58 @@ def _per_source(sampler: PackedSampler) -> str:
     return rows.describe(sampler.consumed_samples)
 
 
+def _grown_at(
+    sampler: PackedSampler, growing: GrowingRows, epoch: int, progress: Mapping[str, int]
+) -> str:
+    return growing.grown_print(sampler.order.epoch_bounds(epoch)[0] + progress["consumed"])[:8]
+
+
+def _mixture_tag(sampler: PackedSampler, epoch: int, progress: Mapping[str, int]) -> Scalar | None:
+    """The state's ``mixture``: the schedule's tag, and over a log of corpus changes ``/`` and 8
+    hex digits of the lengths its changes brought into play (NOTE [ Lengths a state binds ])."""
+    tag = MIXTURE_STATE.save(sampler, epoch, progress)
+    growing = sampler._growing
+    if tag is None or growing is None:
+        return tag
+    return f"{tag}/{_grown_at(sampler, growing, epoch, progress)}"
+
+
+def _check_mixture_tag(
+    sampler: PackedSampler,
+    saved: object,
+    epoch: int,
+    progress: Mapping[str, int],
+    layout: Mapping[str, int],
+) -> None:
+    growing = sampler._growing
+    if growing is None:
+        MIXTURE_STATE.check(sampler, saved, epoch, progress, layout)
+        return
+    tag, _, grown = saved.rpartition("/") if isinstance(saved, str) else ("", "", "")
+    if not tag:
+        fail(
+            "state['mixture']",
+            "the log's tag, '/' and 8 hex digits of the lengths its corpus changes brought into "
+            "play (NOTE [ Lengths a state binds ])",
+            saved,
+        )
+    MIXTURE_STATE.check(sampler, tag, epoch, progress, layout)
+    want = _grown_at(sampler, growing, epoch, progress)
+    if grown != want:
+        fail(
+            "state['mixture']",
+            f"a tag ending in /{want}: the lengths differ for a "
+            "grown or added document the state had reached (NOTE [ Lengths a state binds ])",
+            saved,
+        )
+
+
+#: The state's ``mixture`` key: :data:`~dataorder.llm.sampler.MIXTURE_STATE`'s tag, over a log
+#: of corpus changes followed by the digest of the lengths it brought into play (8 hex digits, in
+#: the same key: a state at every cap stays within MAX_STATE_BYTES).
+_MIXTURE = Extra("mixture", _mixture_tag, _check_mixture_tag, required=MIXTURE_STATE.required)
+
+
 def _position_of(sampler: PackedSampler) -> str:
     text = sampler.dealt_blocks().describe(sampler.progress, sampler.epoch)
     return text + sampler._source.epochs.where(sampler.epoch)
@@ -221,8 +273,9 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
             own and take rows by weight (a weight vector, a
             :class:`~dataorder.llm.mixture.MixtureSchedule` over the rows trained, or a
             :class:`~dataorder.llm.mixlog.MixtureLog`; one built with ``sizes=`` may grow, add
-            and retire sources, its lengths here holding every document it will name: NOTE
-            [ Packed corpus changes ] in :mod:`dataorder.llm.packing.growth`). Document ids
+            and retire sources, its lengths here holding every document it names (a state
+            binds only the lengths in play at its position, so longer lengths load it: NOTE
+            [ Lengths a state binds ] in :mod:`dataorder.llm.packing.growth`). Document ids
             in rows are then flat over the sources, in order
             (:class:`~dataorder.llm.packing.dataset.ConcatTokens`).
         total_rows: With a mixture, rows per epoch (default: every source's rows per pass).
@@ -246,6 +299,8 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
 
     #: What a position of the order counts, in messages.
     position_unit = "row"
+    #: The rows of a log of corpus changes, or None (NOTE [ Packed corpus changes ]).
+    _growing: GrowingRows | None = None
 
     schema = Schema(
         kind="packed",
@@ -279,7 +334,7 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
             BATCH_SIZE_SCHEDULE,
         ),
         batching_of=lambda s: PackedRows(s.seq_len),
-        extras=(MIXTURE_STATE,),
+        extras=(_MIXTURE,),
         details=(
             Detail("consumed_samples", lambda s: f"{s.consumed_samples} rows (run-wide)"),
             Detail("per source", lambda s: _per_source(s)),
@@ -426,7 +481,12 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
             growing.mixture, draws = compiled, growing
         self._rows = source = Blend(self.order, draws)
         self._compose(source, _DEALT, end)
-        prints = [p.config()["lengths"] for p in self.plans]
+        self._growing = growing
+        prints = (
+            [p.config()["lengths"] for p in self.plans]
+            if growing is None
+            else growing.first_prints()
+        )
         self._record = {
             "lengths": _MIXTURE_PREFIX + digest(prints),
             "global_batch_size": batches,

@@ -448,9 +448,8 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         """The state this sampler writes with its cursor after ``step`` steps of ``epoch``.
 
         Pure: the cursor does not move. What a caller that knows the position of a step (not
-        the cursor's, which a loader's read-ahead moves past it) records: the state is this
-        sampler's own, every key it writes included (an assembled sampler's extras, such as a
-        mixture's ``mixture`` tag, which depends on the position).
+        the cursor's, which a loader's read-ahead moves past it) records, every key included
+        (a mixture's ``mixture`` tag depends on the position).
 
         Args:
             epoch: The epoch, ``0 .. max_epoch``.
@@ -471,8 +470,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         return self._state_at(epoch, plan.progress_at(step))
 
     def _state_at(self, epoch: int, progress: Mapping[str, int]) -> dict[str, Scalar]:
-        """The state this sampler writes with its cursor at ``(epoch, progress)``: the one
-        writer of every state (NOTE [ The state path ])."""
+        """The state at ``(epoch, progress)``: the one writer (NOTE [ The state path ])."""
         own, end = self._extra_keys()
         return build_state(
             self.state_kind,
@@ -485,10 +483,8 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         )
 
     def state_position(self, state: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
-        """``(epoch, progress)`` where ``state`` puts the cursor; the cursor does not move.
-
-        Checked as :meth:`load_state_dict` checks it, so it also reads the foreign
-        checkpoints this sampler's compat mode loads.
+        """``(epoch, progress)`` where ``state`` (also a foreign checkpoint this sampler's
+        compat mode loads) puts the cursor; the cursor does not move.
 
         Raises:
             TypeError, ValueError: As :meth:`load_state_dict`.
@@ -497,8 +493,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         return epoch, progress
 
     def _located(self, state_dict: object) -> tuple[int, dict[str, int], bool]:
-        """``(epoch, progress, foreign)``: where ``state_dict`` puts the cursor, checked; the
-        one reader of every state (NOTE [ The state path ]). Nothing changes."""
+        """``(epoch, progress, foreign)`` of any state: the one reader (NOTE [ The state path ])."""
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"state_dict must be a dict; got {type(state_dict).__name__}")
         if "format" not in state_dict:
@@ -617,11 +612,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         self._apply_state(epoch, progress, foreign=foreign)
 
     def _checked_state(self, state_dict: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
-        """Validate ``state_dict`` for :meth:`load_state_dict` without changing anything.
-
-        Returns:
-            ``(epoch, progress)``: where the state puts the cursor.
-        """
+        """``(epoch, progress)`` of a dataorder state, checked for :meth:`load_state_dict`."""
         layout = self.layout_info()
         epoch, progress, saved_layout = parse_state(
             state_dict,
@@ -665,11 +656,9 @@ class CursorSampler(abc.ABC, Generic[T_co]):
             ) from None
         return epoch, dict(progress)
 
-    def _apply_state(
-        self, epoch: int, progress: Mapping[str, int], *, foreign: bool = False
-    ) -> None:
-        """Place the cursor at a validated ``(epoch, progress)`` (NOTE [ The loop contract ]);
-        ``foreign``: another library's checkpoint, placed where its own sampler continues."""
+    def _apply_state(self, epoch: int, progress: Mapping[str, int], *, foreign: bool) -> None:
+        """Place the cursor at a validated ``(epoch, progress)`` (NOTE [ The loop contract ];
+        ``foreign``: another library's checkpoint, placed where its own sampler continues)."""
         if (
             not foreign
             and self._loop_owns_epoch

@@ -1,22 +1,26 @@
 """A sampler assembled from declared parts: its order strategy, batching rule and state schema.
 
-Every dataorder sampler is a :class:`~dataorder.core.cursor.CursorSampler` (the loop contract,
-written once) whose class declares a :class:`Schema`. A sampler writes two things itself: its
-constructor (validation, in its users' argument names) and ``_make_plan`` (how its order fills
-the core partition for one epoch). Everything else is derived from the declaration, here:
+Every dataorder sampler is a :class:`~dataorder.core.cursor.CursorSampler` (the loop contract
+and the state path, written once) whose class declares a :class:`Schema`. A sampler writes two
+things itself: its constructor (validation, in its users' argument names) and ``_make_plan``
+(how its order fills the core partition for one epoch). The cursor's hooks are answered from the
+declaration, here; the cursor's state methods are never overridden (NOTE [ The state path ]):
 
 =========================  =====================================================================
 derived                    from
 =========================  =====================================================================
 ``order_config()``         the schema's :class:`Field`\\ s, then the order strategy's own fields
 ``layout_info()``          the schema's :class:`Layout`
-``state_dict()``           the cursor, plus the declared :class:`Extra` keys (the sampler's,
-                           after the progress; the strategy's, at the end)
-``load_state_dict()``      the same, checked; plus the :class:`Foreign` checkpoints a compat
-                           strategy of the family loads (torchdata's, NeMo's)
+``state_dict()``           the cursor's writer, with the declared :class:`Extra` keys (the
+                           sampler's, after the progress; the strategy's, at the end)
+``load_state_dict()``      the cursor's reader, with the same keys checked, and the
+                           :class:`Foreign` checkpoints a compat strategy of the family loads
+                           (torchdata's, NeMo's)
 ``from_state()``           the constructor's keywords from the state's fields, the layout and
-                           the caller's :class:`Given` values; an unknown keyword is an error
-``describe_progress()``    the plan's position, the steps, and the declared :class:`Detail`\\ s
+                           the caller's :class:`Given` values (an unknown keyword is an error),
+                           then ``load_state_dict()``
+``describe_progress()``    the cursor's lines, with the schema's ``position`` words, its
+                           ``steps`` label and the declared :class:`Detail`\\ s
 ``batching``               the declared :class:`~dataorder.core.batching.BatchRule`
 the registry of kinds      :data:`SAMPLERS`: a class that declares a schema is registered when it
                            is defined (``dataorder inspect`` rebuilds any state through it)
@@ -46,7 +50,7 @@ from typing import Any, ClassVar, TypeVar
 
 from dataorder._validate import check_int, fail
 from dataorder.core.batching import BatchRule
-from dataorder.core.cursor import CursorSampler, EpochPlan
+from dataorder.core.cursor import CursorSampler
 from dataorder.core.schema import (
     Detail,
     Extra,
@@ -61,7 +65,7 @@ from dataorder.core.schema import (
     flag,
     recorded,
 )
-from dataorder.core.state import Scalar, build_state, split_state
+from dataorder.core.state import Scalar, split_state
 
 __all__ = [
     "SAMPLERS",
@@ -175,6 +179,7 @@ class AssembledSampler(CursorSampler[T_co]):
         cls.config_labels = MappingProxyType(
             {f.name: f.label for f in schema.fields if f.label is not None}
         )
+        cls.steps_label = schema.steps
         SAMPLERS[schema.kind] = cls
 
     # -- what the declaration gives ---------------------------------------------------------------
@@ -227,103 +232,15 @@ class AssembledSampler(CursorSampler[T_co]):
             name: int(getattr(self, name)) for name in self.schema.layout.fields if name not in skip
         }
 
-    def _extras(self) -> tuple[tuple[Extra, ...], tuple[Extra, ...]]:
+    def _extra_keys(self) -> tuple[tuple[Extra, ...], tuple[Extra, ...]]:
+        """The schema's :class:`Extra` keys, then the current mode's."""
         mode = self._current_mode()
         return self.schema.extras, () if mode is None else mode.extras
 
-    def _state_at(self, epoch: int, progress: Mapping[str, int]) -> dict[str, Scalar]:
-        """The state with the cursor at ``(epoch, progress)`` (:mod:`dataorder.core.state`),
-        with the declared extra keys; what ``state_dict()`` writes at the cursor."""
-        own, strategy = self._extras()
-        state = build_state(
-            self.state_kind,
-            epoch=epoch,
-            config=self.order_config(),
-            progress=progress,
-            layout=self.layout_info(),
-        )
-        saved = [(e.name, e.save(self, epoch, progress)) for e in own]
-        if any(value is not None for _, value in saved):
-            last = self.progress_keys[-1]
-            out: dict[str, Scalar] = {}
-            for key, value in state.items():
-                out[key] = value
-                if key == last:
-                    out.update((k, v) for k, v in saved if v is not None)
-            state = out
-        for e in strategy:
-            extra = e.save(self, epoch, progress)
-            if extra is not None:
-                state[e.name] = extra
-        return state
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Place the cursor where ``state_dict`` says (see
-        :meth:`~dataorder.core.cursor.CursorSampler.load_state_dict`); also the foreign
-        checkpoints a compat mode of this family loads (its :class:`Foreign` formats).
-
-        Raises:
-            TypeError: If ``state_dict`` is not a mapping.
-            ValueError: If it is not a state of this sampler and configuration, a declared key
-                is missing or refused, or a foreign checkpoint needs another compat mode.
-        """
-        foreign = self._foreign_position(state_dict)
-        if foreign is not None:
-            self._place(*foreign, loaded=True)
-            return
-        epoch, progress = self._resolve_state(state_dict)
-        self._apply_state(epoch, progress)
-
-    def _resolve_state(self, state_dict: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
-        """Where ``state_dict`` (ours, or a foreign checkpoint a compat mode loads) puts the
-        cursor, checked as :meth:`load_state_dict` checks it; nothing changes."""
-        foreign = self._foreign_position(state_dict)
-        if foreign is not None:
-            return foreign
-        own, strategy = self._extras()
-        state = self._without_repeated_layout(state_dict)
-        saved = {}
-        for extra in (*own, *strategy):
-            if extra.name in state:
-                saved[extra.name] = state.pop(extra.name)
-        # The configuration first: a state of another configuration (one corpus loaded into a
-        # mixture) lacks the other's extra keys, and the field that differs says why.
-        epoch, progress = self._checked_state(state)
-        missing = [e.name for e in (*own, *strategy) if e.name not in saved and e.needed(self)]
-        if missing:
-            raise ValueError(f"state is missing keys {missing}")
-        if saved:
-            layout = {k: int(state[f"layout.{k}"]) for k in self.layout_info()}  # checked ints
-            for extra in (*own, *strategy):
-                if extra.name in saved:
-                    extra.check(self, saved[extra.name], epoch, progress, layout)
-        return epoch, progress
-
-    def _foreign_position(self, state_dict: object) -> tuple[int, dict[str, int]] | None:
-        """Where a foreign checkpoint puts the cursor; None if ``state_dict`` is not one."""
-        if not isinstance(state_dict, Mapping):
-            raise TypeError(f"state_dict must be a dict; got {type(state_dict).__name__}")
-        if "format" in state_dict:
-            return None
-        return self._load_foreign(state_dict)
-
-    def _without_repeated_layout(self, state: Mapping[Any, Any]) -> dict[Any, Any]:
-        """A copy of ``state`` without the ``layout.*`` fields its configuration records too
-        (states of an order that bakes the layout in once repeated it); never mutated."""
-        out = dict(state)
-        for name in self._layout_in_config():
-            key = f"layout.{name}"
-            if key in out and f"config.{name}" in out:
-                if out[key] != out[f"config.{name}"]:
-                    raise ValueError(
-                        f"state[{key!r}] must equal state['config.{name}']; got {out[key]!r} and "
-                        f"{out[f'config.{name}']!r} (an edited state)"
-                    )
-                del out[key]
-        return out
-
-    def _load_foreign(self, state: Mapping[str, Any]) -> tuple[int, dict[str, int]] | None:
-        """Where another library's checkpoint puts the cursor, if ``state`` is one; else None."""
+    def _read_foreign(self, state: Mapping[str, Any]) -> tuple[int, dict[str, int]] | None:
+        """Where another library's checkpoint puts the cursor (the :class:`Foreign` formats of
+        the family's modes: the current mode's is read, another's refused); None if ``state``
+        is none of them."""
         modes = self.schema.modes
         if modes is None:
             return None
@@ -427,23 +344,10 @@ class AssembledSampler(CursorSampler[T_co]):
         sampler.load_state_dict(state)
         return sampler
 
-    def describe_progress(self) -> list[tuple[str, str]]:
-        """Where the cursor is, as ``(label, text)`` lines (what ``dataorder inspect`` prints)."""
-        plan: EpochPlan[Any] = self.epoch_plan()
-        position = self._position
-        step = plan.step_of(position)
-        describe = getattr(plan, "describe", None)
-        if self.schema.position is not None:
-            where = self.schema.position(self)
-        elif callable(describe):
-            where = describe(position, self._epoch)
-        else:
-            where = ", ".join(f"{k}={v}" for k, v in position.items()) + f" in epoch {self._epoch}"
-        lines = [
-            ("position", where),
-            (
-                self.schema.steps,
-                f"{step} of {plan.num_steps} done; {self.remaining} left on every rank",
-            ),
-        ]
-        return lines + [(d.label, d.text(self)) for d in self.schema.details]
+    def _describe_position(self, position: Mapping[str, int]) -> str | None:
+        """The schema's ``position`` words, if it declares them."""
+        return None if self.schema.position is None else self.schema.position(self)
+
+    def _progress_details(self) -> list[tuple[str, str]]:
+        """The schema's :class:`Detail` lines."""
+        return [(d.label, d.text(self)) for d in self.schema.details]

@@ -46,6 +46,10 @@ NOTE [ The loop contract ]
                                     every pass starts there until the cursor is placed again
                                     (torchdata's loader runs a restore pass of its own first);
                                     a warning counts the steps the state had left, if any
+    ``load_state_dict(f)``, ``f``   placed where that library's own sampler continues: NeMo's
+    another library's checkpoint    at its epoch and step, torchdata's in the cursor's epoch;
+                                    never the exception above (their samplers take the
+                                    state's epoch over the loop's)
     a copy (pickle, deepcopy)       is a saved state: it continues from the position
     live vs loaded                  a loaded position becomes the origin; a live pass's does
                                     not (a live sampler replays from its origin where a
@@ -75,12 +79,22 @@ from __future__ import annotations
 import abc
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import chain
 from types import MappingProxyType
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from dataorder._validate import check_int, fail
 from dataorder.core.runcount import RunCount
-from dataorder.core.state import MAX_EPOCH, Scalar, build_state, parse_state
+from dataorder.core.state import (
+    MAX_EPOCH,
+    Scalar,
+    StateKey,
+    build_state,
+    check_extras,
+    extra_values,
+    parse_state,
+    without_repeated_layout,
+)
 
 __all__ = ["CursorBatchSampler", "CursorSampler", "EpochPlan", "RunCount"]
 
@@ -134,8 +148,17 @@ class CursorSampler(abc.ABC, Generic[T_co]):
     """Base of every dataorder sampler: the cursor, the loop contract and the state protocol.
 
     Subclasses define :attr:`state_kind`, :attr:`progress_keys`, :meth:`order_config`,
-    :meth:`layout_info`, :attr:`dp_rank` and :meth:`_make_plan`; everything else, iteration
-    included, is here (see NOTE [ The loop contract ] in the module docstring).
+    :meth:`layout_info`, :attr:`dp_rank` and :meth:`_make_plan`, and may declare the hooks
+    below; everything else, iteration and the state, is here, and no sampler overrides it
+    (NOTE [ The loop contract ] in the module docstring).
+
+    NOTE [ The state path ]
+        Every state is written by :meth:`_state_at` (``state_dict``, ``state_at``,
+        ``state_after``): the declared fields, then the hooks' extra keys. Every state is read
+        by :meth:`_located` (``load_state_dict``, ``state_position``, ``state_after``,
+        ``from_state``): a foreign checkpoint through :meth:`_read_foreign`, else the extra keys
+        set apart, the configuration and layout checked (:meth:`_checked_state`), then the
+        extra keys. :meth:`_apply_state` places the cursor. The hooks only declare.
     """
 
     #: Name recorded as ``kind`` in the state.
@@ -145,6 +168,8 @@ class CursorSampler(abc.ABC, Generic[T_co]):
     #: How a configuration field whose key is not its argument's name is named when a state
     #: differs in it (``parse_state``'s ``labels``).
     config_labels: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    #: What a step is called in :meth:`describe_progress` ("micro-steps", "indices").
+    steps_label: ClassVar[str] = "steps"
 
     def __init__(self) -> None:
         self._epoch = 0
@@ -194,6 +219,26 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         """How this sampler's epochs cut a run-wide count (NOTE [ The run-wide count ]); None
         for a sampler that takes no run-wide count."""
         return None
+
+    def _extra_keys(self) -> tuple[Sequence[StateKey], Sequence[StateKey]]:
+        """Keys the state adds: ``(right after the progress, at the end)``."""
+        return (), ()
+
+    def _layout_in_config(self) -> tuple[str, ...]:
+        """Layout fields the configuration records instead of ``layout.*``."""
+        return ()
+
+    def _read_foreign(self, state: Mapping[str, Any]) -> tuple[int, dict[str, int]] | None:
+        """Where another library's checkpoint (no ``format``) puts the cursor, or None."""
+        return None
+
+    def _describe_position(self, position: Mapping[str, int]) -> str | None:
+        """Where the cursor is, in words; None: the plan's ``describe`` or the counters."""
+        return None
+
+    def _progress_details(self) -> list[tuple[str, str]]:
+        """Further ``(label, text)`` lines of :meth:`describe_progress`."""
+        return []
 
     def _chunk_steps(self) -> int:
         """Most steps evaluated together while iterating. A pass's first chunk is one step, then
@@ -371,14 +416,15 @@ class CursorSampler(abc.ABC, Generic[T_co]):
     def describe_progress(self) -> list[tuple[str, str]]:
         """Where the cursor is, as ``(label, text)`` lines (what ``dataorder inspect`` prints)."""
         plan = self.epoch_plan()
-        step = plan.step_of(self._position)
-        return [
-            (
-                "steps",
-                f"{step} of {plan.num_steps} done in epoch {self._epoch}; {self.remaining} left "
-                "on every rank",
-            )
-        ]
+        position = self._position
+        step = plan.step_of(position)
+        where, describe = self._describe_position(position), getattr(plan, "describe", None)
+        if where is None and callable(describe):
+            where = describe(position, self._epoch)
+        elif where is None:
+            where = ", ".join(f"{k}={v}" for k, v in position.items()) + f" in epoch {self._epoch}"
+        done = f"{step} of {plan.num_steps} done; {self.remaining} left on every rank"
+        return [("position", where), (self.steps_label, done), *self._progress_details()]
 
     # -- state ----------------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -402,9 +448,8 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         """The state this sampler writes with its cursor after ``step`` steps of ``epoch``.
 
         Pure: the cursor does not move. What a caller that knows the position of a step (not
-        the cursor's, which a loader's read-ahead moves past it) records: the state is this
-        sampler's own, every key it writes included (an assembled sampler's extras, such as a
-        mixture's ``mixture`` tag, which depends on the position).
+        the cursor's, which a loader's read-ahead moves past it) records, every key included
+        (a mixture's ``mixture`` tag depends on the position).
 
         Args:
             epoch: The epoch, ``0 .. max_epoch``.
@@ -425,19 +470,44 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         return self._state_at(epoch, plan.progress_at(step))
 
     def _state_at(self, epoch: int, progress: Mapping[str, int]) -> dict[str, Scalar]:
-        """The state this sampler writes with its cursor at ``(epoch, progress)``."""
+        """The state at ``(epoch, progress)``: the one writer (NOTE [ The state path ])."""
+        own, end = self._extra_keys()
         return build_state(
             self.state_kind,
             epoch=epoch,
             config=self.order_config(),
             progress=progress,
             layout=self.layout_info(),
+            extras=extra_values(own, self, epoch, progress),
+            trailer=extra_values(end, self, epoch, progress),
         )
 
-    def _resolve_state(self, state_dict: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
-        """Where ``state_dict`` puts the cursor, checked as :meth:`load_state_dict` checks it;
-        nothing changes."""
-        return self._checked_state(state_dict)
+    def state_position(self, state: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
+        """``(epoch, progress)`` where ``state`` (also a foreign checkpoint this sampler's
+        compat mode loads) puts the cursor; the cursor does not move.
+
+        Raises:
+            TypeError, ValueError: As :meth:`load_state_dict`.
+        """
+        epoch, progress, _ = self._located(state)
+        return epoch, progress
+
+    def _located(self, state_dict: object) -> tuple[int, dict[str, int], bool]:
+        """``(epoch, progress, foreign)`` of any state: the one reader (NOTE [ The state path ])."""
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict must be a dict; got {type(state_dict).__name__}")
+        if "format" not in state_dict:
+            foreign = self._read_foreign(state_dict)
+            if foreign is not None:
+                return foreign[0], dict(foreign[1]), True
+        keys = [*chain(*self._extra_keys())]
+        state = without_repeated_layout(state_dict, self._layout_in_config())
+        saved = {k.name: state.pop(k.name) for k in keys if k.name in state}
+        # The configuration first: a state of another configuration (one corpus loaded into a
+        # mixture) lacks the other's extra keys, and the field that differs says why.
+        epoch, progress = self._checked_state(state)
+        check_extras(keys, saved, self, epoch, progress, state)
+        return epoch, progress, False
 
     def state_after(
         self, state: Mapping[str, Any], steps: int, *, batch: int = 1
@@ -471,7 +541,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         """
         steps = check_int("steps", steps, min_value=0)
         batch = check_int("batch", batch, min_value=1)
-        epoch, progress = self._resolve_state(state)
+        epoch, progress = self.state_position(state)
         plan = self.epoch_plan(epoch)
         step = plan.step_of(progress)
         if steps and step >= plan.num_steps and epoch < self.max_epoch:
@@ -509,34 +579,14 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         runs = self._run_count()
         if runs is None:
             raise TypeError(f"{type(self).__name__} takes no run-wide count ({name}=)")
-        count = check_int(name, count, min_value=0)
-        epoch = runs.epoch_of(count)
-        if epoch > self.max_epoch:
-            fail(name, f"a count within {self.max_epoch + 1} epochs", count)
-        layout = ", ".join(f"{k}={v}" for k, v in self.layout_info().items())
-        if epoch and not runs.same_on_every_layout:
-            fail(
-                name,
-                f"inside the first epoch ({runs.start(1)} positions on this layout: {layout}) "
-                f"when the positions of an epoch depend on the layout ({runs.why}), which a "
-                f"bare count does not record: {count} is epoch {epoch} on this layout, but "
-                "another epoch or position on the layout that counted it (NOTE [ The run-wide "
-                "count ]: pass the run's state_dict() instead, which resumes exactly on any "
-                "layout, or set a global_batch_size whose epochs end on whole global batches)",
-                count,
-            )
-        first = runs.start(epoch)
-        progress = {self.progress_keys[0]: count - first}
-        try:
-            self.epoch_plan(epoch).step_of(progress, strict=True)
-        except ValueError as err:
-            fail(
-                name,
-                f"on a step boundary of this layout ({layout}): {count} falls inside a step "
-                f"(epoch {epoch} starts at count {first} here, and {err})",
-                count,
-            )
-        return epoch, progress
+        return runs.position(
+            check_int(name, count, min_value=0),
+            name=name,
+            max_epoch=self.max_epoch,
+            layout=self.layout_info(),
+            key=self.progress_keys[0],
+            step_of=lambda e, progress: self.epoch_plan(e).step_of(progress, strict=True),
+        )
 
     def _count_now(self) -> int:
         """The run-wide count at the cursor (a sampler's ``consumed_samples``)."""
@@ -555,18 +605,14 @@ class CursorSampler(abc.ABC, Generic[T_co]):
             TypeError: If ``state_dict`` is not a mapping.
             ValueError: If it is not a dataorder state of this kind, comes from another
                 configuration (the message names the field), or describes a position the saving
-                layout never reaches or this layout cannot continue from. The sampler is
-                unchanged when it raises.
+                layout never reaches or this layout cannot continue from; or is a foreign
+                checkpoint of another compat mode. The sampler is unchanged when it raises.
         """
-        epoch, progress = self._resolve_state(state_dict)
-        self._apply_state(epoch, progress)
+        epoch, progress, foreign = self._located(state_dict)
+        self._apply_state(epoch, progress, foreign=foreign)
 
     def _checked_state(self, state_dict: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
-        """Validate ``state_dict`` for :meth:`load_state_dict` without changing anything.
-
-        Returns:
-            ``(epoch, progress)``: where the state puts the cursor.
-        """
+        """``(epoch, progress)`` of a dataorder state, checked for :meth:`load_state_dict`."""
         layout = self.layout_info()
         epoch, progress, saved_layout = parse_state(
             state_dict,
@@ -587,47 +633,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
             raise ValueError(
                 f"state's epoch must be an int in [0, {self.max_epoch}]; got epoch={epoch}"
             )
-        self._check_reachable(epoch, progress, saved_layout)
-        try:
-            self.epoch_plan(epoch).step_of(progress)
-        except ValueError as err:
-            raise ValueError(
-                f"cannot resume epoch {epoch} on this layout ({layout}): {err}"
-            ) from None
-        return epoch, dict(progress)
-
-    def _apply_state(self, epoch: int, progress: Mapping[str, int]) -> None:
-        """Place the cursor at a validated ``(epoch, progress)`` (NOTE [ The loop contract ])."""
-        plan = self.epoch_plan(epoch)
-        step = plan.step_of(progress)
-        if (
-            self._loop_owns_epoch
-            and self._step is None
-            and epoch < self._epoch
-            and self.epoch_plan().step_of(self._origin) == 0
-        ):
-            # The loop has said a later epoch and read nothing since: the loop's epoch wins. A
-            # loader's state taken between set_epoch(e) and e's first batch is its last
-            # iterator's, in e - 1; so is the state a loop that resumes at e after a finished
-            # e - 1 loads. A loader that drops a short last batch leaves that batch's indices.
-            left = plan.num_steps - step
-            if left:
-                warnings.warn(
-                    f"the loop set epoch {self._epoch} before loading a state of epoch {epoch} "
-                    f"with {left} of its {plan.num_steps} steps left on this rank; following the "
-                    f"loop, they are skipped (call set_epoch({epoch}) first to finish epoch "
-                    f"{epoch})",
-                    stacklevel=3,
-                )
-            self._place(self._epoch, self._origin, loaded=True)
-            self._restart = True
-            return
-        self._place(epoch, progress, loaded=True)
-
-    def _check_reachable(
-        self, epoch: int, progress: Mapping[str, int], saved_layout: Mapping[str, int]
-    ) -> None:
-        """Refuse progress the layout that wrote the state never reaches."""
+        # progress the layout that wrote the state never reaches is refused
         try:
             saved = self.epoch_plan(epoch, layout=saved_layout)
         except (TypeError, ValueError) as err:
@@ -642,6 +648,42 @@ class CursorSampler(abc.ABC, Generic[T_co]):
                 f"{fields} is not a position the saving layout {dict(saved_layout)} reaches in "
                 f"epoch {epoch}: {err}"
             ) from None
+        try:
+            self.epoch_plan(epoch).step_of(progress)
+        except ValueError as err:
+            raise ValueError(
+                f"cannot resume epoch {epoch} on this layout ({layout}): {err}"
+            ) from None
+        return epoch, dict(progress)
+
+    def _apply_state(self, epoch: int, progress: Mapping[str, int], *, foreign: bool) -> None:
+        """Place the cursor at a validated ``(epoch, progress)`` (NOTE [ The loop contract ];
+        ``foreign``: another library's checkpoint, placed where its own sampler continues)."""
+        if (
+            not foreign
+            and self._loop_owns_epoch
+            and self._step is None
+            and epoch < self._epoch
+            and self.epoch_plan().step_of(self._origin) == 0
+        ):
+            # The loop has said a later epoch and read nothing since: the loop's epoch wins. A
+            # loader's state taken between set_epoch(e) and e's first batch is its last
+            # iterator's, in e - 1; so is the state a loop that resumes at e after a finished
+            # e - 1 loads. A loader that drops a short last batch leaves that batch's indices.
+            plan = self.epoch_plan(epoch)
+            left = plan.num_steps - plan.step_of(progress)
+            if left:
+                warnings.warn(
+                    f"the loop set epoch {self._epoch} before loading a state of epoch {epoch} "
+                    f"with {left} of its {plan.num_steps} steps left on this rank; following the "
+                    f"loop, they are skipped (call set_epoch({epoch}) first to finish epoch "
+                    f"{epoch})",
+                    stacklevel=3,
+                )
+            self._place(self._epoch, self._origin, loaded=True)
+            self._restart = True
+            return
+        self._place(epoch, progress, loaded=True)
 
 
 class CursorBatchSampler(CursorSampler[T_co]):

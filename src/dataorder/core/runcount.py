@@ -1,13 +1,15 @@
 """Where a sampler's epochs start in a run-wide count (Megatron's ``consumed_samples``).
 
-:class:`RunCount` is what a sampler says about its epochs; the one reading of a count is
-:meth:`~dataorder.core.cursor.CursorSampler.count_position`, written once over it.
+:class:`RunCount` is what a sampler says about its epochs, and :meth:`RunCount.position` the
+one reading of a count, which :meth:`~dataorder.core.cursor.CursorSampler.count_position` asks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+from dataorder._validate import fail
 
 __all__ = ["RunCount"]
 
@@ -68,3 +70,48 @@ class RunCount:
         return cls(
             lambda e: e * positions, lambda c: c // per, same_on_every_layout, why, positions
         )
+
+    def position(
+        self,
+        count: int,
+        *,
+        name: str,
+        max_epoch: int,
+        layout: Mapping[str, int],
+        key: str,
+        step_of: Callable[[int, dict[str, int]], object],
+    ) -> tuple[int, dict[str, int]]:
+        """``(epoch, {key: position})`` of a non-negative ``count`` on ``layout``: what
+        :meth:`~dataorder.core.cursor.CursorSampler.count_position` answers (``step_of(epoch,
+        progress)`` raises ValueError for progress inside a step of the layout).
+
+        Raises:
+            ValueError: Naming ``name`` and saying why (NOTE [ The run-wide count ]).
+        """
+        epoch = self.epoch_of(count)
+        if epoch > max_epoch:
+            fail(name, f"a count within {max_epoch + 1} epochs", count)
+        where = ", ".join(f"{k}={v}" for k, v in layout.items())
+        if epoch and not self.same_on_every_layout:
+            fail(
+                name,
+                f"inside the first epoch ({self.start(1)} positions on this layout: {where}) "
+                f"when the positions of an epoch depend on the layout ({self.why}), which a "
+                f"bare count does not record: {count} is epoch {epoch} on this layout, but "
+                "another epoch or position on the layout that counted it (NOTE [ The run-wide "
+                "count ]: pass the run's state_dict() instead, which resumes exactly on any "
+                "layout, or set a global_batch_size whose epochs end on whole global batches)",
+                count,
+            )
+        first = self.start(epoch)
+        progress = {key: count - first}
+        try:
+            step_of(epoch, progress)
+        except ValueError as err:
+            fail(
+                name,
+                f"on a step boundary of this layout ({where}): {count} falls inside a step "
+                f"(epoch {epoch} starts at count {first} here, and {err})",
+                count,
+            )
+        return epoch, progress

@@ -42,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 __all__ = [
     "MAX_EPOCH",
@@ -50,12 +50,16 @@ __all__ = [
     "STATE_FORMAT",
     "STATE_VERSION",
     "Scalar",
+    "StateKey",
     "build_state",
+    "check_extras",
     "config_fingerprint",
     "digest",
+    "extra_values",
     "find_sampler_states",
     "parse_state",
     "split_state",
+    "without_repeated_layout",
 ]
 
 STATE_FORMAT = "dataorder.state"
@@ -93,6 +97,89 @@ def digest(payload: object) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
 
 
+class StateKey(Protocol):
+    """A key a sampler's state adds beside the cursor's (:class:`dataorder.core.schema.Extra`
+    declares one)."""
+
+    @property
+    def name(self) -> str:
+        """The state key."""
+        ...
+
+    def save(self, sampler: Any, epoch: int, progress: Mapping[str, int], /) -> Scalar | None:
+        """Its value at ``(epoch, progress)``; None leaves it out of the state."""
+        ...
+
+    def check(
+        self,
+        sampler: Any,
+        value: object,
+        epoch: int,
+        progress: Mapping[str, int],
+        layout: Mapping[str, int],
+        /,
+    ) -> None:
+        """Refuse a saved ``value`` (ValueError naming ``state[name]``)."""
+        ...
+
+    def needed(self, sampler: Any) -> bool:
+        """Whether ``sampler`` refuses a state without it."""
+        ...
+
+
+def extra_values(
+    keys: Sequence[StateKey], sampler: Any, epoch: int, progress: Mapping[str, int]
+) -> dict[str, Scalar]:
+    """``{name: value}`` of ``keys`` with ``sampler``'s cursor at ``(epoch, progress)``, less
+    those whose value is None (left out of the state)."""
+    values = ((k.name, k.save(sampler, epoch, progress)) for k in keys)
+    return {name: value for name, value in values if value is not None}
+
+
+def check_extras(
+    keys: Sequence[StateKey],
+    saved: Mapping[str, object],
+    sampler: Any,
+    epoch: int,
+    progress: Mapping[str, int],
+    state: Mapping[str, Any],
+) -> None:
+    """Refuse a state whose ``saved`` extra keys are missing or wrong at ``(epoch, progress)``,
+    after the rest of ``state`` was checked (its ``layout.*`` fields are ints then).
+
+    Raises:
+        ValueError: Naming the missing keys, or the key that is wrong.
+    """
+    missing = [k.name for k in keys if k.name not in saved and k.needed(sampler)]
+    if missing:
+        raise ValueError(f"state is missing keys {missing}")
+    if saved:
+        layout = {k[7:]: int(v) for k, v in state.items() if k.startswith("layout.")}
+        for key in keys:
+            if key.name in saved:
+                key.check(sampler, saved[key.name], epoch, progress, layout)
+
+
+def without_repeated_layout(state: Mapping[Any, Any], names: Sequence[str]) -> dict[Any, Any]:
+    """A copy of ``state`` without the ``layout.<name>`` fields its configuration records too
+    (states of an order that bakes the layout in once repeated them); never mutated.
+
+    Raises:
+        ValueError: If a repeated field differs from the configuration's (an edited state).
+    """
+    out = dict(state)
+    for name in names:
+        key = f"layout.{name}"
+        if key in out and f"config.{name}" in out:
+            if out[key] != out[f"config.{name}"]:
+                raise ValueError(
+                    f"state[{key!r}] must equal state['config.{name}']; got {out[key]!r} and "
+                    f"{out[f'config.{name}']!r} (an edited state)"
+                )
+            del out[key]
+    return out
+
+
 def config_fingerprint(config: Mapping[str, Scalar]) -> str:
     """Return a 16-hex-digit digest of ``config`` (order of keys does not matter)."""
     return digest(sorted(config.items()))
@@ -105,6 +192,8 @@ def build_state(
     config: Mapping[str, object],
     progress: Mapping[str, int],
     layout: Mapping[str, int] | None = None,
+    extras: Mapping[str, Scalar] | None = None,
+    trailer: Mapping[str, Scalar] | None = None,
 ) -> dict[str, Scalar]:
     """Assemble a state dict.
 
@@ -115,6 +204,8 @@ def build_state(
         progress: Global progress counters in the epoch, e.g. ``{"consumed": 48}``.
         layout: Informational layout fields, sizes such as ``{"data_parallel_size": 8}``
             (:func:`parse_state` refuses a size below 1).
+        extras: A sampler's own keys beside the progress, written right after it.
+        trailer: Keys written last (a compat order's, such as torchdata's ``yielded``).
     """
     cfg = {k: _check_scalar(f"config.{k}", v) for k, v in config.items()}
     state: dict[str, Scalar] = {
@@ -125,8 +216,10 @@ def build_state(
         "epoch": int(epoch),
     }
     state.update({k: int(v) for k, v in progress.items()})
+    state.update(extras or {})
     state.update({f"config.{k}": v for k, v in cfg.items()})
     state.update({f"layout.{k}": int(v) for k, v in (layout or {}).items()})
+    state.update(trailer or {})
     return state
 
 

@@ -234,7 +234,7 @@ def restore(loader_or_sampler: object, state: Mapping[str, Any]) -> None:
             state), naming the field; nothing changes then.
     """
     sampler = find_sampler(loader_or_sampler)
-    sampler.state_after(dict(state), 0)  # refused here, before the loader is touched
+    sampler.state_position(dict(state))  # refused here, before the loader is touched
     obj = loader_or_sampler
     if obj is not sampler and _has_state(obj) and _is_loader(obj):
         _drop_pending_loader_state(obj)

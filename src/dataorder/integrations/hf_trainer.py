@@ -164,7 +164,8 @@ def step_state(sampler: Any, args: Any, global_step: int) -> dict[str, Any]:
 
 
 def _position(sampler: Any, state: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: state[key] for key in ("epoch", *sampler.progress_keys)}
+    epoch, progress = sampler.state_position(state)  # the cursor's reading, never the keys'
+    return {"epoch": epoch, **progress}
 
 
 def check_resume(checkpoint: str | os.PathLike[str], sampler: Any, args: Any) -> bool:

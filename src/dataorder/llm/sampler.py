@@ -271,7 +271,7 @@ class MicroBatchSampler(AssembledSampler[T], CursorBatchSampler[T]):
     def _start(self, consumed_samples: int) -> None:
         """Start at the run-wide count ``consumed_samples`` (after the subclass's checks)."""
         if check_int("consumed_samples", consumed_samples, min_value=0):
-            self._place(*self.count_position(consumed_samples), loaded=True)
+            self._apply_state(*self.count_position(consumed_samples), foreign=False)
         else:  # this layout against the first epoch (a blend's early global batches)
             self._source.epochs.blocks(0, self._mbs, self._dp, self._end)
 

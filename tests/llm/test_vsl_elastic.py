@@ -191,7 +191,7 @@ def _state() -> dict[str, Any]:
         ({"chunks.128": 2**80}, r"chunks\.128 must be a multiple of 4"),
         ({"chunks.128": "4"}, r"state\['chunks\.128'\] must be a non-negative int"),
         ({"chunks.512": 0}, r"state has unknown keys \['chunks\.512'\]"),
-        ({"bucket": 1, "consumed": 2}, "run-based order"),
+        ({"bucket": 1, "consumed": 2}, r"unknown keys \['bucket', 'consumed'\]"),
     ],
 )
 def test_an_edited_position_is_refused_naming_the_count(edit: dict[str, Any], message: str) -> None:

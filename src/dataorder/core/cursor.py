@@ -266,6 +266,13 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         self._plans[key] = plan  # (re)inserted last: the most recently used
         return plan
 
+    def _plan_through(self, epoch: int, progress: Mapping[str, int] | None) -> EpochPlan[T_co]:
+        """The plan of ``epoch`` on this layout whose steps pass through ``progress`` (None: the
+        epoch's start): the epoch's plan, for every sampler whose steps do not depend on the
+        path (a counted position may lie on another layout's path: NOTE [ Counted positions ]
+        in :mod:`dataorder.core.lockstep`)."""
+        return self.epoch_plan(epoch)
+
     @property
     def steps_per_epoch(self) -> int:
         """Batches this rank yields in a whole epoch (what ``len()`` returns)."""
@@ -542,11 +549,11 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         steps = check_int("steps", steps, min_value=0)
         batch = check_int("batch", batch, min_value=1)
         epoch, progress = self.state_position(state)
-        plan = self.epoch_plan(epoch)
+        plan = self._plan_through(epoch, progress)
         step = plan.step_of(progress)
         if steps and step >= plan.num_steps and epoch < self.max_epoch:
             epoch, step = epoch + 1, 0  # a state at its epoch's end: the next pass moves on
-            plan = self.epoch_plan(epoch)
+            plan = self._plan_through(epoch, None)
         left = plan.num_steps - step
         if steps * batch > left and -(-left // batch) < steps:
             fail(

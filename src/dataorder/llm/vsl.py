@@ -33,9 +33,8 @@ NOTE [ Lazy chunk index ]
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any, cast
 
 import numpy as np
@@ -50,7 +49,6 @@ from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.lockstep import PHASES, CountedBuckets, CountedEpoch
 from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
-from dataorder.core.state import Scalar
 from dataorder.core.topology import MAX_DP_SIZE
 from dataorder.llm.packing.lengths import SLAB, DocumentLengths, pass_threads
 
@@ -310,7 +308,6 @@ class VariableLengthSampler(AssembledSampler[list[Chunk]], CursorBatchSampler[li
         self.lengths = lengths if isinstance(lengths, DocumentLengths) else DocumentLengths(lengths)
         self._index = _ChunkIndex(self.lengths, low, high)
         self._batch_sizes = (self.tokens_per_rank >> self._index.logs).tolist()
-        self._anchor: tuple[int, Mapping[str, int]] | None = None
 
     @property
     def dp_rank(self) -> int:
@@ -347,37 +344,17 @@ class VariableLengthSampler(AssembledSampler[list[Chunk]], CursorBatchSampler[li
         may lie on another layout's path: NOTE [ Counted positions ])."""
         plan = cast(CountedEpoch[list[Chunk]], super().epoch_plan(epoch, layout=layout))
         e = self._epoch if epoch is None else epoch
-        if self._anchor is not None:  # state_after's question: the path through its state
-            return plan.anchored(self._anchor[1]) if self._anchor[0] == e else plan
         if layout is None and e == self._epoch and any(self._origin.values()):
             return plan.anchored(self._origin)
         return plan
 
-    @contextmanager
-    def _anchored(self, epoch: int, progress: Mapping[str, int]) -> Iterator[None]:
-        self._anchor = (epoch, progress)
-        try:
-            yield
-        finally:
-            self._anchor = None
-
-    def state_after(
-        self, state: Mapping[str, Any], steps: int, *, batch: int = 1
-    ) -> dict[str, Scalar]:
-        """The state ``steps`` batches after ``state`` (:meth:`CursorSampler.state_after
-        <dataorder.core.cursor.CursorSampler.state_after>`), on the path through ``state``."""
-        epoch, progress = self._resolve_state(state)
-        with self._anchored(epoch, progress):
-            return super().state_after(state, steps, batch=batch)
-
-    def _resolve_state(self, state_dict: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
-        if isinstance(state_dict, Mapping) and "bucket" in state_dict and "consumed" in state_dict:
-            raise ValueError(
-                "state is a VariableLengthSampler state of the run-based order (progress "
-                "'bucket' and 'consumed', 0.4's drafts), which this order cannot continue: its "
-                "position is the chunks of each length read ('chunks.<length>')"
-            )
-        return super()._resolve_state(state_dict)
+    def _plan_through(
+        self, epoch: int, progress: Mapping[str, int] | None
+    ) -> CountedEpoch[list[Chunk]]:
+        """``state_after``'s path: the epoch's own plan (not the cursor's origin), anchored at
+        ``progress``, a position any layout may have reached (None: the epoch's start)."""
+        plan = cast(CountedEpoch[list[Chunk]], super().epoch_plan(epoch))
+        return plan if progress is None else plan.anchored(progress)
 
     @property
     def chunk_lengths(self) -> list[int]:

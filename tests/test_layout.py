@@ -18,6 +18,7 @@ SRC = Path(dataorder.__file__).resolve().parent
 #: The files that cross every family, kept at the top of tests/ (tests/README.md says why).
 CROSS_CUTTING = {
     "test_benchmarks_smoke.py",
+    "test_contract_table.py",
     "test_house_metrics.py",
     "test_deprecated_names.py",
     "test_drop_in.py",

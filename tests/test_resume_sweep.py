@@ -7,7 +7,7 @@ The sweep crosses
   it), :class:`~dataorder.integrations.dcp.OrderState` through ``dcp.save``/``dcp.load`` (one
   process), a torchdata ``StatefulDataLoader`` state (``snapshot_every_n_steps`` 1, 2, 3, 5;
   0, 1 or 2 workers), and two loads in a row (an earlier state, then the one saved);
-* the sampler families of the contract tables (Megatron single, random, sharded, NeMo and
+* the sampler families of the contract table (Megatron single, random, sharded, NeMo and
   Megatron-LM orders; blends with constant weights and with a mixture schedule; buckets
   sequential, interleaved, dynamic, NeMo's, image and video fitted; torch's per-index order;
   packed rows under ``overflow`` and ``never``, and a packed mixture; variable sequence length
@@ -28,6 +28,7 @@ another layout is refused) cannot tell a count from another layout: that one cel
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import warnings
 from collections.abc import Callable
@@ -48,13 +49,8 @@ from dataorder.integrations.dcp import OrderState
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 from dataorder.testing import SamplerCase
 from dataorder.testing.contract import run_epoch
-from tests.diffusion.sampler import test_sampler_contract as bucket_cases
+from tests import test_contract_table as table
 from tests.helpers.stack_samplers import Items, collate_list
-from tests.llm import test_blend_contract as blend_cases
-from tests.llm import test_megatron_contract as megatron_cases
-from tests.llm import test_vsl_contract as vsl_cases
-from tests.llm.packing import test_sampler_contract as packed_cases
-from tests.parallel import test_distributed_contract as distributed_cases
 
 
 @dataclass(frozen=True)
@@ -67,44 +63,9 @@ class Family:
     larger: int = 4
 
 
-def _row(table: list[Any], name: str) -> tuple[Any, ...]:
-    return next(tuple(row) for row in table if row[0] == name)
-
-
-def _megatron(name: str) -> Family:
-    _, make, n, world, *_ = _row(megatron_cases.CASES, name)
-    return Family(SamplerCase(name=name, make=make, dataset_size=n, dp_size=world))
-
-
-def _bucket(name: str) -> Family:
-    _, ds, kw, world, *_ = _row(bucket_cases.CASES, name)
-    case = SamplerCase(
-        name=name, make=bucket_cases.make(ds, **kw), dataset_size=len(ds), dp_size=world
-    )
-    given = {"dataset": ds} | {k: v for k, v in kw.items() if k == "base_resolution"}
-    return Family(case, given)
-
-
-def _blend(name: str, weights: Any) -> Family:
-    _, make, sizes, world, *_ = _row(blend_cases.CASES, name)
-    case = SamplerCase(name=name, make=make, dataset_size=sum(sizes), dp_size=world)
-    return Family(case, {"sizes": sizes, "weights": weights})
-
-
-def _packed(name: str, given: dict[str, Any]) -> Family:
-    _, make, extents, world, _ = _row(packed_cases.CASES, name)
-    case = SamplerCase(
-        name=name, make=make, dataset_size=len(extents), dp_size=world, extents=extents
-    )
-    return Family(case, given)
-
-
-def _vsl(name: str) -> Family:
-    _, make, extents, world, _ = _row(vsl_cases.CASES, name)
-    case = SamplerCase(
-        name=f"vsl-{name}", make=make, dataset_size=len(extents), dp_size=world, extents=extents
-    )
-    return Family(case, {"lengths": extents})
+def _from(name: str, row_id: str, given: dict[str, Any] | None = None, **layouts: int) -> Family:
+    """The contract table's row ``row_id``, named ``name`` here."""
+    return Family(dataclasses.replace(table.ROW[row_id].case(), name=name), given or {}, **layouts)
 
 
 def _image_fitted() -> Family:
@@ -114,7 +75,7 @@ def _image_fitted() -> Family:
     w, h = sizes[rng.integers(0, len(sizes), 24)].T
     calc = MultiTierBucketCalculator.fit_to_data(w, h, global_batch_size=2, max_waste=0.1)
     ds = BaseMultiresolutionDataset.from_sizes(w, h, calc)
-    make = bucket_cases.make(ds, base_batch_size=1, seed=2)
+    make = table.buckets(ds, base_batch_size=1, seed=2)
     return Family(
         SamplerCase(name="image-fitted-drop", make=make, dataset_size=24, dp_size=2),
         {"dataset": ds},
@@ -127,46 +88,71 @@ def _megatron_lm(rank: int, world: int) -> Any:
     )
 
 
-_, _TORCH, _TORCH_N, _TORCH_WORLD, *_ = _row(distributed_cases.CASES, "torch-shuffle-pad")
-
+WEB, CODE, SMALL = table.WEB, table.CODE, table.SMALL
 FAMILIES: dict[str, Family] = {
     f.case.name: f
     for f in [
-        _megatron("single-drop"),
-        _megatron("single-gbs-pad"),
-        _megatron("random-keep"),
-        _megatron("sharded-drop"),
-        _megatron("nemo"),
+        _from("single-drop", "sample-order-identity/fixed-blocks/drop"),
+        _from("single-gbs-pad", "sample-order-identity/fixed-blocks/gbs-pad"),
+        _from("random-keep", "sample-order-shuffled/fixed-blocks/keep"),
+        _from("sharded-drop", "sample-order-sharded/fixed-blocks/drop"),
+        _from("nemo", "sample-order-nemo-compat/fixed-blocks/drop"),
         Family(SamplerCase(name="megatron-lm", make=_megatron_lm, dataset_size=24, dp_size=2)),
-        _blend("two-sources", [3, 1]),
-        _blend("ramp-short-epochs", blend_cases.RAMPED),
-        _bucket("small-keep-shuffled"),
-        _bucket("small-interleaved-keep"),
-        _bucket("many-keep-dynamic"),
-        _bucket("small-nemo-keep"),
-        _bucket("video-fitted-drop"),
+        _from(
+            "two-sources",
+            "blend-of-sample-orders/fixed-blocks/two-sources",
+            {"sizes": [6, 4], "weights": [3, 1]},
+        ),
+        _from(
+            "ramp-short-epochs",
+            "blend-of-sample-orders/fixed-blocks/ramp-short-epochs",
+            {"sizes": [3, 2, 1], "weights": table.RAMPED},
+        ),
+        _from(
+            "small-keep-shuffled",
+            "image-buckets/buckets-sequential/small-keep-shuffled",
+            {"dataset": SMALL},
+        ),
+        _from(
+            "small-interleaved-keep",
+            "image-buckets/buckets-interleaved/small-keep",
+            {"dataset": SMALL},
+        ),
+        _from(  # its table world is 8: resume on 4, 2 and 8
+            "many-keep-dynamic",
+            "image-buckets/buckets-sequential/many-keep-dynamic",
+            {"dataset": table.MANY, "base_resolution": (128, 64)},
+            smaller=2,
+            larger=8,
+        ),
+        _from(
+            "small-nemo-keep",
+            "image-buckets-nemo-compat/buckets-sequential/small-keep",
+            {"dataset": SMALL},
+        ),
+        _from(
+            "video-fitted-drop",
+            "video-buckets/buckets-sequential/fitted-drop",
+            {"dataset": table.FITTED_VIDEO},
+        ),
         _image_fitted(),
-        Family(
-            SamplerCase(
-                name="torch-shuffle-pad",
-                make=_TORCH,
-                dataset_size=_TORCH_N,
-                dp_size=_TORCH_WORLD,
-                batched=False,
-            ),
+        _from(
+            "torch-shuffle-pad",
+            "index-order-torch-compat/fixed-blocks/shuffle-pad",
             smaller=2,
             larger=6,
         ),
-        _packed("overflow-keep", {"lengths": packed_cases.WEB}),
-        _packed("never-truncate", {"lengths": packed_cases.CODE}),
-        _packed("mixture", {"mixture": ([packed_cases.WEB, packed_cases.CODE], [2, 1])}),
-        _vsl("natural"),
-        _vsl("grow"),
+        _from("overflow-keep", "packed-corpus/dealt-by-cost/overflow-keep", {"lengths": WEB}),
+        _from("never-truncate", "packed-corpus/dealt-by-cost/never-truncate", {"lengths": CODE}),
+        _from(
+            "mixture",
+            "blend-of-packed-corpora/dealt-by-cost/weights",
+            {"mixture": ([WEB, CODE], [2, 1])},
+        ),
+        _from("vsl-natural", "chunk-lengths/buckets-interleaved/natural", {"lengths": table.DOCS}),
+        _from("vsl-grow", "chunk-lengths/buckets-sequential/grow", {"lengths": table.DOCS}),
     ]
 }
-FAMILIES["many-keep-dynamic"] = Family(  # its table world is 8: resume on 4, 2 and 8
-    FAMILIES["many-keep-dynamic"].case, FAMILIES["many-keep-dynamic"].given, smaller=2, larger=8
-)
 
 POINTS = ("step-0", "mid-epoch", "last-step", "next-epoch-set")
 #: What a refusal must say: the field or rule that makes the layout unable to continue.

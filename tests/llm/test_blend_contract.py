@@ -1,24 +1,22 @@
-"""The sampler contract over BlendedSampler, and its global stream against a reference that draws
-sample by sample.
+"""BlendedSampler's global stream against a reference that draws sample by sample.
 
-The table covers constant weights, tiny (1e-6) and dominant (0.999) weights, sources smaller than
-one global batch, schedules with ramps, a global batch size ramp-up, epochs that do not divide by
-the global batch size, elastic resumes and the factory's ``mixture=``. The properties rebuild
-the order from its definition (module docstring of :mod:`dataorder.llm.blend_order`), one sample
-at a time, from the core pieces (apportionments, permutations, keys), and check the exactness
-bound and the no-repeat rule on it.
+The contract suite runs on its configurations in tests/test_contract_table.py (the rows
+``blend of sample orders x fixed blocks``: constant, tiny (1e-6) and dominant (0.999) weights,
+sources smaller than one global batch, schedules with ramps, a global batch size ramp-up, epochs
+that do not divide by the global batch size, elastic resumes, the factory's ``mixture=`` and a
+mixture log). The properties here rebuild the order from its definition (module docstring of
+:mod:`dataorder.llm.blend_order`), one sample at a time, from the core pieces (apportionments,
+permutations, keys), and check the exactness bound and the no-repeat rule on it.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,158 +25,8 @@ from dataorder.core.keys import derive_key
 from dataorder.core.permutation import Permutation
 from dataorder.llm.blend import BlendedSampler
 from dataorder.llm.blend_order import member_key
-from dataorder.llm.factory import create_megatron_sampler
 from dataorder.llm.mixture import MixtureSchedule, Ramp
 from dataorder.llm.schedule import BatchSizeSchedule
-from dataorder.testing import (
-    RECIPES,
-    WORKER_RECIPES,
-    SamplerCase,
-    check_contract,
-    check_loop_recipes,
-)
-
-Make = Callable[[int, int], BlendedSampler]
-
-
-def _blend(sizes: list[int], weights: Any, mbs: int, gbs: Any, **kw: Any) -> Make:
-    return lambda rank, world: BlendedSampler(sizes, weights, mbs, rank, world, gbs, **kw)
-
-
-RAMPED = MixtureSchedule(
-    [
-        (0, [0.6, 0.4, 1e-6]),
-        (4, Ramp([0.6, 0.4, 0.0], [0.1, 0.2, 0.7])),
-        (12, [0.1, 0.2, 0.7]),
-    ]
-)
-TINY = [0.999, 1e-6, 1e-6, 0.001 - 2e-6]
-STEPPED = MixtureSchedule(
-    [(0, [1, 1, 1]), (20, [5, 0, 1]), (44, Ramp([5, 0, 1], [0, 1, 1])), (68, [0, 1, 1])]
-)
-
-# (name, factory, sizes, world, elastic worlds, processes)
-CASES: list[tuple[str, Make, list[int], int, tuple[int, ...], bool]] = [
-    ("two-sources", _blend([6, 4], [3, 1], 2, 4, seed=0, total_samples=8), [6, 4], 2, (1,), True),
-    (
-        "ramp-short-epochs",
-        _blend([3, 2, 1], RAMPED, 1, 2, seed=3, total_samples=4),
-        [3, 2, 1],
-        2,
-        (1,),
-        False,
-    ),
-    (
-        "tiny-weights",
-        _blend([7, 1, 2, 30], TINY, 2, 12, seed=5, total_samples=48),
-        [7, 1, 2, 30],
-        3,
-        (1, 6),
-        False,
-    ),
-    (
-        "default-total",
-        _blend([13, 5, 9], [0.2, 0.5, 0.3], 3, 6, seed=7),
-        [13, 5, 9],
-        2,
-        (1,),
-        False,
-    ),
-    (
-        "stepped-uneven-epochs",
-        _blend([4, 9, 2], STEPPED, 2, 8, seed=9, total_samples=36),
-        [4, 9, 2],
-        2,
-        (4, 1),
-        False,
-    ),
-    (
-        "batch-rampup",
-        _blend(
-            [5, 8],
-            [0.3, 0.7],
-            1,
-            BatchSizeSchedule.from_step_schedule("0:2 6:4 14:8"),
-            seed=2,
-            total_samples=32,
-        ),
-        [5, 8],
-        2,
-        (1,),
-        False,
-    ),
-    (
-        "factory",
-        lambda rank, world: create_megatron_sampler(
-            24, 2, 8, "cyclic", rank=rank, world_size=world, seed=6, mixture=([4, 7], [1, 2])
-        ),
-        [4, 7],
-        2,
-        (1,),
-        False,
-    ),
-    (
-        "one-rank",
-        _blend([2, 2, 2, 2, 2], [1, 2, 3, 4, 5], 4, 4, seed=11, total_samples=12),
-        [2] * 5,
-        1,
-        (),
-        False,
-    ),
-]
-
-# The loop recipes resume after every batch of a 3-epoch run under each training loop: all of
-# them (worker processes included, seconds each) on one case with two-step epochs, the cheap
-# plain-loader ones on a second.
-WORKER_CASE = "ramp-short-epochs"
-RECIPE_CASES = {"batch-rampup": ("dataloader", "stateful-0", "read-ahead", "no-set-epoch", "peek")}
-
-
-def _recipes(name: str) -> tuple[str, ...]:
-    if name == WORKER_CASE:
-        return RECIPES
-    return RECIPE_CASES.get(name, ())
-
-
-# By default (CI) the loop recipes run on WORKER_CASE alone, every one of them: the one run of the
-# worker recipes in the default suite (the other families run the plain loops on one case each);
-# the second case's recipes are marked slow (test_the_loop_recipes_on_the_other_cases).
-DEFAULT_RECIPE_CASES = {WORKER_CASE}
-
-
-@pytest.mark.parametrize(
-    ("name", "make", "sizes", "world", "elastic", "processes"), CASES, ids=[c[0] for c in CASES]
-)
-def test_contract(
-    name: str, make: Make, sizes: list[int], world: int, elastic: tuple[int, ...], processes: bool
-) -> None:
-    case = SamplerCase(
-        name=name, make=make, dataset_size=sum(sizes), dp_size=world, elastic_dp_sizes=elastic
-    )
-    recipes = _recipes(name) if name in DEFAULT_RECIPE_CASES else ()
-    ran = check_contract(case, resume_points=16, processes=processes, recipes=recipes)
-    assert ran == list(recipes), ran  # the test extra installs every framework
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("name", "make", "sizes", "world"),
-    [c[:4] for c in CASES if _recipes(c[0]) and c[0] not in DEFAULT_RECIPE_CASES],
-    ids=[c[0] for c in CASES if _recipes(c[0]) and c[0] not in DEFAULT_RECIPE_CASES],
-)
-def test_the_loop_recipes_on_the_other_cases(
-    name: str, make: Make, sizes: list[int], world: int
-) -> None:
-    """The loop recipes test_contract leaves out by default: those of the second case."""
-    case = SamplerCase(name=name, make=make, dataset_size=sum(sizes), dp_size=world)
-    ran = check_loop_recipes(case, _recipes(name))
-    assert ran == list(_recipes(name)), ran
-
-
-def test_the_worker_case_runs_every_recipe() -> None:
-    assert _recipes(WORKER_CASE) == RECIPES
-    assert set(WORKER_RECIPES) <= set(RECIPES)
-
 
 # -- a reference that draws sample by sample ----------------------------------------------------
 

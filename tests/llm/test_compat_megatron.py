@@ -14,7 +14,6 @@ import pytest
 
 from dataorder.llm.compat_megatron import uneven_micro_batches
 from dataorder.llm.megatron import MegatronPretrainingRandomSampler as Random
-from dataorder.testing import SamplerCase, check_contract
 
 # (N, mbs, dp, data_sharding, consumed) -> per rank, per pass
 GOLDEN: dict[tuple[int, int, int, bool, int], list[list[list[list[int]]]]] = {
@@ -127,18 +126,6 @@ def test_random_seed_dataset_hook_gets_each_pass_epoch() -> None:
     list(s)
     list(s)
     assert ds.epochs == [1, 2]  # Megatron-LM's PR #5014 test: consumed 8 of 8 is epoch 1
-
-
-@pytest.mark.parametrize("sharding", [True, False])
-def test_contract(sharding: bool) -> None:
-    n, mbs, dp = (26, 2, 3) if sharding else (24, 2, 3)
-    case = SamplerCase(
-        name=f"megatron-{'sharded' if sharding else 'strided'}",
-        make=lambda r, w: Random(n, mbs, r, w, compat="megatron", data_sharding=sharding),
-        dataset_size=n,
-        dp_size=dp,
-    )
-    check_contract(case, resume_points=12, recipes=("stateful-0", "peek"))
 
 
 # -- the oracle: Megatron-LM's own file, when MEGATRON_LM_DATA_SAMPLERS points at it ---------------

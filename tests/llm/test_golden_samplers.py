@@ -534,13 +534,26 @@ def _take(it: Any, n: int) -> list[Any]:
     return out
 
 
-def _try(fn: Callable[[], Any]) -> Any:
+def _outcome(way: Callable[[], Any], read: Callable[[Any], Any] | None = None) -> Any:
+    """What one way into a run gives, as plain data: ``way()`` (a state, a rebuilt or loaded
+    sampler), passed through ``read`` if given, or the text of the error that refused it."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return fn()
-    except (ValueError, TypeError) as err:
+            got = way()
+            return got if read is None else read(got)
+    except (ValueError, TypeError) as err:  # a refusal is behaviour too
         return f"{type(err).__name__}: {err}"
+
+
+def _next(sampler: Any) -> list[Any]:
+    return _take(iter(sampler), 2)
+
+
+def _loaded(cls: type[Any], kwargs: dict[str, Any], rank: int, dp: int, text: str) -> Any:
+    sampler = _build(cls, kwargs, rank, dp)
+    sampler.load_state_dict(json.loads(text))
+    return sampler
 
 
 def record(name: str) -> dict[str, Any]:
@@ -560,7 +573,7 @@ def record(name: str) -> dict[str, Any]:
                 epochs[-1]["state"] = json.dumps(s.state_dict())
             r["epochs"] = epochs
             r["describe"] = s.describe_progress()
-            r["batch_at"] = [_try(lambda k=k: s.batch_at(k, epoch=1)) for k in (0, 1)]
+            r["batch_at"] = [_outcome(lambda k=k: s.batch_at(k, epoch=1)) for k in (0, 1)]
             hook = getattr(s, "_dataset", None)
             if isinstance(hook, _Hook):
                 r["hook"] = list(hook.calls)
@@ -584,40 +597,28 @@ def _resumes(
         state = s.state_dict()
         text = json.dumps(state)
         at: dict[str, Any] = {"state": text, "consumed_samples": s.consumed_samples}
-        at["state_at"] = _try(lambda: json.dumps(s.state_at(0, step)))
-        at["state_after"] = _try(lambda: json.dumps(s.state_after(state, 1)))
-        at["state_after_2"] = _try(lambda st=state: json.dumps(s.state_after(st, 2)))
+        at["state_at"] = _outcome(lambda: s.state_at(0, step), json.dumps)
+        at["state_after"] = _outcome(lambda: s.state_after(state, 1), json.dumps)
+        at["state_after_2"] = _outcome(lambda: s.state_after(state, 2), json.dumps)
+        count = s.consumed_samples
         nxt = []
         for rank in range(dp):
-            rebuilt = _try(lambda r=rank: cls.from_state(state, rank=r, **given()))
+            nxt.append(_outcome(lambda r=rank: cls.from_state(state, rank=r, **given()), _next))
             nxt.append(
-                _try(lambda b=rebuilt: _take(iter(b), 2))
-                if not isinstance(rebuilt, str)
-                else rebuilt
-            )
-            loaded = _build(cls, make(), rank, dp)
-            _try(lambda b=loaded: b.load_state_dict(json.loads(text)))
-            nxt.append(
-                _try(
-                    lambda b=loaded: (
-                        _take(iter(b), 2),
-                        b.consumed_samples,
-                        json.dumps(b.state_dict()),
-                    )
+                _outcome(
+                    lambda r=rank: _loaded(cls, make(), r, dp, text),
+                    lambda b: (_next(b), b.consumed_samples, json.dumps(b.state_dict())),
                 )
             )
-            counted = _try(
-                lambda r=rank, c=s.consumed_samples: _build(cls, make(), r, dp, consumed_samples=c)
-            )
             nxt.append(
-                counted if isinstance(counted, str) else _try(lambda b=counted: _take(iter(b), 2))
+                _outcome(lambda r=rank: _build(cls, make(), r, dp, consumed_samples=count), _next)
             )
         for other in (1, 2 * dp):
-            rebuilt = _try(lambda o=other: cls.from_state(state, rank=0, dp_size=o, **given()))
             nxt.append(
-                rebuilt
-                if isinstance(rebuilt, str)
-                else _try(lambda b=rebuilt: (_take(iter(b), 2), json.dumps(b.state_dict())))
+                _outcome(
+                    lambda o=other: cls.from_state(state, rank=0, dp_size=o, **given()),
+                    lambda b: (_next(b), json.dumps(b.state_dict())),
+                )
             )
         at["next"] = nxt
         out[f"step {step}"] = at
@@ -625,7 +626,7 @@ def _resumes(
     wrong = dict(s.state_dict())
     key = next(k for k in wrong if k.startswith("config."))
     wrong[key] = "x" if isinstance(wrong[key], int) else 12345
-    out["refused"] = _try(lambda: _build(cls, make(), 0, dp).load_state_dict(wrong))
+    out["refused"] = _outcome(lambda: _build(cls, make(), 0, dp).load_state_dict(wrong))
     return out
 
 

@@ -1,10 +1,9 @@
-"""The sampler contract over the Megatron samplers, plus property tests with every rank simulated.
+"""The Megatron samplers' global stream, with every rank simulated.
 
-The table covers both samplers and the three random orders, drop and pad tails, with and without
-a global batch size, datasets that do not divide the block, and elastic resumes where the order
-allows them. The properties check the global stream itself: concatenating the ranks' micro-batches
-of each step, in rank order, gives position ``p -> order(p)`` (or padding) for every position of
-the epoch, whatever the layout.
+The contract suite runs on their configurations in tests/test_contract_table.py (the rows
+``sample order (...) x fixed blocks``). The properties here check the global stream itself:
+concatenating the ranks' micro-batches of each step, in rank order, gives position
+``p -> order(p)`` (or padding) for every position of the epoch, whatever the layout.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,124 +23,6 @@ from dataorder.llm.megatron import (
     MegatronPretrainingSampler,
 )
 from dataorder.llm.orders import shard_bounds
-from dataorder.testing import (
-    RECIPES,
-    WORKER_RECIPES,
-    SamplerCase,
-    check_contract,
-    check_loop_recipes,
-)
-
-
-def _single(n: int, mbs: int, **kw: Any) -> Callable[[int, int], BaseMegatronSampler]:
-    return lambda rank, world: MegatronPretrainingSampler(n, mbs, rank, world, **kw)
-
-
-def _random(n: int, mbs: int, **kw: Any) -> Callable[[int, int], BaseMegatronSampler]:
-    return lambda rank, world: MegatronPretrainingRandomSampler(n, mbs, rank, world, **kw)
-
-
-PAD = {"drop_last": False, "pad_samples_to_global_batch_size": True}
-
-# (name, factory, N, world, elastic worlds, processes)
-CASES: list[
-    tuple[str, Callable[[int, int], BaseMegatronSampler], int, int, tuple[int, ...], bool]
-] = [
-    ("single-drop", _single(23, 2), 23, 2, (1,), False),
-    ("single-keep", _single(23, 2, drop_last=False), 23, 3, (1,), False),
-    ("single-gbs-drop", _single(50, 1, global_batch_size=12), 50, 4, (2, 6, 3), False),
-    ("single-gbs-keep", _single(50, 1, drop_last=False, global_batch_size=12), 50, 4, (2,), False),
-    ("single-gbs-pad", _single(60, 1, global_batch_size=8, **PAD), 60, 2, (4, 8, 1), False),
-    ("random-drop", _random(37, 2, seed=5), 37, 2, (1,), True),
-    ("random-keep", _random(37, 3, seed=6, drop_last=False), 37, 2, (1,), False),
-    ("random-gbs-drop", _random(100, 1, seed=7, global_batch_size=24), 100, 8, (4, 6), False),
-    ("random-gbs-pad", _random(45, 2, seed=8, global_batch_size=12, **PAD), 45, 3, (6, 2), False),
-    ("random-one-rank", _random(9, 4, seed=9, drop_last=False), 9, 1, (), False),
-    ("sharded-drop", _random(41, 2, seed=1, data_sharding=True), 41, 3, (), False),
-    (
-        "sharded-gbs-pad",
-        _random(30, 1, seed=2, data_sharding=True, global_batch_size=8, **PAD),
-        30,
-        4,
-        (),
-        False,
-    ),
-    (
-        "sharded-keep-tiny",
-        _random(3, 1, seed=3, data_sharding=True, drop_last=False),
-        3,
-        4,
-        (),
-        False,
-    ),
-    ("nemo", _random(22, 2, seed=4, compat="nemo"), 22, 2, (), True),
-    ("nemo-gbs", _random(33, 1, seed=0, compat="nemo", global_batch_size=8), 33, 4, (), False),
-    ("nemo-keep-m1", _random(7, 1, seed=11, compat="nemo", drop_last=False), 7, 1, (), False),
-]
-
-
-# The loop-recipe matrix (dataorder.testing.recipes) resumes at every batch of a 3-epoch run
-# under each training-loop recipe: it runs on the cases with short epochs, at least one per
-# mode; the direct checks run on every case.
-RECIPE_CASES = {"random-keep", "random-gbs-pad", "sharded-drop", "single-keep", "nemo"}
-# the recipes with worker processes cost seconds each: they run on one case
-WORKER_CASE = "random-gbs-pad"
-
-
-# By default (CI) the recipes without workers run on "random-keep" alone: one case of this family
-# in every plain loop (test_contract_blend runs every recipe, workers included, by default); the
-# rest of the matrix above is marked slow (test_the_loop_recipes_on_the_other_cases).
-DEFAULT_RECIPES = {"random-keep": tuple(r for r in RECIPES if r not in WORKER_RECIPES)}
-
-
-def _recipes(name: str) -> tuple[str, ...]:
-    if name == WORKER_CASE:
-        return RECIPES
-    if name in RECIPE_CASES:
-        return tuple(r for r in RECIPES if r not in WORKER_RECIPES)
-    return ()
-
-
-def _slow_recipes(name: str) -> tuple[str, ...]:
-    return tuple(r for r in _recipes(name) if r not in DEFAULT_RECIPES.get(name, ()))
-
-
-@pytest.mark.parametrize(
-    ("name", "make", "n", "world", "elastic", "processes"), CASES, ids=[c[0] for c in CASES]
-)
-def test_contract(
-    name: str,
-    make: Callable[[int, int], BaseMegatronSampler],
-    n: int,
-    world: int,
-    elastic: tuple[int, ...],
-    processes: bool,
-) -> None:
-    case = SamplerCase(
-        name=name, make=make, dataset_size=n, dp_size=world, elastic_dp_sizes=elastic
-    )
-    check_contract(
-        case,
-        resume_points=24,
-        processes=processes,
-        recipes=DEFAULT_RECIPES.get(name, ()),
-    )
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("name", "make", "n", "world"),
-    [c[:4] for c in CASES if _slow_recipes(c[0])],
-    ids=[c[0] for c in CASES if _slow_recipes(c[0])],
-)
-def test_the_loop_recipes_on_the_other_cases(
-    name: str, make: Callable[[int, int], BaseMegatronSampler], n: int, world: int
-) -> None:
-    """The loop recipes test_contract leaves out by default: the worker recipes (seconds each)
-    and the other cases of the matrix."""
-    case = SamplerCase(name=name, make=make, dataset_size=n, dp_size=world)
-    ran = check_loop_recipes(case, _slow_recipes(name))
-    assert ran == list(_slow_recipes(name)), ran  # the test extra installs every framework
 
 
 def _order(s: BaseMegatronSampler, epoch: int) -> Callable[[int], int | None]:

@@ -25,7 +25,6 @@ from dataorder.integrations.dcp import OrderState
 from dataorder.llm.blend import BlendedSampler
 from dataorder.llm.mixlog import LogMixture, MixtureLog
 from dataorder.llm.schedule import BatchSizeSchedule
-from dataorder.testing import SamplerCase, check_contract
 
 # -- random logs ---------------------------------------------------------------------------------
 
@@ -501,26 +500,6 @@ def test_inspect_shows_counts_against_the_integral(tmp_path: Path, capsys: Any) 
     out = capsys.readouterr().out
     assert code == 0, out
     assert "counts vs integral of the weights: source 0: 87 vs 86.67" in out, out
-
-
-# -- the contract --------------------------------------------------------------------------------
-
-CONTRACT_LOG = MixtureLog([0.6, 0.4, 1e-6])
-for _step, _w in [(2, [0.1, 0.2, 0.7]), (3, [1, 0, 0]), (5, [0.3, 0.3, 0.4]), (9, [0, 1, 1])]:
-    CONTRACT_LOG.set_weights(_step, _w)
-
-
-def test_contract_on_a_blend_with_a_log() -> None:
-    case = SamplerCase(
-        name="log",
-        make=lambda rank, world: BlendedSampler(
-            [5, 3, 4], CONTRACT_LOG, 2, rank, world, 4, seed=1, total_samples=12
-        ),
-        dataset_size=12,
-        dp_size=2,
-        elastic_dp_sizes=(1,),
-    )
-    check_contract(case, resume_points=8, recipes=("dataloader", "stateful-0"))
 
 
 # -- a real job ----------------------------------------------------------------------------------

@@ -1,15 +1,15 @@
-"""The sampler contract over VariableLengthSampler, in tokens, and its promises on random corpora.
+"""VariableLengthSampler's promises in tokens, on fixed and random corpora.
 
-The contract suite reads the sampler through its batching rule (:class:`~dataorder.llm.vsl.
-VslChunks`): every kept token of every document read once per epoch, what ``tokens_dropped``
-counts never read, no padding. The properties drive random lengths, chunk bounds, layouts,
-curricula and seeds: every kept token once, one chunk length per step on every rank, the
-decomposition's chunks, and ``tokens_dropped + covered == total``.
+The contract suite runs on it in tests/test_contract_table.py (the rows ``chunk lengths x
+buckets ...``, on :data:`DOCS` defined here) and reads it through its batching rule
+(:class:`~dataorder.llm.vsl.VslChunks`): every kept token of every document read once per epoch,
+what ``tokens_dropped`` counts never read, no padding. The properties here drive random lengths,
+chunk bounds, layouts, curricula and seeds: every kept token once, one chunk length per step on
+every rank, the decomposition's chunks, and ``tokens_dropped + covered == total``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,9 +19,6 @@ from hypothesis import strategies as st
 
 from dataorder.llm import VariableLengthSampler
 from dataorder.llm.vsl import CHUNK_BLOCK, VslChunks
-from dataorder.testing import RECIPES, WORKER_RECIPES, SamplerCase, check_contract
-
-Make = Callable[[int, int], VariableLengthSampler]
 
 
 def _lengths(n: int, seed: int, high: int) -> list[int]:
@@ -30,52 +27,6 @@ def _lengths(n: int, seed: int, high: int) -> list[int]:
 
 
 DOCS = _lengths(36, 4, 700)  # 5 steps an epoch on 2 ranks: short epochs for the loop recipes
-
-
-def _vsl(lengths: list[int], **kw: Any) -> Make:
-    kw.setdefault("seed", 3)
-    kw.setdefault("min_seq_len", 32)
-    return lambda rank, world: VariableLengthSampler(lengths, 256, 512, rank, world, **kw)
-
-
-# (name, factory, extents, world, elastic worlds)
-CASES: list[tuple[str, Make, list[int], int, tuple[int, ...]]] = [
-    # interleaved in runs of 4 global steps of 4 ranks: resumes on 1, 2 and 4 ranks
-    ("natural", _vsl(DOCS, interleave_unit=4), DOCS, 2, (1, 4)),
-    ("grow", _vsl(DOCS, curriculum="grow"), DOCS, 2, (1, 4)),
-]
-
-
-def _case(name: str, make: Make, extents: list[int], world: int, elastic: tuple[int, ...]) -> Any:
-    return SamplerCase(
-        name=name,
-        make=make,
-        dataset_size=len(extents),
-        dp_size=world,
-        elastic_dp_sizes=elastic,
-        extents=extents,
-    )
-
-
-# the loop recipes without worker processes run on "natural"; the worker recipes (seconds each,
-# and about the loader, not the order) run in the slow suite
-RECIPE_SETS = {"natural": tuple(set(RECIPES) - set(WORKER_RECIPES)), "grow": ()}
-
-
-@pytest.mark.parametrize(
-    ("name", "make", "extents", "world", "elastic"), CASES, ids=[c[0] for c in CASES]
-)
-def test_contract(
-    name: str, make: Make, extents: list[int], world: int, elastic: tuple[int, ...]
-) -> None:
-    check_contract(_case(name, make, extents, world, elastic), recipes=RECIPE_SETS[name])
-
-
-@pytest.mark.slow
-def test_the_worker_recipes() -> None:
-    name, make, extents, world, elastic = CASES[0]
-    ran = check_contract(_case(name, make, extents, world, elastic), recipes=WORKER_RECIPES)
-    assert set(WORKER_RECIPES) <= set(ran), ran
 
 
 def _decomposition(length: int, low: int, high: int) -> list[tuple[int, int]]:

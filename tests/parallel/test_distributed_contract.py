@@ -1,17 +1,17 @@
-"""The sampler contract over DistributedSampler, plus property tests with every rank simulated.
+"""DistributedSampler's global stream, with every rank simulated.
 
-The table covers shuffled and sequential orders, padded and dropped tails, torch compatibility,
-datasets that divide the number of replicas and ones that do not, datasets smaller than the number
-of replicas, and elastic resumes onto every ``num_replicas`` that divides the saved position. The
-properties check the global stream itself: interleaving the ranks' indices step by step gives
-``position -> order(position mod N)`` for every position of the epoch, whatever the layout.
+The contract suite runs on its configurations in tests/test_contract_table.py (the rows
+``index order (...) x fixed blocks``: shuffled and sequential orders, padded and dropped tails,
+torch compatibility, datasets that divide the number of replicas and ones that do not, datasets
+smaller than the number of replicas, elastic resumes onto every ``num_replicas`` that divides the
+saved position). The properties here check the global stream itself: interleaving the ranks'
+indices step by step gives ``position -> order(position mod N)`` for every position of the epoch,
+whatever the layout.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pytest
@@ -19,112 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataorder.parallel.distributed import DistributedSampler, epoch_order
-from dataorder.testing import (
-    RECIPES,
-    WORKER_RECIPES,
-    SamplerCase,
-    check_contract,
-    check_loop_recipes,
-)
-
-
-def _make(n: int, **kw: Any) -> Callable[[int, int], DistributedSampler]:
-    return lambda rank, world: DistributedSampler(range(n), world, rank, **kw)
-
-
-# (name, factory, N, world, elastic worlds, processes). An elastic world must divide the consumed
-# count the contract saves at: (num_samples // 2) x world.
-CASES: list[
-    tuple[str, Callable[[int, int], DistributedSampler], int, int, tuple[int, ...], bool]
-] = [
-    ("shuffle-pad", _make(23, seed=3), 23, 4, (1, 2, 3, 6, 12), False),
-    ("shuffle-drop", _make(23, seed=4, drop_last=True), 23, 4, (1, 2, 8), False),
-    ("sequential-pad", _make(23, shuffle=False), 23, 3, (2, 4, 6), False),
-    ("sequential-drop", _make(23, shuffle=False, drop_last=True), 23, 3, (1, 9), False),
-    ("divisible", _make(24, seed=5), 24, 4, (2, 3, 6), False),
-    ("divisible-drop", _make(24, seed=6, drop_last=True), 24, 6, (3, 4, 12), False),
-    ("smaller-than-world", _make(3, seed=7), 3, 8, (1, 5), False),
-    ("smaller-than-world-drop", _make(3, seed=8, drop_last=True), 3, 8, (2,), False),
-    ("one-rank", _make(9, seed=9), 9, 1, (2, 4), False),
-    ("empty", _make(0, seed=1), 0, 2, (3,), False),
-    ("torch-shuffle-pad", _make(23, seed=3, compat="torch"), 23, 4, (1, 2, 3, 6, 12), True),
-    ("torch-drop", _make(10, seed=2, drop_last=True, compat="torch"), 10, 3, (1, 3), False),
-    ("torch-sequential", _make(11, shuffle=False, compat="torch"), 11, 2, (3, 6), False),
-    ("torch-smaller-than-world", _make(5, seed=1, compat="torch"), 5, 7, (1,), False),
-]
-
-
-# The loop-recipe matrix (dataorder.testing.recipes) resumes at every batch of a 3-epoch run
-# under each training-loop recipe: it runs on the cases with short epochs, at least one per
-# mode; the direct checks run on every case.
-RECIPE_CASES = {"torch-shuffle-pad", "sequential-drop", "shuffle-pad"}
-# the recipes with worker processes cost seconds each: they run on one case
-WORKER_CASE = "shuffle-pad"
-
-
-# By default (CI) the recipes without workers run on WORKER_CASE alone: one case of this family
-# in every plain loop (test_contract_blend runs every recipe, workers included, by default); the
-# rest of the matrix above is marked slow (test_the_loop_recipes_on_the_other_cases).
-DEFAULT_RECIPES = {WORKER_CASE: tuple(r for r in RECIPES if r not in WORKER_RECIPES)}
-
-
-def _recipes(name: str) -> tuple[str, ...]:
-    if name == WORKER_CASE:
-        return RECIPES
-    if name in RECIPE_CASES:
-        return tuple(r for r in RECIPES if r not in WORKER_RECIPES)
-    return ()
-
-
-def _slow_recipes(name: str) -> tuple[str, ...]:
-    return tuple(r for r in _recipes(name) if r not in DEFAULT_RECIPES.get(name, ()))
-
-
-def _sampler_case(
-    name: str, make: Callable[[int, int], DistributedSampler], n: int, world: int, elastic: Any
-) -> SamplerCase:
-    return SamplerCase(
-        name=name,
-        make=make,
-        dataset_size=n,
-        dp_size=world,
-        elastic_dp_sizes=elastic,
-        batched=False,
-    )
-
-
-@pytest.mark.parametrize(
-    ("name", "make", "n", "world", "elastic", "processes"), CASES, ids=[c[0] for c in CASES]
-)
-def test_contract(
-    name: str,
-    make: Callable[[int, int], DistributedSampler],
-    n: int,
-    world: int,
-    elastic: tuple[int, ...],
-    processes: bool,
-) -> None:
-    check_contract(
-        _sampler_case(name, make, n, world, elastic),
-        resume_points=30,
-        processes=processes,
-        recipes=DEFAULT_RECIPES.get(name, ()),
-    )
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("name", "make", "n", "world"),
-    [c[:4] for c in CASES if _slow_recipes(c[0])],
-    ids=[c[0] for c in CASES if _slow_recipes(c[0])],
-)
-def test_the_loop_recipes_on_the_other_cases(
-    name: str, make: Callable[[int, int], DistributedSampler], n: int, world: int
-) -> None:
-    """The loop recipes test_contract leaves out by default: the worker recipes (seconds each)
-    and the other cases of the matrix."""
-    ran = check_loop_recipes(_sampler_case(name, make, n, world, ()), _slow_recipes(name))
-    assert ran == list(_slow_recipes(name)), ran  # the test extra installs every framework
+from dataorder.testing import SamplerCase, check_contract
 
 
 @given(
@@ -206,5 +101,9 @@ def test_the_recipes_read_a_per_index_sampler_through_its_rule() -> None:
     """A DistributedSampler case left at ``batched=True`` is read through the sampler's own rule
     (per index) by the direct checks and by the loop recipes alike: the recipes once handed it to
     the loader as a batch sampler."""
-    case = SamplerCase(name="rule", make=_make(23, seed=3), dataset_size=23, dp_size=4)
+
+    def make(rank: int, world: int) -> DistributedSampler:
+        return DistributedSampler(range(23), world, rank, seed=3)
+
+    case = SamplerCase(name="rule", make=make, dataset_size=23, dp_size=4)
     check_contract(case, resume_points=5, recipes=("dataloader", "stateful-0"))

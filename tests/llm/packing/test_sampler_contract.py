@@ -1,16 +1,17 @@
-"""The sampler contract over PackedSampler, in tokens, and its promises on random corpora.
+"""PackedSampler's promises in tokens, on fixed and random corpora.
 
-The contract suite reads a packed sampler through its batching rule
+The contract suite runs on its configurations in tests/test_contract_table.py (the rows
+``packed corpus x dealt by cost`` and ``blend of packed corpora x dealt by cost``, on the corpora
+:data:`WEB` and :data:`CODE` defined here). It reads a packed sampler through its batching rule
 (:class:`~dataorder.llm.packing.rule.PackedRows`): every token of every document read once per
 epoch, except what ``tokens_dropped`` counts, and ``tokens_padded`` exactly the room rows leave
-(NOTE [ Coverage ] in :mod:`dataorder.core.batching`). The loop recipes run it in the loops people
-train with; the properties drive random lengths, layouts, modes and resume points.
+(NOTE [ Coverage ] in :mod:`dataorder.core.batching`). The properties here drive random lengths,
+layouts, modes and resume points through the same checks.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -18,18 +19,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataorder.llm.mixture import MixtureSchedule
 from dataorder.llm.packing import PackedSampler
-from dataorder.testing import (
-    RECIPES,
-    WORKER_RECIPES,
-    SamplerCase,
-    check_contract,
-    check_loop_recipes,
-)
+from dataorder.testing import SamplerCase
 from dataorder.testing.contract import check_elastic_resume, check_epoch_partition, run_epoch
-
-Make = Callable[[int, int], PackedSampler]
 
 
 def _lengths(n: int, seed: int, high: int = 90) -> list[int]:
@@ -39,103 +31,6 @@ def _lengths(n: int, seed: int, high: int = 90) -> list[int]:
 
 WEB = _lengths(40, 1)
 CODE = _lengths(24, 2, high=140)
-
-
-def _packed(lengths: list[int], mbs: int, **kw: Any) -> Make:
-    kw.setdefault("seed", 3)
-    kw.setdefault("chunk", 4)
-    kw.setdefault("window", 16)
-    return lambda rank, world: PackedSampler(lengths, 64, mbs, rank, world, **kw)
-
-
-def _mixture(weights: Any, mbs: int, gbs: Any, **kw: Any) -> Make:
-    kw.setdefault("chunk", 4)
-    kw.setdefault("window", 16)
-    return lambda rank, world: PackedSampler(
-        None, 64, mbs, rank, world, gbs, seed=5, mixture=([WEB, CODE], weights), **kw
-    )
-
-
-# (name, factory, extents, world, elastic worlds)
-CASES: list[tuple[str, Make, list[int], int, tuple[int, ...]]] = [
-    ("overflow-drop", _packed(WEB, 2), WEB, 2, (1,)),
-    ("overflow-keep", _packed(WEB, 2, drop_last=False), WEB, 2, (1,)),
-    (
-        "overflow-gbs-pad",
-        _packed(
-            WEB, 1, drop_last=False, global_batch_size=6, pad_samples_to_global_batch_size=True
-        ),
-        WEB,
-        3,
-        (1,),
-    ),
-    ("never-truncate", _packed(CODE, 1, split="never"), CODE, 2, (1,)),
-    ("never-drop", _packed(CODE, 1, split="never", long_documents="drop"), CODE, 2, (1,)),
-    ("mixture", _mixture([2, 1], 1, 4, total_rows=16), WEB + CODE, 2, (1,)),
-    (
-        "mixture-schedule",
-        _mixture(MixtureSchedule([(0, [1, 1]), (8, [1, 3])]), 1, 4, total_rows=16),
-        WEB + CODE,
-        2,
-        (1,),
-    ),
-]
-
-
-def _case(name: str, make: Make, extents: list[int], world: int, elastic: tuple[int, ...]) -> Any:
-    return SamplerCase(
-        name=name,
-        make=make,
-        dataset_size=len(extents),
-        dp_size=world,
-        elastic_dp_sizes=elastic,
-        extents=extents,
-    )
-
-
-def _recipes(name: str) -> tuple[str, ...]:
-    # the loop recipes with workers run on one case (each costs seconds)
-    if name == "overflow-drop":
-        return RECIPES
-    return tuple(r for r in RECIPES if r not in WORKER_RECIPES)
-
-
-# By default (CI) the recipes without workers run on "overflow-drop" alone: one case of this
-# family in every plain loop (test_contract_blend runs every recipe, workers included, by
-# default); the rest is marked slow (test_the_loop_recipes_on_the_other_cases).
-DEFAULT_RECIPES = {"overflow-drop": tuple(r for r in RECIPES if r not in WORKER_RECIPES)}
-
-
-def _slow_recipes(name: str) -> tuple[str, ...]:
-    return tuple(r for r in _recipes(name) if r not in DEFAULT_RECIPES.get(name, ()))
-
-
-@pytest.mark.parametrize(
-    ("name", "make", "extents", "world", "elastic"), CASES, ids=[c[0] for c in CASES]
-)
-def test_contract(
-    name: str, make: Make, extents: list[int], world: int, elastic: tuple[int, ...]
-) -> None:
-    recipes = DEFAULT_RECIPES.get(name, ())
-    ran = check_contract(_case(name, make, extents, world, elastic), recipes=recipes)
-    assert ran == list(recipes), ran  # the test extra installs every framework
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("name", "make", "extents", "world"),
-    [c[:4] for c in CASES if _slow_recipes(c[0])],
-    ids=[c[0] for c in CASES if _slow_recipes(c[0])],
-)
-def test_the_loop_recipes_on_the_other_cases(
-    name: str, make: Make, extents: list[int], world: int
-) -> None:
-    """The loop recipes test_contract leaves out by default: the worker recipes (seconds each)
-    and the other cases of the table."""
-    ran = check_loop_recipes(_case(name, make, extents, world, ()), _slow_recipes(name))
-    assert ran == list(_slow_recipes(name)), ran
-    if name == "overflow-drop":
-        assert set(WORKER_RECIPES) <= set(ran), ran
 
 
 def test_every_token_once_and_the_counters() -> None:

@@ -172,12 +172,20 @@ def test_state_refuses_other_lengths_and_from_state_rebuilds() -> None:
         VariableLengthSampler.from_state(state)
 
 
-def test_natural_refuses_a_layout_that_does_not_divide_its_unit() -> None:
-    a = VariableLengthSampler(DOCS, 256, 512, 0, 2, seed=3, min_seq_len=32)
-    with pytest.raises(
-        ValueError, match="data_parallel_size must be a divisor of interleave_unit=2"
-    ):
-        VariableLengthSampler.from_state(a.state_dict(), lengths=DOCS, dp_size=4)
+def test_natural_continues_a_state_on_layouts_its_unit_does_not_divide() -> None:
+    """The next length is a function of the counts and the ranks (NOTE [ Counted positions ]):
+    a state of 2 ranks (unit 2) continues on 3 and 4, every rank reading its own chunks."""
+    a = VariableLengthSampler(DOCS, 256, 512, 0, 2, seed=3, min_seq_len=32, interleave_unit=2)
+    next(iter(a))
+    for dp in (3, 4):
+        ranks = [
+            VariableLengthSampler.from_state(a.state_dict(), lengths=DOCS, rank=r, dp_size=dp)
+            for r in range(dp)
+        ]
+        step = [next(iter(s)) for s in ranks]
+        assert len({c[2] - c[1] for chunks in step for c in chunks}) == 1  # one length a step
+        read = [c for chunks in step for c in chunks]
+        assert len(read) == len(set(read))
 
 
 @pytest.mark.parametrize(
@@ -190,7 +198,7 @@ def test_natural_refuses_a_layout_that_does_not_divide_its_unit() -> None:
         ({"tokens_per_rank": 128}, "tokens_per_rank must be an int in"),
         ({"curriculum": "shrink"}, "curriculum must be one of"),
         ({"curriculum": "grow", "interleave_unit": 2}, "interleave_unit must be None unless"),
-        ({"interleave_unit": 3}, "data_parallel_size must be a divisor of interleave_unit=3"),
+        ({"interleave_unit": 0}, "interleave_unit must be an int in"),
         ({"data_parallel_rank": 2}, "data_parallel_rank must be an int in"),
         ({"seed": -1}, "seed must be an int"),
         ({"lengths": [10, 20]}, "lengths must be documents with at least min_seq_len=32"),

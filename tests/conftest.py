@@ -146,3 +146,29 @@ def mypy_in_the_background(request: pytest.FixtureRequest) -> Iterator[tuple[int
     if own is not None:
         own.waiter.join(timeout=10)
         shutil.rmtree(own.folder, ignore_errors=True)
+
+
+# NOTE [ xdist ]
+# pyproject's addopts run the suite on two pytest-xdist workers (-n 2, CI's two cores) with
+# --dist loadgroup: each test is its own unit of work, handed to whichever worker is free, except
+# tests marked xdist_group(name), which one worker runs one after the other. What makes that safe:
+# - a module whose tests share a module-scoped run (an example under torchrun, the benchmarks'
+#   smoke runs) is one group; split over two workers, each would start that run again;
+# - every multi-process job takes a port the OS picks (bind to port 0, torchrun --standalone,
+#   a TCPStore or torchft's lighthouse on port 0), so two jobs at once do not collide;
+# - each worker has its own tmp_path tree (--basetemp/gwN), and no test writes into the
+#   repository or a fixed path outside it;
+# - the hang guard of the hostile sweeps counts CPU time (tests/helpers/hang.py), so a call
+#   that waits for a core is not called a hang; the multi-process deadlines (pytest-timeout, the
+#   jobs' own) are 2-4x their serial run times;
+# - mypy starts once, in the controller (NOTE [ mypy in the background ]).
+# The modules with multi-process tests, the heaviest of the suite, are moved to the front of the
+# collection, whole and in their order (a stable sort, the same on every worker, as xdist
+# requires; a module kept whole sets its module-scoped fixtures up once): the longest jobs start
+# first, and the run ends on short tests instead of waiting for one long job on one worker.
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    heavy = {module(item) for item in items if item.get_closest_marker("multiprocess")}
+    items.sort(key=lambda item: module(item) not in heavy)

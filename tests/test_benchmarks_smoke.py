@@ -20,6 +20,10 @@ from pathlib import Path
 
 import pytest
 
+# one worker runs this module (tests/conftest.py: NOTE [ xdist ]): its tests share a
+# module-scoped run that each worker would otherwise start again
+pytestmark = pytest.mark.xdist_group("benchmarks_smoke")
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_"))

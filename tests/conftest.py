@@ -159,8 +159,8 @@ def mypy_in_the_background(request: pytest.FixtureRequest) -> Iterator[tuple[int
 # - each worker has its own tmp_path tree (--basetemp/gwN), and no test writes into the
 #   repository or a fixed path outside it;
 # - the hang guard of the hostile sweeps counts CPU time (tests/helpers/hang.py), so a call
-#   that waits for a core is not called a hang; the multi-process deadlines (pytest-timeout, the
-#   jobs' own) are 2-4x their serial run times;
+#   that waits for a core is not called a hang; a multi-process deadline (pytest-timeout, the
+#   job's own) is at least twice the job's run time alone (the other worker takes a core);
 # - mypy starts once, in the controller (NOTE [ mypy in the background ]).
 # The modules with multi-process tests, the heaviest of the suite, are moved to the front of the
 # collection, whole and in their order (a stable sort, the same on every worker, as xdist

@@ -24,6 +24,10 @@ import pytest
 from tests.helpers.stack_samplers import example, token_coverage
 from tests.test_examples import torchrun
 
+# one worker runs this module (tests/conftest.py: NOTE [ xdist ]): its tests share a
+# module-scoped run that each worker would otherwise start again
+pytestmark = pytest.mark.xdist_group("dcp")
+
 N = 48
 
 

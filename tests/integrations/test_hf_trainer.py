@@ -21,6 +21,10 @@ import pytest
 
 from tests.test_examples import EXAMPLES, torchrun
 
+# one worker runs this module (tests/conftest.py: NOTE [ xdist ]): its tests share a
+# module-scoped run that each worker would otherwise start again
+pytestmark = pytest.mark.xdist_group("hf_trainer")
+
 pytest.importorskip("transformers")
 
 N = 24

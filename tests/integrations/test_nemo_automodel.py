@@ -26,6 +26,10 @@ import pytest
 
 from tests.test_examples import torchrun
 
+# one worker runs this module (tests/conftest.py: NOTE [ xdist ]): its tests share a
+# module-scoped run that each worker would otherwise start again
+pytestmark = pytest.mark.xdist_group("nemo_automodel")
+
 pytest.importorskip("nemo_automodel.recipes.base_recipe")
 
 N = 36

@@ -267,10 +267,7 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         return plan
 
     def _plan_through(self, epoch: int, progress: Mapping[str, int] | None) -> EpochPlan[T_co]:
-        """The plan of ``epoch`` on this layout whose steps pass through ``progress`` (None: the
-        epoch's start): the epoch's plan, for every sampler whose steps do not depend on the
-        path (a counted position may lie on another layout's path: NOTE [ Counted positions ]
-        in :mod:`dataorder.core.lockstep`)."""
+        """``epoch``'s plan through ``progress`` (None: its start): NOTE [ Counted positions ]."""
         return self.epoch_plan(epoch)
 
     @property
@@ -452,11 +449,9 @@ class CursorSampler(abc.ABC, Generic[T_co]):
         return self._state_at(self._epoch, self._position)
 
     def state_at(self, epoch: int, step: int = 0) -> dict[str, Scalar]:
-        """The state this sampler writes with its cursor after ``step`` steps of ``epoch``.
-
-        Pure: the cursor does not move. What a caller that knows the position of a step (not
-        the cursor's, which a loader's read-ahead moves past it) records, every key included
-        (a mixture's ``mixture`` tag depends on the position).
+        """The state this sampler writes with its cursor after ``step`` steps of ``epoch``, the
+        cursor unmoved: what a caller that knows a step's position (a loader's read-ahead moves
+        the cursor past it) records, every key included (a ``mixture`` tag among them).
 
         Args:
             epoch: The epoch, ``0 .. max_epoch``.
@@ -519,13 +514,11 @@ class CursorSampler(abc.ABC, Generic[T_co]):
     def state_after(
         self, state: Mapping[str, Any], steps: int, *, batch: int = 1
     ) -> dict[str, Scalar]:
-        """The state ``steps`` batches after ``state``: pure, nothing is copied or moved.
-
-        What a loader's snapshot plus the batches it handed out since is (torchdata's
-        ``_steps_since_snapshot``; NOTE [ The consumed state ] in
-        :mod:`dataorder.integrations.common`). The steps are those of the pass that continues
-        ``state`` (NOTE [ The loop contract ]): a state at the end of its epoch continues in the
-        next epoch, from its start; a pass never crosses an epoch's end.
+        """The state ``steps`` batches after ``state``, nothing copied or moved: a loader's
+        snapshot plus the batches it handed out since (torchdata's ``_steps_since_snapshot``;
+        NOTE [ The consumed state ] in :mod:`dataorder.integrations.common`), along the pass
+        that continues ``state`` (NOTE [ The loop contract ]: a state at its epoch's end goes
+        on in the next epoch, from its start; a pass never crosses an epoch's end).
 
         Args:
             state: A state of this sampler (any layout it can continue on; also the foreign

@@ -27,12 +27,6 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# One intra-op thread in each xdist worker (and the jobs it starts): two workers of two threads
-# each on CI's two cores would spin-wait on each other's cores (OpenMP), and the suite's tensors
-# are tiny. Set before any test module imports torch.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-
 
 # NOTE [ mypy in the background ]
 # mypy --strict on a fresh checkout (no cache, as in CI) costs about a minute and a half of one

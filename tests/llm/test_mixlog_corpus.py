@@ -16,16 +16,10 @@ from hypothesis import strategies as st
 
 from dataorder.llm.blend import BlendedSampler
 from dataorder.llm.mixlog import SOURCE_STRIDE, MixtureLog, SourceDatasets, split_index
+from tests.helpers.corpus_logs import Action, apply, draw_actions
 
 GBS = 12  # a multiple of every data-parallel size below (micro-batches of 1)
 STEPS = 10
-
-Action = tuple[int, str, tuple[Any, ...]]  # (step, method of MixtureLog, its arguments)
-
-
-def _apply(log: MixtureLog, action: Action) -> None:
-    _, name, args = action
-    getattr(log, name)(action[0], *args)
 
 
 @st.composite
@@ -36,30 +30,7 @@ def plans(draw: Any) -> tuple[list[int], list[float], list[Action]]:
     later = draw(st.sets(st.integers(1, k - 1), min_size=1, max_size=k - 1))
     sizes = [0 if d in later else draw(st.integers(1, 9)) for d in range(k)]
     weights = [0.0 if d in later else draw(st.sampled_from([1e-6, 0.3, 1.0])) for d in range(k)]
-    scratch = MixtureLog(weights, sizes=sizes)
-    actions: list[Action] = []
-    for step in range(1, STEPS):
-        for _ in range(draw(st.integers(0, 2))):
-            kind = draw(st.sampled_from(["grow", "grow", "retire", "add", "weights"]))
-            d = draw(st.integers(0, k - 1))
-            now = scratch.current_sizes or ()
-            args: tuple[Any, ...]
-            if kind == "grow":
-                name, args = "grow", (d, now[d] + draw(st.integers(1, 9)))
-            elif kind == "retire":
-                name, args = "retire", (d,)
-            elif kind == "add":
-                new = [draw(st.sampled_from([0.0, 0.5, 1.0])) for _ in range(k)]
-                new[d] = 1.0
-                name, args = "add_source", (d, draw(st.integers(1, 9)), new)
-            else:
-                new = [draw(st.sampled_from([0.0, 1e-6, 1.0])) for _ in range(k)]
-                name, args = "set_weights", (new,)
-            try:
-                _apply(scratch, (step, name, args))
-            except ValueError:
-                continue  # refused (a retired or empty source's weight, ...): not in the plan
-            actions.append((step, name, args))
+    actions, _ = draw_actions(draw, sizes, weights, STEPS, 9)
     return sizes, weights, actions
 
 
@@ -93,7 +64,7 @@ def _run(
         for step in range(a, b):
             for action in actions:
                 if action[0] == step:
-                    _apply(log, action)
+                    apply(log, action)
             for _ in range(GBS // dp):
                 for it in iters:
                     stream += next(it)
@@ -171,7 +142,7 @@ def test_corpus_changes_read_each_pass_once_and_replay_on_other_sizes(
     # a pure function of the finished log and the position: the log built ahead reads the same
     ahead = MixtureLog(weights, sizes=sizes)
     for action in actions:
-        _apply(ahead, action)
+        apply(ahead, action)
     order = BlendedSampler(sizes, ahead, 1, 0, 1, GBS, seed=5, total_samples=10**6).order
     assert order.samples(np.arange(len(reference))).tolist() == reference
     # the bound of the counts against the integral of the weights still holds

@@ -26,15 +26,11 @@ from dataorder.llm.packing.sampler import MAX_BLOCK_ROWS
 from dataorder.llm.schedule import BatchSizeSchedule
 from dataorder.testing import SamplerCase, check_contract
 from dataorder.testing.contract import check_elastic_resume, check_epoch_partition
+from tests.helpers.corpus_logs import Action, apply, draw_actions
 
 GBS = 12  # a multiple of every data-parallel size below (micro-batches of 1)
 STEPS = 9
 SEQ = 32
-Action = tuple[int, str, tuple[Any, ...]]
-
-
-def _apply(log: MixtureLog, action: Action) -> None:
-    getattr(log, action[1])(action[0], *action[2])
 
 
 def _lengths(seed: int, n: int) -> list[int]:
@@ -50,30 +46,7 @@ def plans(draw: Any) -> tuple[list[int], list[float], list[Action], list[list[in
     later = draw(st.sets(st.integers(1, k - 1), max_size=1))
     sizes = [0 if d in later else draw(st.integers(2, 12)) for d in range(k)]
     weights = [0.0 if d in later else draw(st.sampled_from([1e-6, 0.3, 1.0])) for d in range(k)]
-    scratch = MixtureLog(weights, sizes=sizes)
-    actions: list[Action] = []
-    for step in range(1, STEPS):
-        for _ in range(draw(st.integers(0, 2))):
-            kind = draw(st.sampled_from(["grow", "grow", "retire", "add", "weights"]))
-            d = draw(st.integers(0, k - 1))
-            now = scratch.current_sizes or ()
-            args: tuple[Any, ...]
-            if kind == "grow":
-                name, args = "grow", (d, now[d] + draw(st.integers(1, 8)))
-            elif kind == "retire":
-                name, args = "retire", (d,)
-            elif kind == "add":
-                new = [draw(st.sampled_from([0.0, 0.5, 1.0])) for _ in range(k)]
-                new[d] = 1.0
-                name, args = "add_source", (d, draw(st.integers(1, 8)), new)
-            else:
-                new = [draw(st.sampled_from([0.0, 1e-6, 1.0])) for _ in range(k)]
-                name, args = "set_weights", (new,)
-            try:
-                _apply(scratch, (step, name, args))
-            except ValueError:
-                continue
-            actions.append((step, name, args))
+    actions, scratch = draw_actions(draw, sizes, weights, STEPS, 8)
     final = scratch.current_sizes or ()
     seed = draw(st.integers(0, 2**16))
     lengths = [_lengths(seed + d, max(1, final[d])) for d in range(k)]
@@ -114,7 +87,7 @@ def _run(
         for step in range(a, b):
             for action in actions:
                 if action[0] == step:
-                    _apply(log, action)
+                    apply(log, action)
             rows = [row for _ in range(GBS // dp) for it in iters for row in next(it)]
             batches.append(sorted(rows))
         state = ranks[0].state_dict()
@@ -204,7 +177,7 @@ def test_packed_corpus_changes_read_each_pass_once_and_replay_on_other_sizes(
     # a pure function of the finished log and the position: the log built ahead reads the same
     ahead = MixtureLog(plan[1], sizes=plan[0])
     for action in plan[2]:
-        _apply(ahead, action)
+        apply(ahead, action)
     again = _make(plan[3], ahead, 0, 1)
     got = [sorted(again.batch_at(step * GBS + i)[0] for i in range(GBS)) for step in range(STEPS)]
     assert [sorted(b) for b in got] == reference

@@ -177,10 +177,10 @@ def _only_if(field: Field, label: str) -> Field:
 def _per_source(sampler: PackedSampler) -> str:
     """The rows each source has given (over a changing corpus: a pass at the sizes then, and
     the tokens retired sources leave unread; NOTE [ Packed corpus changes ])."""
-    rows = sampler._rows
-    if isinstance(rows, Blend) and isinstance(rows.draws, GrowingRows):
-        return rows.draws.describe(sampler.consumed_samples)
-    return rows.describe(sampler.consumed_samples)
+    growing = sampler._growing
+    if growing is not None:
+        return growing.describe(sampler.consumed_samples)
+    return sampler._rows.describe(sampler.consumed_samples)
 
 
 def _grown_at(
@@ -559,8 +559,7 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         not read (NOTE [ Packed corpus changes ] in :mod:`dataorder.llm.packing.growth`).
         Empty without a log of corpus changes."""
         t = self.consumed_samples if rows is None else check_int("rows", rows, min_value=0)
-        draws = self._rows.draws if isinstance(self._rows, Blend) else None
-        return draws.retired_unread(t) if isinstance(draws, GrowingRows) else {}
+        return {} if self._growing is None else self._growing.retired_unread(t)
 
     @property
     def schedule(self) -> MixtureSchedule | LogMixture | None:

@@ -498,3 +498,25 @@ def test_every_way_back_in_reads_the_same_rows_past_the_corpus_changes(dp: int, 
     assert rows(snapshot) == want
     assert rows(counted) == want
     assert rows(rebuilt) == want
+
+
+@pytest.mark.parametrize("edit", ["drop", "other", "int", "huge", "empty"])
+def test_an_edited_mixture_tag_over_corpus_changes_is_refused_naming_it(edit: str) -> None:
+    s = _grown(0, 1)
+    it = iter(s)
+    for _ in range(4 * GBS):
+        next(it)
+    state = s.state_dict()
+    tag, _, grown = state["mixture"].rpartition("/")
+    state["mixture"] = {
+        "drop": tag,
+        "other": f"{tag}/{'0' * 8 if grown != '0' * 8 else '1' * 8}",
+        "int": 7,
+        "huge": 2**80,
+        "empty": "",
+    }[edit]
+    fresh = _grown(0, 1)
+    before = fresh.state_dict()
+    with pytest.raises(ValueError, match=r"state\['mixture'\]"):
+        fresh.load_state_dict(state)
+    assert fresh.state_dict() == before  # a refused state moves nothing

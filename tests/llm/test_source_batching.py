@@ -19,8 +19,8 @@ from dataorder.core.keys import derive_key
 from dataorder.llm import BlendedSampler
 from dataorder.llm.blend_order import BLEND_STREAM, BlendOrder
 from dataorder.llm.mixture import Mixture, MixtureSchedule
-from dataorder.llm.sampler import EpochEnd, MicroBatchSampler
-from dataorder.llm.sources import Blend, SampleDraws
+from dataorder.llm.sampler import MicroBatchSampler
+from dataorder.llm.sources import Blend, EpochEnd, SampleDraws
 
 SIZES, WEIGHTS, TOTAL = [13, 7, 30], [0.5, 0.2, 0.3], 36
 

@@ -20,7 +20,6 @@ from dataorder._validate import check_int, check_sequence, fail
 from dataorder.core.apportion import APPORTIONMENT_VERSION, MAX_POSITION
 from dataorder.core.assembly import Detail, Field, Given, Schema, recorded
 from dataorder.core.blockplan import FixedBlocks
-from dataorder.core.cursor import RunCount
 from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED
 from dataorder.core.permutation import MAX_DOMAIN, PERMUTATION_VERSION
 from dataorder.core.readonly import ReadOnly
@@ -34,23 +33,14 @@ from dataorder.llm.sampler import (
     MIXTURE_STATE,
     PLACEMENT,
     RUN_COUNT,
-    EpochEnd,
     MicroBatchSampler,
-    Stretches,
     compile_mixture,
     global_batch_field,
-    per_source_progress,
 )
 from dataorder.llm.schedule import BatchSizeSchedule
-from dataorder.llm.sources import Blend, SampleDraws
+from dataorder.llm.sources import Blend, EpochEnd, SampleDraws
 
-__all__ = [
-    "BATCH_SIZE_SCHEDULE",
-    "MIXTURE_STATE",
-    "BlendedSampler",
-    "blend_run_count",
-    "per_source_progress",
-]
+__all__ = ["BlendedSampler"]
 
 # Every construction the order depends on, in one field (the state stays within MAX_STATE_BYTES
 # with a long schedule tag, a 19-digit seed and a batch-size schedule digest).
@@ -99,24 +89,6 @@ def _check_weights(
             f"MixtureLog over {weights.num_sources} sources",
         )
     return sizes, weights
-
-
-def blend_run_count(order: BlendOrder) -> RunCount:
-    """The :class:`~dataorder.core.cursor.RunCount` of a sampler over ``order``: its epochs
-    are stretches of the run (NOTE [ Blended epochs ]), the same on every layout."""
-    return Stretches(order).run_count(1, 1, EpochEnd(True, None, False))
-
-
-def _per_source(sampler: BlendedSampler) -> str:
-    samples = sampler.consumed_samples
-    sizes = sampler.order.sizes_at(samples).tolist()  # after the log's corpus changes
-    shown = per_source_progress(sampler.consumed_per_source().tolist(), sizes)
-    retired = sampler.retired_unread(samples)
-    if retired:
-        shown += "; retired (documents of the last pass unread): " + ", ".join(
-            f"source {d}: {n}" for d, n in retired.items()
-        )
-    return shown
 
 
 def _mixture_entry(sampler: BlendedSampler) -> str:
@@ -201,7 +173,7 @@ class BlendedSampler(MicroBatchSampler[list[int]]):
         extras=(MIXTURE_STATE,),
         details=(
             RUN_COUNT,
-            Detail("per source", _per_source),
+            Detail("per source", lambda s: s._blend.describe(s.consumed_samples)),
             Detail("mixture", _mixture_entry),
         ),
         position=_position,
@@ -253,7 +225,8 @@ class BlendedSampler(MicroBatchSampler[list[int]]):
             checked, self._seed, BLEND_STREAM, self._batches
         )
         self._order = BlendOrder(self._sizes, self._mixture, self._batches, self._total, self._seed)
-        self._compose(Blend(self._order, SampleDraws(self._order)), FixedBlocks(), end)
+        self._blend = Blend(self._order, SampleDraws(self._order))
+        self._compose(self._blend, FixedBlocks(), end)
         self._start(consumed_samples)
 
     sizes = ReadOnly[tuple[int, ...]]("_sizes", "Samples in each source.")
@@ -302,19 +275,9 @@ class BlendedSampler(MicroBatchSampler[list[int]]):
         """
         if samples is None:
             samples = self.consumed_samples
-        samples = check_int("samples", samples, min_value=0, max_value=MAX_POSITION)
-        mixture = self._mixture
-        if not isinstance(mixture, LogMixture) or mixture.log.sizes is None:
-            return {}
-        retired = [
-            e.source
-            for e in mixture.log.corpus_changes()
-            if e.op == "retire" and e.source is not None and mixture.entry_start(e.index) <= samples
-        ]
-        if not retired:
-            return {}
-        unread = self._order.unread(samples)
-        return {d: int(unread[d]) for d in retired}
+        return self._blend.retired_unread(
+            check_int("samples", samples, min_value=0, max_value=MAX_POSITION)
+        )
 
     def __repr__(self) -> str:
         return self._repr(

@@ -33,8 +33,8 @@ from dataorder.core.topology import Topology
 from dataorder.llm.compat_megatron import MegatronLMOrder
 from dataorder.llm.compat_nemo import NemoOrder
 from dataorder.llm.orders import EpochSpec, IdentityOrder, MegatronOrder, MicroBatch, default_order
-from dataorder.llm.sampler import PLACEMENT, RUN_COUNT, EpochEnd, MicroBatchSampler
-from dataorder.llm.sources import SampleOrder
+from dataorder.llm.sampler import PLACEMENT, RUN_COUNT, MicroBatchSampler
+from dataorder.llm.sources import EpochEnd, SampleOrder
 
 __all__ = [
     "MEGATRON_MODES",

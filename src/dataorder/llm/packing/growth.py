@@ -62,17 +62,17 @@ from dataorder.core.batching import coverage
 from dataorder.core.keys import derive_key
 from dataorder.core.state import digest
 from dataorder.llm.blend_order import BlendOrder
-from dataorder.llm.mixlog import LogMixture, MixtureLog
+from dataorder.llm.mixlog import LogMixture
 from dataorder.llm.mixlog_corpus import CorpusLog
 from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.plan import PackingPlan, Row
-from dataorder.llm.sampler import per_source_progress
+from dataorder.llm.sources import per_source_progress
 
 __all__ = ["GrowingRows", "Growth", "RowPass", "check_corpus_log"]
 
 IntArray = npt.NDArray[np.int64]
-#: ``make_plan(lengths, seed)``: a plan with the sampler's packing arguments.
-MakePlan = Callable[[DocumentLengths, int], PackingPlan]
+#: ``make_plan(lengths, seed=...)``: a plan with the sampler's packing arguments.
+MakePlan = Callable[..., PackingPlan]
 
 _STREAM = "packed"
 # Rows listed per call when a range of a modified pass is counted span by span.
@@ -175,9 +175,9 @@ class GrowingRows:
     Args:
         plans: Every source's plan over all its given lengths (at least the documents the log
             names): their lengths, seeds and packing are the sources'.
-        make_plan: ``make_plan(lengths, seed)``: a plan with the sampler's packing arguments.
-        log: The log (with ``sizes``); :attr:`mixture`, its form compiled for the sampler (whose
-            counts place each change), is set once the sampler has compiled it.
+        make_plan: ``make_plan(lengths, seed=...)``: a plan with the sampler's packing arguments.
+        mixture: The log (with ``sizes``) compiled for the sampler, whose counts place each
+            change.
 
     Raises:
         ValueError: If the lengths hold fewer documents than the log names
@@ -187,18 +187,14 @@ class GrowingRows:
     unit = "rows"
 
     def __init__(
-        self,
-        plans: Sequence[PackingPlan],
-        make_plan: MakePlan,
-        log: MixtureLog,
+        self, plans: Sequence[PackingPlan], make_plan: MakePlan, mixture: LogMixture
     ) -> None:
         self.lengths = [p.lengths for p in plans]
         self.seeds = [p.seed for p in plans]
         self.seq_len = plans[0].seq_len
-        check_corpus_log(log, self.lengths)
-        self.log = log
+        check_corpus_log(mixture.log, self.lengths)
+        self.mixture, self.log = mixture, mixture.log
         self.make_plan = make_plan
-        self._mixture: LogMixture | None = None
         self.first_document = np.concatenate(
             [[0], np.cumsum([len(x) for x in self.lengths])[:-1]]
         ).astype(np.int64)
@@ -206,19 +202,8 @@ class GrowingRows:
         self._passes: list[list[RowPass]] = []
         self._passes_at = -1
         self._grown_prints: dict[tuple[int, int, int], str] = {}
-        sizes = log.sizes or ()
+        sizes = self.log.sizes or ()
         self.first_plans = [self.plan(d, n) if n else None for d, n in enumerate(sizes)]
-
-    @property
-    def mixture(self) -> LogMixture:
-        """The log compiled for the sampler."""
-        if self._mixture is None:  # pragma: no cover - the sampler sets it before any read
-            raise RuntimeError("GrowingRows.mixture read before the sampler compiled the log")
-        return self._mixture
-
-    @mixture.setter
-    def mixture(self, value: LogMixture) -> None:
-        self._mixture = value
 
     @property
     def first_rows(self) -> list[int]:
@@ -233,7 +218,7 @@ class GrowingRows:
         if hit is None:
             given = self.lengths[source]
             prefix = given if size == len(given) else DocumentLengths(given.slice(0, size))
-            hit = self._plans[key] = self.make_plan(prefix, self.seeds[source])
+            hit = self._plans[key] = self.make_plan(prefix, seed=self.seeds[source])
         return hit
 
     def _growth(self, source: int, entry: int, old: int, new: int, at: int, before: int) -> Growth:
@@ -244,7 +229,7 @@ class GrowingRows:
             seed = derive_key(
                 self.seeds[source], epoch=0, stream=_STREAM, purpose="growth", extra=(entry,)
             )
-            plan = self._plans[key] = self.make_plan(added, seed >> 1)
+            plan = self._plans[key] = self.make_plan(added, seed=seed >> 1)
         return Growth(at, before, plan, old, plan.rows_per_epoch)
 
     # -- the passes -------------------------------------------------------------------------------
@@ -442,7 +427,7 @@ class GrowingRows:
             c = coverage(self._spans(source, j0, j1))
             return c.units, c.distinct
         plan, origin, index = stretch
-        return pass_tokens(plan, index, j0 - origin, j1 - origin)
+        return plan.pass_tokens(index, j0 - origin, j1 - origin)
 
     def coverage(self, order: BlendOrder, first: int, end: int) -> tuple[int, int]:
         """NOTE [ Coverage ] of a mixture's epoch over a changing corpus: every document the
@@ -486,7 +471,7 @@ class GrowingRows:
         _, a, b = self._spans(source, j0, j1)
         return int((b - a).sum())
 
-    def describe(self, position: int) -> str:
+    def describe(self, order: BlendOrder, position: int) -> str:
         """What each source has given after ``position`` run-wide rows, a pass being its rows
         at the sizes then, and what retired sources leave unread, in words."""
         counts = self.mixture.counts(position).tolist()
@@ -495,7 +480,7 @@ class GrowingRows:
             for d, n in enumerate(self.sizes_at(position))
         ]
         shown = per_source_progress(counts, rows, self.unit)
-        retired = self.retired_unread(position)
+        retired = self.retired_unread(order, position)
         if retired:
             shown += "; retired (tokens of the last pass unread): " + ", ".join(
                 f"source {d}: {n}" for d, n in retired.items()
@@ -508,7 +493,7 @@ class GrowingRows:
         not reached yet load the same states (NOTE [ Lengths a state binds ])."""
         return ["" if p is None else str(p.config()["lengths"]) for p in self.first_plans]
 
-    def grown_print(self, position: int) -> str:
+    def grown_print(self, order: BlendOrder, position: int) -> str:
         """The digest of the lengths of every document a corpus change has brought into play by
         run position ``position`` (entries that start at or before it): the state's
         ``mixture`` tag ends in its first 8 hex digits (NOTE [ Lengths a state binds ])."""
@@ -523,7 +508,7 @@ class GrowingRows:
                 parts.append([d, first[d], n, self._grown_prints[key]])
         return digest(parts)
 
-    def retired_unread(self, position: int) -> dict[int, int]:
+    def retired_unread(self, order: BlendOrder, position: int) -> dict[int, int]:
         """Per source retired by an entry that starts at or before run position ``position``,
         the tokens of its last pass it has not read (NOTE [ Packed corpus changes ])."""
         mixture = self.mixture
@@ -536,23 +521,3 @@ class GrowingRows:
         ]
         counts = mixture.counts(position).tolist() if retired else []
         return {d: self.unread_tokens(d, int(counts[d])) for d in retired}
-
-
-def pass_tokens(plan: PackingPlan, index: int, j0: int, j1: int) -> tuple[int, int]:
-    """``(tokens read, distinct tokens read)`` by rows ``[j0, j1)`` of passes of ``plan`` in
-    order, row ``j`` in pass ``index + j // P`` (``P`` rows per pass): a run of whole passes, at
-    most a tail of one pass and a head of the next, counted from window totals (the rule of
-    :meth:`~dataorder.llm.packing.sources.RowDraws.coverage`)."""
-    per_pass, tokens = plan.rows_per_epoch, plan.tokens_per_epoch
-    (p0, a), (p1, b) = divmod(j0, per_pass), divmod(j1, per_pass)
-    p0, p1 = p0 + index, p1 + index
-    if p0 == p1:
-        stream = plan.epoch(p0)
-        part = stream.tokens_from(a) - stream.tokens_from(b)
-        return part, part
-    head = plan.epoch(p0).tokens_from(a)
-    tail = tokens - plan.epoch(p1).tokens_from(b) if b else 0
-    units = head + (p1 - p0 - 1) * tokens + tail
-    if p1 - p0 > 1 or a == 0:  # a whole pass read: every token it holds
-        return units, tokens
-    return units, plan.tokens_covered([(p0, a, per_pass), (p1, 0, b)])

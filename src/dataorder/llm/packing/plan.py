@@ -305,6 +305,24 @@ class PackingPlan:
         """Tokens in the rows of an epoch: the corpus less what ``"never"`` cuts."""
         return int(self.lengths.total_tokens) - self.tokens_cut_per_epoch
 
+    def pass_tokens(self, first: int, j0: int, j1: int) -> tuple[int, int]:
+        """``(tokens read, distinct tokens read)`` by rows ``[j0, j1)`` of passes in order, row
+        ``j`` in epoch ``first + j // P`` (``P`` rows per epoch): a run of whole passes, at most
+        a tail of one pass and a head of the next, counted from window totals."""
+        per_pass, tokens = self.rows_per_epoch, self.tokens_per_epoch
+        (p0, a), (p1, b) = divmod(j0, per_pass), divmod(j1, per_pass)
+        p0, p1 = p0 + first, p1 + first
+        if p0 == p1:
+            stream = self.epoch(p0)
+            part = stream.tokens_from(a) - stream.tokens_from(b)
+            return part, part
+        head = self.epoch(p0).tokens_from(a)
+        tail = tokens - self.epoch(p1).tokens_from(b) if b else 0
+        units = head + (p1 - p0 - 1) * tokens + tail
+        if p1 - p0 > 1 or a == 0:  # a whole pass read: every token it holds
+            return units, tokens
+        return units, self.tokens_covered([(p0, a, per_pass), (p1, 0, b)])
+
     def tokens_covered(self, parts: list[tuple[int, int, int]]) -> int:
         """Distinct tokens the rows of ``parts`` hold together: each part ``(epoch, start,
         stop)`` is the rows at positions ``[start, stop)`` of that epoch; parts of one epoch do

@@ -17,7 +17,7 @@ NOTE [ Dealing rows ]
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -25,41 +25,33 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder._validate import check_bool, check_int, fail
-from dataorder.core.assembly import Detail, Extra, Field, Given, Schema, flag, recorded
+from dataorder.core.assembly import Detail, Field, Given, Schema, flag, recorded
 from dataorder.core.dealing import DealtBlocks, DealtByCost
-from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
-from dataorder.core.partition import MAX_POSITIONS
-from dataorder.core.permutation import PERMUTATION_VERSION
+from dataorder.core.keys import MAX_SEED
 from dataorder.core.readonly import ReadOnly
-from dataorder.core.state import Scalar, digest
+from dataorder.core.state import Scalar
 from dataorder.core.topology import Topology
-from dataorder.llm.blend_order import BLEND_VERSION, BlendOrder
-from dataorder.llm.mixlog import LogMixture, MixtureLog
+from dataorder.llm.blend_order import BlendOrder
+from dataorder.llm.mixlog import LogMixture
 from dataorder.llm.mixture import MixtureSchedule
 from dataorder.llm.packing.fit import LongDocuments, Split
-from dataorder.llm.packing.growth import GrowingRows
 from dataorder.llm.packing.lengths import DocumentLengths
-from dataorder.llm.packing.plan import DEFAULT_CHUNK, PACKING_VERSION, PackingPlan, Row
+from dataorder.llm.packing.plan import DEFAULT_CHUNK, PackingPlan, Row
 from dataorder.llm.packing.rule import PackedRows
-from dataorder.llm.packing.sources import PackedCorpus, RowDraws
+from dataorder.llm.packing.sources import MIXTURE_PREFIX, Packed, packed_source
 from dataorder.llm.sampler import (
     BATCH_SIZE_SCHEDULE,
     MIXTURE_STATE,
     PLACEMENT,
-    EpochEnd,
     MicroBatchSampler,
-    compile_mixture,
     global_batch_field,
 )
 from dataorder.llm.schedule import BatchSizeSchedule
-from dataorder.llm.sources import Blend
 
 __all__ = ["MAX_BLOCK_ROWS", "DealtBlocks", "PackedSampler"]
 
 IntArray = npt.NDArray[np.int64]
 
-_VERSIONS = f"packing{PACKING_VERSION}-permutation{PERMUTATION_VERSION}-key{KEY_DERIVATION_VERSION}"
-_STREAM = "packed"
 #: Most rows in one global block (``micro_batch_size x data_parallel_size``): every rank costs
 #: and deals its whole block each step (NOTE [ Dealing rows ]), about 7 us a row here (4,096
 #: rows: 0.03 s; 65,536, 16,384 ranks of 4 rows: 0.44 s). Larger blocks are refused rather than
@@ -81,7 +73,6 @@ _DEALT = DealtByCost[Row]((), "rows", MAX_BLOCK_ROWS, "MAX_BLOCK_ROWS")
 #     16384/128"``): the state of a mixture at every cap at once (a batch-size schedule, a long
 #     schedule tag, 19-digit counts) fits MAX_STATE_BYTES that way, and a one-corpus state at
 #     the caps fits 512 bytes.
-_MIXTURE_PREFIX = "sources:"
 _PACKING = r"([0-9]+)/(overflow|never|never-drop)/([0-9]+)/([0-9]+)"
 _PACKING_LABEL = "packing (seq_len/split/window/chunk; split 'never-drop' is long_documents='drop')"
 
@@ -94,44 +85,14 @@ def _lengths_field() -> Field:
     def args(value: Scalar) -> Mapping[str, Any]:
         return {"lengths": None} if _is_mixture_print(value) else {}
 
-    return Field("lengths", lambda s: s._record["lengths"], args)
+    return Field("lengths", lambda s: s._packed.recorded["lengths"], args)
 
 
 def _is_mixture_print(value: object) -> bool:
-    return isinstance(value, str) and value.startswith(_MIXTURE_PREFIX)
+    return isinstance(value, str) and value.startswith(MIXTURE_PREFIX)
 
 
-_GLOBAL_BATCH = global_batch_field(lambda s: s._record["global_batch_size"])
-
-
-def _no_rows(plan: PackingPlan) -> str:
-    """What lengths that pack into no row must be, and why these pack into none."""
-    lengths, s = plan.lengths, plan.seq_len
-    n, longer = len(lengths), lengths.count_longer_than(plan.seq_len)
-    drop = f"long_documents={plan.long_documents!r}"
-    if longer == n:
-        why = f"every document is longer than seq_len={s}, and {drop} drops it"
-    elif longer == 0:
-        why = "every document is empty (0 tokens)"
-    else:
-        why = f"{longer} of {n} documents are longer than seq_len={s} ({drop} drops them) and "
-        why += "the others are empty"
-    return f"documents that fill at least one row of seq_len={s}; {why}"
-
-
-def _mixture_weights(weights: Any, k: int) -> MixtureSchedule | MixtureLog:
-    """``mixture[1]`` as a schedule over ``k`` sources, or a log over ``k`` without sizes."""
-    if not isinstance(weights, MixtureLog):
-        return MixtureSchedule.for_sources(
-            weights, k, name="mixture[1]", counted_as="len(mixture[0])"
-        )
-    if weights.num_sources != k:
-        fail(
-            "mixture[1]",
-            f"a MixtureLog over len(mixture[0]) = {k} sources",
-            f"MixtureLog over {weights.num_sources} sources",
-        )
-    return weights
+_GLOBAL_BATCH = global_batch_field(lambda s: s._packed.recorded["global_batch_size"])
 
 
 def _packing_field() -> Field:
@@ -167,72 +128,11 @@ def _only_if(field: Field, label: str) -> Field:
     fields ]); ``label`` names it in messages and says when it is recorded."""
     return Field(
         field.name,
-        lambda s: field.read(s) if field.name in s._record else None,
+        lambda s: field.read(s) if field.name in s._packed.recorded else None,
         field.args,
         label,
         optional=True,
     )
-
-
-def _per_source(sampler: PackedSampler) -> str:
-    """The rows each source has given (over a changing corpus: a pass at the sizes then, and
-    the tokens retired sources leave unread; NOTE [ Packed corpus changes ])."""
-    growing = sampler._growing
-    if growing is not None:
-        return growing.describe(sampler.consumed_samples)
-    return sampler._rows.describe(sampler.consumed_samples)
-
-
-def _grown_at(
-    sampler: PackedSampler, growing: GrowingRows, epoch: int, progress: Mapping[str, int]
-) -> str:
-    return growing.grown_print(sampler.order.epoch_bounds(epoch)[0] + progress["consumed"])[:8]
-
-
-def _mixture_tag(sampler: PackedSampler, epoch: int, progress: Mapping[str, int]) -> Scalar | None:
-    """The state's ``mixture``: the schedule's tag, and over a log of corpus changes ``/`` and 8
-    hex digits of the lengths its changes brought into play (NOTE [ Lengths a state binds ])."""
-    tag = MIXTURE_STATE.save(sampler, epoch, progress)
-    growing = sampler._growing
-    if tag is None or growing is None:
-        return tag
-    return f"{tag}/{_grown_at(sampler, growing, epoch, progress)}"
-
-
-def _check_mixture_tag(
-    sampler: PackedSampler,
-    saved: object,
-    epoch: int,
-    progress: Mapping[str, int],
-    layout: Mapping[str, int],
-) -> None:
-    growing = sampler._growing
-    if growing is None:
-        MIXTURE_STATE.check(sampler, saved, epoch, progress, layout)
-        return
-    tag, _, grown = saved.rpartition("/") if isinstance(saved, str) else ("", "", "")
-    if not tag:
-        fail(
-            "state['mixture']",
-            "the log's tag, '/' and 8 hex digits of the lengths its corpus changes brought into "
-            "play (NOTE [ Lengths a state binds ])",
-            saved,
-        )
-    MIXTURE_STATE.check(sampler, tag, epoch, progress, layout)
-    want = _grown_at(sampler, growing, epoch, progress)
-    if grown != want:
-        fail(
-            "state['mixture']",
-            f"a tag ending in /{want}: the lengths differ for a "
-            "grown or added document the state had reached (NOTE [ Lengths a state binds ])",
-            saved,
-        )
-
-
-#: The state's ``mixture`` key: :data:`~dataorder.llm.sampler.MIXTURE_STATE`'s tag, over a log
-#: of corpus changes followed by the digest of the lengths it brought into play (8 hex digits, in
-#: the same key: a state at every cap stays within MAX_STATE_BYTES).
-_MIXTURE = Extra("mixture", _mixture_tag, _check_mixture_tag, required=MIXTURE_STATE.required)
 
 
 def _position_of(sampler: PackedSampler) -> str:
@@ -299,8 +199,6 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
 
     #: What a position of the order counts, in messages.
     position_unit = "row"
-    #: The rows of a log of corpus changes, or None (NOTE [ Packed corpus changes ]).
-    _growing: GrowingRows | None = None
 
     schema = Schema(
         kind="packed",
@@ -316,7 +214,7 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
             ),
             recorded("seed"),
             _only_if(recorded("total_rows"), "total_rows (recorded with mixture= only)"),
-            Field("versions", lambda s: s._record["versions"]),
+            Field("versions", lambda s: s._packed.recorded["versions"]),
         ),
         layout=PLACEMENT,
         given=(
@@ -334,10 +232,10 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
             BATCH_SIZE_SCHEDULE,
         ),
         batching_of=lambda s: PackedRows(s.seq_len),
-        extras=(_MIXTURE,),
+        extras=(MIXTURE_STATE,),
         details=(
             Detail("consumed_samples", lambda s: f"{s.consumed_samples} rows (run-wide)"),
-            Detail("per source", lambda s: _per_source(s)),
+            Detail("per source", lambda s: s._rows.describe(s.consumed_samples)),
         ),
         position=_position_of,
         steps="micro-steps",
@@ -381,148 +279,28 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
             chunk=chunk,
             long_documents=long_documents,
         )
-
-        self.mixture: MixtureSchedule | LogMixture | None = None
-        self.order: BlendOrder
-        # The one choice of source, by the arguments' form (NOTE [ A sampler is a source times a
-        # batching ]): a mixture of packed corpora is the blend over packed corpora.
-        if mixture is not None:
-            if lengths is not None:
-                fail("lengths", "None with mixture= (the sources' lengths are in it)", "<given>")
-            self._blend(mixture, plan, global_batch_size, total_rows)
-        elif lengths is None:
-            fail("lengths", "document lengths, or given in mixture=", None, TypeError)
-        else:
-            self.plans = [plan(lengths, seed=self._seed)]
-            self._one(global_batch_size, total_rows)
+        # the one choice of source, by the arguments' form (NOTE [ A sampler is a source times a
+        # batching ]): a mixture of packed corpora is the blend over packed corpora
+        self._packed: Packed = packed_source(
+            lengths,
+            mixture,
+            plan,
+            self._seed,
+            (self._mbs, self._dp),
+            (self._drop_last, self._pad, global_batch_size),
+            total_rows,
+        )
+        self._rows = self._packed.rows
+        self._compose(self._rows, _DEALT, self._packed.end)
         self._start(consumed_samples)
 
-    # -- construction: the two sources ------------------------------------------------------------
-    def _one(self, global_batch_size: object, total_rows: object) -> None:
-        packing = self.plans[0]
-        rows = packing.rows_per_epoch
-        if rows > MAX_POSITIONS:
-            fail(
-                "seq_len",
-                f"large enough for at most {MAX_POSITIONS} rows per epoch (the lengths hold "
-                f"{packing.lengths.total_tokens} tokens)",
-                packing.seq_len,
-            )
-        if total_rows is not None and (check_int("total_rows", total_rows, min_value=0) != rows):
-            fail(
-                "total_rows", f"None or {rows} without mixture= (an epoch is one pass)", total_rows
-            )
-        block = self._mbs * self._dp
-        end = EpochEnd.of_passes(self._drop_last, global_batch_size, self._pad, self._mbs, self._dp)
-        gbs = end.global_batch_size
-        source = PackedCorpus(packing)
-        self._compose(source, _DEALT, end)
-        self._rows: PackedCorpus | Blend[Row] = source
-        # what this configuration records (NOTE [ Packed state fields ]): an optional field is
-        # recorded when its key is here (drop_last and pad are read from the sampler)
-        self._record: dict[str, object] = {
-            "lengths": str(packing.config()["lengths"]),
-            "drop_last": None,
-            "pad": None,
-            "global_batch_size": gbs,
-            "versions": _VERSIONS,
-        }
-        self._total_rows, self._what = rows, f"{len(packing.lengths)} documents"
-        if rows == 0:  # nothing to pack: say why, whatever drop_last is
-            fail("lengths", _no_rows(packing), f"<{len(packing.lengths)} documents>")
-        if source.epochs.blocks(0, self._mbs, self._dp, end).num_batches == 0:
-            unit = f"global batch of global_batch_size={gbs}" if gbs else f"block of {block}"
-            fail(
-                "lengths",
-                f"enough tokens for one {unit} rows of seq_len={packing.seq_len} when "
-                f"drop_last=True ({packing.rows_per_epoch} rows)",
-                f"<{len(packing.lengths)} documents>",
-            )
-
-    def _blend(
-        self,
-        mixture: object,
-        plan: Callable[..., PackingPlan],
-        global_batch_size: object,
-        total_rows: object,
-    ) -> None:
-        sources, weights = self._check_mixture(mixture)
-        self.plans = [plan(lengths, seed=self._source_seed(d)) for d, lengths in enumerate(sources)]
-        weights = _mixture_weights(weights, len(self.plans))
-        end, batches = EpochEnd.of_run(
-            global_batch_size,
-            what="an int or a BatchSizeSchedule with mixture=",
-            max_value=MAX_POSITIONS,
-            micro_batch_size=self._mbs,
-            data_parallel_size=self._dp,
-        )
-        largest = max(seg.global_batch_size for seg in batches.segments)
-        # corpus changes (NOTE [ Packed corpus changes ]): the rows of the log's first sizes
-        growing = None
-        if isinstance(weights, MixtureLog) and weights.sizes is not None:
-            growing = GrowingRows(self.plans, lambda x, seed: plan(x, seed=seed), weights)
-        per_pass = [p.rows_per_epoch for p in self.plans] if growing is None else growing.first_rows
-        if total_rows is None and sum(per_pass) < largest:
-            fail(
-                "global_batch_size",
-                f"at most total_rows (by default every source's rows of one pass, {sum(per_pass)})",
-                largest,
-            )
-        total = sum(per_pass) if total_rows is None else total_rows
-        total = check_int("total_rows", total, min_value=largest, max_value=MAX_POSITIONS)
-        added = [] if growing is None else [d for d, p in enumerate(growing.first_plans) if not p]
-        if min(r for d, r in enumerate(per_pass) if d not in added) < 1:
-            d = next(d for d, r in enumerate(per_pass) if r < 1 and d not in added)
-            fail(f"mixture[0][{d}]", _no_rows(self.plans[d]), "<no rows>")
-        self.mixture, compiled = compile_mixture(weights, self._seed, _STREAM, batches)
-        self.order = BlendOrder(per_pass, compiled, batches, total, self._seed)
-        draws: RowDraws | GrowingRows = RowDraws(self.plans)
-        if growing is not None and isinstance(compiled, LogMixture):
-            growing.mixture, draws = compiled, growing
-        self._rows = source = Blend(self.order, draws)
-        self._compose(source, _DEALT, end)
-        self._growing = growing
-        prints = (
-            [p.config()["lengths"] for p in self.plans]
-            if growing is None
-            else growing.first_prints()
-        )
-        self._record = {
-            "lengths": _MIXTURE_PREFIX + digest(prints),
-            "global_batch_size": batches,
-            "total_rows": None,
-            "versions": f"{_VERSIONS}-blend{BLEND_VERSION}",
-        }
-        self._total_rows, self._what = total, "mixture"
-
-    def _check_mixture(self, mixture: object) -> tuple[Sequence[Any], Any]:
-        """``mixture=``'s ``(sources, weights)``, and the arguments a mixture forces."""
-        if not isinstance(mixture, tuple | list) or len(mixture) != 2:
-            fail(
-                "mixture", "a pair ([lengths, ...], weights or MixtureSchedule)", mixture, TypeError
-            )
-        sources, weights = mixture
-        if isinstance(sources, str | bytes) or not isinstance(sources, Sequence) or not sources:
-            fail("mixture[0]", "a non-empty sequence of document lengths", sources, TypeError)
-        if self._pad:
-            fail(
-                "pad_samples_to_global_batch_size", "False with mixture= (nothing is padded)", True
-            )
-        if not self._drop_last:
-            # as create_megatron_sampler(mixture=...): an epoch of a mixture is whole global
-            # batches, so there is no tail to keep; accepting False would promise padding
-            fail(
-                "drop_last",
-                "True with mixture= (a mixture drops nothing: its epochs are whole global batches)",
-                False,
-            )
-        return sources, weights
-
-    def _source_seed(self, source: int) -> int:
-        """Source ``source``'s packing seed: its own windows and orders."""
-        key = derive_key(self._seed, epoch=0, stream=_STREAM, purpose="source", extra=(source,))
-        return key >> 1  # a seed is below 2**63
-
+    plans = ReadOnly[list[PackingPlan]]("_packed.plans", "The packing plan of each source.")
+    mixture = ReadOnly[MixtureSchedule | LogMixture | None](
+        "_packed.schedule", "A mixture's schedule (a log's compiled form), or None."
+    )
+    order = ReadOnly[BlendOrder | None](
+        "_packed.order", "A mixture's order (run positions to rows of sources), or None."
+    )
     seq_len = ReadOnly[int](lambda s: s.plans[0].seq_len, "Tokens per row.")
     split = ReadOnly[str](lambda s: s.plans[0].split, '``"overflow"`` or ``"never"``.')
     window = ReadOnly[int](lambda s: s.plans[0].window, "Documents packed together.")
@@ -539,13 +317,15 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         "_pad", "Whether the last global batch is padded to ``global_batch_size`` rows."
     )
     total_rows = ReadOnly[int](
-        "_total_rows", "Rows per epoch before the end is dropped or padded (a mixture: nominal)."
+        "_packed.total_rows",
+        "Rows per epoch before the end is dropped or padded (a mixture: nominal).",
     )
     global_batch_size_field = ReadOnly[Scalar | None](
         _GLOBAL_BATCH.read, "``config.global_batch_size``: 0 for none, an int, or a digest."
     )
     versions = ReadOnly[str](
-        lambda s: str(s._record["versions"]), "The versions of the constructions the rows use."
+        lambda s: str(s._packed.recorded["versions"]),
+        "The versions of the constructions the rows use.",
     )
 
     def consumed_per_source(self, rows: int | None = None) -> IntArray:
@@ -559,12 +339,11 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         not read (NOTE [ Packed corpus changes ] in :mod:`dataorder.llm.packing.growth`).
         Empty without a log of corpus changes."""
         t = self.consumed_samples if rows is None else check_int("rows", rows, min_value=0)
-        return {} if self._growing is None else self._growing.retired_unread(t)
+        return self._rows.retired_unread(t)
 
-    @property
-    def schedule(self) -> MixtureSchedule | LogMixture | None:
-        """The mixture's schedule (what its state digests; a log's compiled form), or None."""
-        return self.mixture
+    schedule = ReadOnly[MixtureSchedule | LogMixture | None](
+        "_packed.schedule", "The mixture's schedule (what its state digests), or None."
+    )
 
     tokens_dropped = ReadOnly[int](
         lambda s: s._epoch_coverage()[0],
@@ -585,7 +364,7 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
     )
 
     def __repr__(self) -> str:
-        return self._repr(f"{self._what}, seq_len={self.seq_len}, split={self.split!r}, ")
+        return self._repr(f"{self._packed.what}, seq_len={self.seq_len}, split={self.split!r}, ")
 
     def dealt_blocks(self, epoch: int | None = None) -> DealtBlocks[Row]:
         """The :class:`~dataorder.core.dealing.DealtBlocks` of ``epoch`` (default: the cursor's)

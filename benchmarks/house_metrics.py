@@ -11,7 +11,12 @@ old or new, without installing it. What each figure counts:
 
 - ``src lines``: physical lines (``wc -l``) of every ``.py`` file under ``src/dataorder``.
 - ``LLM sampler layer lines``: the same, over the files matched by :data:`SAMPLER_LAYER`
-  (glob patterns relative to ``src/dataorder``; a file matched by two patterns counts once).
+  (glob patterns relative to ``src/dataorder``; a file matched by two patterns counts once):
+  the sampler modules, the files 0.3.0's figure counted (``placement.py`` then,
+  ``sampler.py`` now).
+- ``LLM source modules lines``: the same over :data:`SOURCE_MODULES`, the sources those samplers
+  compose (which item a position holds), modules of their own since the source x batching
+  redesign; and the sum of both, the figure to compare when code moves between them.
 - ``modules over 700 lines``: each ``.py`` file under ``src/dataorder`` longer than
   :data:`MODULE_LIMIT` lines, as ``path: lines``.
 - ``functions over 60 lines``: every ``def``/``async def`` (functions, methods, nested
@@ -45,9 +50,9 @@ SAMPLER_LAYER: tuple[str, ...] = (
     "llm/packing/sampler.py",
     "llm/placement.py",  # before the redesign (folded into llm/sampler.py)
     "llm/sampler.py",  # MicroBatchSampler: the one LLM micro-batch sampler
-    "llm/sources.py",
-    "llm/packing/sources.py",
 )
+#: The LLM source modules, as glob patterns relative to ``src/dataorder``.
+SOURCE_MODULES: tuple[str, ...] = ("llm/sources.py", "llm/packing/sources.py")
 MODULE_LIMIT = 700
 FUNCTION_LIMIT = 60
 TOP = 15
@@ -98,7 +103,20 @@ def _walk_functions(node: ast.AST, prefix: str, in_function: bool) -> tuple[list
     return functions, lazy
 
 
-def measure(root: Path, sampler_layer: tuple[str, ...] = SAMPLER_LAYER) -> dict[str, object]:
+def _matched(package: Path, patterns: tuple[str, ...]) -> set[str]:
+    return {
+        path.relative_to(package).as_posix()
+        for pattern in patterns
+        for path in package.glob(pattern)
+        if path.is_file()
+    }
+
+
+def measure(
+    root: Path,
+    sampler_layer: tuple[str, ...] = SAMPLER_LAYER,
+    source_modules: tuple[str, ...] = SOURCE_MODULES,
+) -> dict[str, object]:
     """Measure the tree at ``root`` (a directory holding ``src/dataorder``).
 
     Returns a JSON-ready dict with the figures the module docstring defines.
@@ -106,11 +124,8 @@ def measure(root: Path, sampler_layer: tuple[str, ...] = SAMPLER_LAYER) -> dict[
     package = root / "src" / "dataorder"
     files = _source_files(root)
     lines = {path.relative_to(package).as_posix(): _line_count(path) for path in files}
-    layer: set[str] = set()
-    for pattern in sampler_layer:
-        layer.update(
-            path.relative_to(package).as_posix() for path in package.glob(pattern) if path.is_file()
-        )
+    layer = _matched(package, sampler_layer)
+    sources = _matched(package, source_modules) - layer
     functions: list[Function] = []
     lazy = 0
     mixture_is_none = 0
@@ -130,6 +145,8 @@ def measure(root: Path, sampler_layer: tuple[str, ...] = SAMPLER_LAYER) -> dict[
         "src_lines": sum(lines.values()),
         "sampler_layer_lines": sum(lines[name] for name in layer),
         "sampler_layer_files": {name: lines[name] for name in sorted(layer)},
+        "source_modules_lines": sum(lines[name] for name in sources),
+        "source_modules_files": {name: lines[name] for name in sorted(sources)},
         "modules_over_limit": {
             name: count
             for name, count in sorted(lines.items(), key=lambda item: (-item[1], item[0]))
@@ -145,6 +162,10 @@ def measure(root: Path, sampler_layer: tuple[str, ...] = SAMPLER_LAYER) -> dict[
 def render(figures: dict[str, object]) -> str:
     """Return the figures of :func:`measure` as markdown tables."""
     layer = cast("dict[str, int]", figures["sampler_layer_files"])
+    sources = cast("dict[str, int]", figures["source_modules_files"])
+    both = cast("int", figures["sampler_layer_lines"]) + cast(
+        "int", figures["source_modules_lines"]
+    )
     modules = cast("dict[str, int]", figures["modules_over_limit"])
     longest = cast("list[dict[str, object]]", figures["longest_functions"])
     out = [
@@ -155,6 +176,9 @@ def render(figures: dict[str, object]) -> str:
         f"| src lines (src/dataorder/**/*.py) | {figures['src_lines']} |",
         f"| LLM sampler layer lines | {figures['sampler_layer_lines']} |",
         *(f"| - {name} | {count} |" for name, count in layer.items()),
+        f"| LLM source modules lines | {figures['source_modules_lines']} |",
+        *(f"| - {name} | {count} |" for name, count in sources.items()),
+        f"| LLM sampler layer and source modules lines | {both} |",
         f"| modules over {MODULE_LIMIT} lines | {len(modules)} |",
         *(f"| - {name} | {count} |" for name, count in modules.items()),
         f"| functions/methods over {FUNCTION_LIMIT} lines | {figures['functions_over_limit']} |",

@@ -61,7 +61,7 @@ def tree(tmp_path: Path) -> Path:
 
 def test_measure_counts_each_figure_on_a_synthetic_tree(tree: Path) -> None:
     metrics = _load()
-    figures = metrics.measure(tree, ("llm/megatron.py", "llm/sampler.py", "llm/sources*.py"))
+    figures = metrics.measure(tree, ("llm/megatron.py", "llm/sampler.py", "llm/sources*.py"), ())
     big = (tree / "src/dataorder/core/big.py").read_text().count("\n")
     assert big > 700
     assert figures["src_lines"] == big + 2 + 3 + 1
@@ -81,6 +81,17 @@ def test_measure_counts_each_figure_on_a_synthetic_tree(tree: Path) -> None:
     # TYPE_CHECKING imports.
     assert figures["lazy_imports"] == 4
     assert figures["mixture_is_none"] == 2
+
+
+def test_source_modules_are_counted_apart_from_the_sampler_layer(tree: Path) -> None:
+    metrics = _load()
+    figures = metrics.measure(tree, ("llm/megatron.py", "llm/sampler.py"), ("llm/sources*.py",))
+    assert figures["sampler_layer_lines"] == 2 + 3
+    assert figures["source_modules_lines"] == 1
+    assert figures["source_modules_files"] == {"llm/sources_packed.py": 1}
+    # a file in both groups counts in the layer only
+    figures = metrics.measure(tree, ("llm/*.py",), ("llm/sources*.py",))
+    assert (figures["sampler_layer_lines"], figures["source_modules_lines"]) == (6, 0)
 
 
 def test_a_file_matched_by_two_patterns_counts_once(tree: Path) -> None:

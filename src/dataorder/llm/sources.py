@@ -68,13 +68,11 @@ _SHOWN_SOURCES = 8
 class EpochEnd:
     """How an epoch ends, for the whole job: ``drop_last`` (else pad) the tail that does not fill
     a whole block, or a whole ``global_batch_size`` (an int, or None); ``pad`` the last global
-    batch to ``global_batch_size``; ``batches``: the global batch size schedule of a run whose
-    epochs are whole global batches (a blend's), or None."""
+    batch to ``global_batch_size``."""
 
     drop_last: bool
     global_batch_size: int | None
     pad: bool
-    batches: BatchSizeSchedule | None = None
 
     @classmethod
     def of_passes(cls, drop: object, gbs: object, pad: object, mbs: int, dp: int) -> EpochEnd:
@@ -102,7 +100,7 @@ class EpochEnd:
         batches.check_layout(
             micro_batch_size=micro_batch_size, data_parallel_size=data_parallel_size
         )
-        return cls(True, None, False, batches), batches
+        return cls(True, None, False), batches
 
 
 class Epochs(Protocol):

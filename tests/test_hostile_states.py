@@ -66,8 +66,15 @@ from dataorder.llm.blend_order import BlendOrder
 from dataorder.llm.mixlog import MixtureLog
 from dataorder.llm.mixture import MixtureSchedule, Ramp
 from dataorder.llm.packing import DocumentLengths, PackedSampler
+from dataorder.llm.packing.lengths import MAX_DOCUMENTS, MAX_LENGTH
 from dataorder.llm.packing.plan import MAX_CHUNK, MAX_SEQ_LEN, MAX_WINDOW
 from dataorder.llm.packing.sampler import MAX_BLOCK_ROWS
+from dataorder.llm.vsl import (
+    CURRICULA,
+    LENGTHS_WITHIN_BOUND,
+    STATE_BYTES_PER_LENGTH,
+    VariableLengthSampler,
+)
 from tests.helpers.hang import Hang, hang_guard
 
 pytestmark = pytest.mark.skipif(
@@ -843,6 +850,57 @@ def test_the_worst_cases_are_at_the_caps() -> None:
     assert sizes["megatron random, data_sharding"] == 530
     assert sizes["bucket interleaved, 513 bytes"] == 513
     assert MAX_STATE_BYTES - max(sizes.values()) < 32
+
+
+def _vsl_worst_state(base: Mapping[str, Any], low: int, high: int) -> dict[str, Any]:
+    """``base`` (a VariableLengthSampler's state over lengths ``1 .. 2**30``) narrowed to chunk
+    lengths ``2**low .. 2**high``, every field widened to its cap (the counts to the chunks of
+    that length ``MAX_DOCUMENTS`` documents of ``MAX_LENGTH`` tokens would hold)."""
+    state = {k: v for k, v in base.items() if not k.startswith("chunks.")}
+    state["epoch"] = MAX_EPOCH
+    state["config.seed"] = MAX_SEED
+    state["config.min_seq_len"], state["config.max_seq_len"] = 1 << low, 1 << high
+    state["config.tokens_per_rank"] = (1 << low) * MAX_BATCH_SIZE
+    state["config.curriculum"] = max(CURRICULA, key=len)
+    state["config.interleave_unit"] = MAX_INTERLEAVE_UNIT
+    state["layout.data_parallel_size"] = MAX_DP_SIZE
+    for k in range(low, high + 1):
+        state[f"chunks.{1 << k}"] = MAX_DOCUMENTS * MAX_LENGTH >> k
+    return state
+
+
+def test_a_vsl_state_at_every_cap_fits_its_bound_for_every_range_of_lengths() -> None:
+    """NOTE [ VSL state size ]: one count per chunk length, so the bound grows with the lengths;
+    every ``[min_seq_len, max_seq_len]`` (496 ranges) at every cap is within the
+    ``max_state_bytes`` its configuration reports, up to four lengths within
+    ``MAX_STATE_BYTES``, and the per-length allowance is tight."""
+
+    def sampler(low: int, high: int) -> VariableLengthSampler:
+        longest = 1 << high
+        return VariableLengthSampler(
+            [longest], longest, longest, 0, 1, seed=0, min_seq_len=1 << low
+        )
+
+    base = sampler(0, 30).state_dict()
+    assert sorted(k for k in base if k.startswith("chunks.")) == sorted(
+        f"chunks.{1 << k}" for k in range(31)
+    )
+    bounds = {n: MAX_STATE_BYTES + 32 * max(0, n - LENGTHS_WITHIN_BOUND) for n in range(1, 32)}
+    for low, high in ((0, 30), (8, 13), (8, 11), (8, 8), (20, 30)):  # what the sampler reports
+        assert sampler(low, high).max_state_bytes == bounds[high - low + 1]
+    worst: dict[int, int] = {}
+    for low in range(31):
+        for high in range(low, 31):
+            state = _vsl_worst_state(base, low, high)
+            size = len(json.dumps(state, separators=(",", ":")))
+            n = high - low + 1
+            assert size <= bounds[n], (low, high, size, state)
+            worst[n] = max(worst.get(n, 0), size)
+    assert max(worst[n] for n in range(1, LENGTHS_WITHIN_BOUND + 1)) <= MAX_STATE_BYTES
+    assert worst[LENGTHS_WITHIN_BOUND + 1] > MAX_STATE_BYTES  # the allowance is needed
+    steps = [worst[n + 1] - worst[n] for n in range(1, 31)]
+    assert max(steps) <= STATE_BYTES_PER_LENGTH
+    assert max(steps) >= STATE_BYTES_PER_LENGTH - 2  # and tight
 
 
 # -- the judges ----------------------------------------------------------------------------------

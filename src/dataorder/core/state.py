@@ -34,7 +34,10 @@ NOTE [ State size ]
     ``tests/test_hostile_states.py`` builds every sampler and mode at these extremes. The
     packed sampler writes its packing in one field (NOTE [ Packed state fields ] in
     :mod:`dataorder.llm.packing.sampler`): one corpus at most 459 bytes, a blend of packed
-    sources with a batch-size schedule 546.
+    sources with a batch-size schedule 546. The one exception is
+    :class:`~dataorder.llm.vsl.VariableLengthSampler`, whose position is one count per chunk
+    length: within 576 bytes up to four lengths, 32 bytes more per further length (its
+    ``max_state_bytes``; NOTE [ VSL state size ] in :mod:`dataorder.llm.vsl`).
 """
 
 from __future__ import annotations

@@ -21,6 +21,19 @@ interleave ]), a new arrangement every epoch; ``"grow"`` reads them short to lon
 Grow curricula with one cycle). A length's last chunks that cannot fill a whole step on every
 rank are dropped and counted in :attr:`~VariableLengthSampler.tokens_dropped`.
 
+NOTE [ VSL state size ]
+    A state holds one count per chunk length in ``[min_seq_len, max_seq_len]``
+    (``chunks.<length>``), so it is the one state whose keys grow with its configuration (NOTE
+    [ State size ] in :mod:`dataorder.core.state`). At every cap at once (epoch, seed, ``2**31``
+    ranks, ``tokens_per_rank`` and the counts at their largest) a state of at most
+    :data:`LENGTHS_WITHIN_BOUND` lengths fits ``MAX_STATE_BYTES``; each further length adds at
+    most :data:`STATE_BYTES_PER_LENGTH` bytes (a key of up to 10 digits and a count that
+    shrinks as the length grows: 31 bytes measured), so 256..8192 (six lengths) is within 640
+    bytes and the widest configuration, 1..2**30 (31 lengths), within 1,440.
+    :attr:`VariableLengthSampler.max_state_bytes` is a configuration's bound, which the
+    contract suite checks. A fixed-size position would not be one count per bucket, and the
+    counts are what lets a state continue on any number of ranks.
+
 NOTE [ Lazy chunk index ]
     The plan needs only the number of chunks of each length: one vectorised pass over the
     lengths in slabs, on :func:`~dataorder.llm.packing.lengths.pass_threads` threads (each
@@ -49,13 +62,16 @@ from dataorder.core.keys import KEY_DERIVATION_VERSION, MAX_SEED, derive_key
 from dataorder.core.lockstep import PHASES, CountedBuckets, CountedEpoch
 from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.core.permutation import PERMUTATION_VERSION, Permutation
+from dataorder.core.state import MAX_STATE_BYTES
 from dataorder.core.topology import MAX_DP_SIZE
 from dataorder.llm.packing.lengths import SLAB, DocumentLengths, pass_threads
 
 __all__ = [
     "CHUNK_BLOCK",
     "CURRICULA",
+    "LENGTHS_WITHIN_BOUND",
     "ORDER_VERSION",
+    "STATE_BYTES_PER_LENGTH",
     "VSL_STREAM",
     "VariableLengthSampler",
     "VslChunks",
@@ -75,6 +91,10 @@ CHUNK_BLOCK = 2**13
 #: key derivation's versions. States of the run-based order (0.4's drafts) are refused.
 ORDER_VERSION = 20_000 + 100 * PERMUTATION_VERSION + KEY_DERIVATION_VERSION
 _MAX_LOG = 30  # the longest chunk: 2**30 tokens
+#: Chunk lengths whose counts fit ``MAX_STATE_BYTES`` at every cap (NOTE [ VSL state size ]).
+LENGTHS_WITHIN_BOUND = 4
+#: Bytes each further chunk length may add to a state (NOTE [ VSL state size ]).
+STATE_BYTES_PER_LENGTH = 32
 
 _ITEMS = "micro-batches of (document, start, stop) chunks"
 
@@ -355,6 +375,15 @@ class VariableLengthSampler(AssembledSampler[list[Chunk]], CursorBatchSampler[li
         ``progress``, a position any layout may have reached (None: the epoch's start)."""
         plan = cast(CountedEpoch[list[Chunk]], super().epoch_plan(epoch))
         return plan if progress is None else plan.anchored(progress)
+
+    @property
+    def max_state_bytes(self) -> int:
+        """The largest state this configuration may write, in bytes of compact JSON:
+        ``MAX_STATE_BYTES``, plus :data:`STATE_BYTES_PER_LENGTH` per chunk length of
+        ``[min_seq_len, max_seq_len]`` past :data:`LENGTHS_WITHIN_BOUND` (NOTE [ VSL state
+        size ])."""
+        extra = max(0, len(self.progress_keys) - LENGTHS_WITHIN_BOUND)
+        return MAX_STATE_BYTES + STATE_BYTES_PER_LENGTH * extra
 
     @property
     def chunk_lengths(self) -> list[int]:

@@ -34,11 +34,10 @@ from dataorder.llm.sampler import (
     PLACEMENT,
     RUN_COUNT,
     MicroBatchSampler,
-    compile_mixture,
     global_batch_field,
 )
 from dataorder.llm.schedule import BatchSizeSchedule
-from dataorder.llm.sources import Blend, EpochEnd, SampleDraws
+from dataorder.llm.sources import Blend, EpochEnd, SampleDraws, compile_mixture
 
 __all__ = ["BlendedSampler"]
 

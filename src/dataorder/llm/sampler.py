@@ -21,13 +21,10 @@ from dataorder._validate import check_int, fail
 from dataorder.core.assembly import AssembledSampler, Detail, Extra, Field, Given, Layout
 from dataorder.core.blockplan import Batching
 from dataorder.core.cursor import CursorBatchSampler, EpochPlan, RunCount
-from dataorder.core.keys import derive_key
 from dataorder.core.partition import MAX_BATCH_SIZE, EpochBlocks
 from dataorder.core.readonly import ReadOnly
 from dataorder.core.state import Scalar, digest
 from dataorder.core.topology import Topology, resolve_topology
-from dataorder.llm.mixlog import LogMixture, MixtureLog
-from dataorder.llm.mixture import Mixture, MixtureSchedule
 from dataorder.llm.schedule import BatchSizeSchedule
 from dataorder.llm.sources import EpochEnd, Source
 
@@ -37,7 +34,6 @@ __all__ = [
     "PLACEMENT",
     "RUN_COUNT",
     "MicroBatchSampler",
-    "compile_mixture",
     "global_batch_field",
 ]
 
@@ -151,19 +147,6 @@ class MicroBatchSampler(AssembledSampler[T], CursorBatchSampler[T]):
 
 
 # -- what the blends share -----------------------------------------------------------------------
-def compile_mixture(
-    weights: MixtureSchedule | MixtureLog, seed: int, stream: str, batches: BatchSizeSchedule
-) -> tuple[MixtureSchedule | LogMixture, Mixture | LogMixture]:
-    """``(schedule, compiled)`` of a blend's checked weights: a schedule and its
-    :class:`~dataorder.llm.mixture.Mixture`, or a log's compiled form twice (NOTE [ Mixture log
-    exactness ] in :mod:`dataorder.llm.mixlog`), keyed by ``(seed, stream)``."""
-    key = derive_key(seed, epoch=0, stream=stream, purpose="apportionment")
-    if isinstance(weights, MixtureLog):
-        compiled = weights.compile(key, batches)
-        return compiled, compiled
-    return weights, Mixture(weights, key)
-
-
 def global_batch_field(read: Callable[[Any], BatchSizeSchedule | int | None]) -> Field:
     """``config.global_batch_size``: 0 for none, an int, or ``"schedule:<digest>"`` of a
     :class:`~dataorder.llm.schedule.BatchSizeSchedule` (then ``from_state`` needs it given)."""
@@ -186,7 +169,8 @@ def _trained_at(sampler: Any, epoch: int, progress: Mapping[str, int]) -> tuple[
     configuration (None: nothing; NOTE [ Lengths a state binds ] in
     :mod:`dataorder.llm.packing.growth`)."""
     at = sampler.order.epoch_bounds(epoch)[0] + progress["consumed"]
-    grown: str | None = sampler._source.grown_print(at)
+    binds = getattr(sampler._source, "grown_print", None)  # a Blend's (its draws')
+    grown: str | None = None if binds is None else binds(at)
     return at, None if grown is None else grown[:8]
 
 
@@ -227,9 +211,10 @@ def _trained_tag(sampler: Any, epoch: int, progress: Mapping[str, int]) -> str |
 #: The state's ``mixture`` key under a :class:`~dataorder.llm.mixture.MixtureSchedule` or a
 #: :class:`~dataorder.llm.mixlog.MixtureLog`: its digest through the end of the global batch
 #: under way (NOTE [ Trained part of a schedule ]), read from the sampler's ``schedule``, ``order``
-#: and ``position_unit``; over packed corpus changes, followed by ``/`` and 8 hex digits of the
-#: lengths they brought into play (in the same key: a state at every cap stays within
-#: MAX_STATE_BYTES). Absent without a mixture.
+#: and ``position_unit``; when the source's ``grown_print`` (a
+#: :class:`~dataorder.llm.sources.Blend`'s) binds lengths, as over packed corpus changes,
+#: followed by ``/`` and 8 hex digits of them (in the same key: a state at every cap stays
+#: within MAX_STATE_BYTES). Absent without a mixture.
 MIXTURE_STATE = Extra(
     "mixture", _trained_tag, _check_trained, required=lambda s: s.schedule is not None
 )

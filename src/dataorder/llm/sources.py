@@ -25,10 +25,12 @@ import numpy.typing as npt
 
 from dataorder._validate import check_int, fail
 from dataorder.core.cursor import RunCount
+from dataorder.core.keys import derive_key
 from dataorder.core.partition import EpochBlocks, plan_epoch
 from dataorder.core.state import MAX_EPOCH
 from dataorder.llm.blend_order import BlendOrder
-from dataorder.llm.mixlog import LogMixture
+from dataorder.llm.mixlog import LogMixture, MixtureLog
+from dataorder.llm.mixture import Mixture, MixtureSchedule
 from dataorder.llm.orders import (
     EpochSpec,
     MegatronOrder,
@@ -49,6 +51,7 @@ __all__ = [
     "SampleOrder",
     "Source",
     "Stretches",
+    "compile_mixture",
     "per_source_progress",
 ]
 
@@ -222,6 +225,19 @@ def per_source_progress(counts: Sequence[int], sizes: Sequence[int], unit: str =
     if len(shown) > _SHOWN_SOURCES:
         shown = [*shown[:_SHOWN_SOURCES], f"... and {len(shown) - _SHOWN_SOURCES} more sources"]
     return "; ".join(shown)
+
+
+def compile_mixture(
+    weights: MixtureSchedule | MixtureLog, seed: int, stream: str, batches: BatchSizeSchedule
+) -> tuple[MixtureSchedule | LogMixture, Mixture | LogMixture]:
+    """``(schedule, compiled)`` of a blend's checked weights: a schedule and its
+    :class:`~dataorder.llm.mixture.Mixture`, or a log's compiled form twice (NOTE [ Mixture log
+    exactness ] in :mod:`dataorder.llm.mixlog`), keyed by ``(seed, stream)``."""
+    key = derive_key(seed, epoch=0, stream=stream, purpose="apportionment")
+    if isinstance(weights, MixtureLog):
+        compiled = weights.compile(key, batches)
+        return compiled, compiled
+    return weights, Mixture(weights, key)
 
 
 def _megatron_why(end: EpochEnd) -> str:

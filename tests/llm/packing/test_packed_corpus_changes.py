@@ -520,3 +520,12 @@ def test_an_edited_mixture_tag_over_corpus_changes_is_refused_naming_it(edit: st
     with pytest.raises(ValueError, match=r"state\['mixture'\]"):
         fresh.load_state_dict(state)
     assert fresh.state_dict() == before  # a refused state moves nothing
+
+
+def test_growing_rows_refuse_an_uncompiled_log_naming_it() -> None:
+    """GrowingRows reads the log's counts as the sampler compiled them: a bare MixtureLog is a
+    TypeError naming ``mixture``, not an AttributeError deep inside."""
+    plans = _grown(0, 1).plans
+    with pytest.raises(TypeError, match=r"mixture must be a LogMixture.*got mixture='MixtureLog'"):
+        GrowingRows(plans, lambda lengths, seed: plans[0], _grown_log())
+

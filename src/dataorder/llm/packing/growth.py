@@ -189,6 +189,13 @@ class GrowingRows:
     def __init__(
         self, plans: Sequence[PackingPlan], make_plan: MakePlan, mixture: LogMixture
     ) -> None:
+        if not isinstance(mixture, LogMixture):
+            fail(
+                "mixture",
+                "a LogMixture (MixtureLog.compile: the log compiled for the sampler)",
+                type(mixture).__name__,
+                TypeError,
+            )
         self.lengths = [p.lengths for p in plans]
         self.seeds = [p.seed for p in plans]
         self.seq_len = plans[0].seq_len

@@ -33,8 +33,7 @@ from dataorder.llm.mixlog import LogMixture, MixtureLog
 from dataorder.llm.mixture import MixtureSchedule
 from dataorder.llm.packing.growth import GrowingRows, MakePlan
 from dataorder.llm.packing.plan import PACKING_VERSION, EpochRows, PackingPlan, Row
-from dataorder.llm.sampler import compile_mixture
-from dataorder.llm.sources import Blend, EpochEnd, Passes, per_source_progress
+from dataorder.llm.sources import Blend, EpochEnd, Passes, compile_mixture, per_source_progress
 
 __all__ = ["MIXTURE_PREFIX", "Packed", "PackedCorpus", "RowDraws", "packed_source"]
 
@@ -185,8 +184,9 @@ class Packed:
     """The source :func:`packed_source` builds and what the sampler reads of it: the epoch
     end; the plans (one per source); ``recorded``, what the configuration records (NOTE
     [ Packed state fields ] in :mod:`dataorder.llm.packing.sampler`: a field is recorded when its
-    key is here; ``None`` values are read from the sampler); rows per epoch (nominal for a
-    mixture); the sampler's ``repr``; a mixture's schedule and order, or None."""
+    key is here; ``drop_last`` and ``pad`` map to None, their values read from the sampler);
+    rows per epoch (nominal for a mixture); ``what``, the head of the sampler's ``repr``
+    (``"5 documents"``, ``"mixture"``); a mixture's schedule and order, or None."""
 
     rows: PackedCorpus | Blend[Row]
     end: EpochEnd

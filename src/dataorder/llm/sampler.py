@@ -188,9 +188,13 @@ def _check_trained(
                 "into play (NOTE [ Lengths a state binds ])",
                 saved,
             )
-    sampler.schedule.check_trained(
-        tag, sampler.order.quotas_fixed_through(at), saved_at=at, unit=sampler.position_unit
-    )
+    try:
+        sampler.schedule.check_trained(
+            tag, sampler.order.quotas_fixed_through(at), saved_at=at, unit=sampler.position_unit
+        )
+    except ValueError as err:  # the position is the state's too: name it, as it may be the edit
+        where = ", ".join(f"state[{k!r}]={v}" for k, v in {"epoch": epoch, **progress}.items())
+        raise ValueError(f"{err} (the saved {sampler.position_unit}: {where})") from None
     if suffix != grown:
         fail(
             "state['mixture']",
@@ -214,7 +218,7 @@ def _trained_tag(sampler: Any, epoch: int, progress: Mapping[str, int]) -> str |
 #: and ``position_unit``; when the source's ``grown_print`` (a
 #: :class:`~dataorder.llm.sources.Blend`'s) binds lengths, as over packed corpus changes,
 #: followed by ``/`` and 8 hex digits of them (in the same key: a state at every cap stays
-#: within MAX_STATE_BYTES). Absent without a mixture.
+#: within MAX_STATE_BYTES). A refusal names the saved position's keys. Absent without a mixture.
 MIXTURE_STATE = Extra(
     "mixture", _trained_tag, _check_trained, required=lambda s: s.schedule is not None
 )

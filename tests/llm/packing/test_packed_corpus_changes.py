@@ -529,3 +529,17 @@ def test_growing_rows_refuse_an_uncompiled_log_naming_it() -> None:
     with pytest.raises(TypeError, match=r"mixture must be a LogMixture.*got mixture='MixtureLog'"):
         GrowingRows(plans, lambda lengths, seed: plans[0], _grown_log())
 
+
+def test_a_moved_position_over_corpus_changes_is_refused_naming_the_state_keys() -> None:
+    """A state whose epoch is edited lands where the log's trained tag no longer matches: the
+    refusal names the position's keys, which may be what the user edited."""
+    s = _grown(0, 2)
+    it = iter(s)
+    for _ in range(3):
+        next(it)
+    state = s.state_dict()
+    state["epoch"] += 1
+    with pytest.raises(
+        ValueError, match=r"\(the saved row: state\['epoch'\]=1, state\['consumed'\]="
+    ):
+        _grown(0, 2).load_state_dict(state)

@@ -51,6 +51,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, Protocol
 
+from dataorder import __version__
 from dataorder.tools import buckets, demo_cli, inspect_state, pack, plan, scan
 from dataorder.tools.output import EXIT_CHECKS_FAILED, EXIT_USAGE, Output, one_line
 
@@ -95,8 +96,6 @@ def build_parser() -> argparse.ArgumentParser:
     Every numeric option is bounded where it is parsed (the library's documented cap, else
     int64's; floats finite): a value past it is a usage error naming the option, exit status 2.
     """
-    from dataorder import __version__
-
     parser = _Parser(
         prog="dataorder",
         description="Which samples every data-parallel rank reads at every step.",

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dataorder.core.keys import MAX_SEED
 from dataorder.tools.demo_checks import CHECKS
 from dataorder.tools.demo_config import (
     BUGS,
@@ -106,8 +107,6 @@ def _add_meshes(p: argparse.ArgumentParser) -> None:
 
 def _add_training(p: argparse.ArgumentParser) -> None:
     """What every sampler trains with, and for how long a phase may run."""
-    from dataorder.core.keys import MAX_SEED
-
     p.add_argument(
         "--seed",
         type=int_arg(0, MAX_SEED),

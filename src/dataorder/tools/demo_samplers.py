@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.video import VideoBucketCalculator, resample_frame_counts
 from dataorder.tools.demo_data import (
     DOCUMENT_LENGTHS,
     PACKED_SEQ_LEN,
@@ -264,7 +266,6 @@ class FittedImages:
 
     @classmethod
     def load(cls, config: DemoShape) -> FittedImages:
-        from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
         from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 
         widths, heights = load_image_sizes()
@@ -360,10 +361,6 @@ class VideoClips:
 
     @classmethod
     def load(cls, config: DemoShape) -> VideoClips:
-        from dataorder.diffusion.calculators.video import (
-            VideoBucketCalculator,
-            resample_frame_counts,
-        )
         from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 
         widths, heights, frames, fps = load_clip_sizes()

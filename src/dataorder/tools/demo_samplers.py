@@ -17,7 +17,9 @@ NOTE [ Adding a sampler to the demo ]
     :data:`dataorder.tools.demo_checks.DEMO_CHECKS` (``extra=True`` if only some samplers
     need it, which then name it in ``checks``).
 
-See :mod:`dataorder.tools.demo` for what the demo does.
+See :mod:`dataorder.tools.demo` for what the demo does. ``dataorder --help`` imports this
+registry (for the ``--samplers`` choices), so each builder imports the sampler it builds
+(NOTE [ What a subcommand module imports ] in :mod:`dataorder.tools.cli`).
 """
 
 from __future__ import annotations

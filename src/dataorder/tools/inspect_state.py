@@ -11,6 +11,8 @@ The state is found wherever it sits (alone, inside a torchdata loader state, ins
 checkpoint), the sampler that wrote it rebuilds itself from it (``from_state``), says where its
 cursor is (``describe_progress``) and what each rank reads next (``batch_at``). The text report
 and the ``--json`` one hold the same facts; in JSON every count is a number (:func:`report_json`).
+
+Imports inside functions: NOTE [ What a subcommand module imports ] in :mod:`dataorder.tools.cli`.
 """
 
 from __future__ import annotations

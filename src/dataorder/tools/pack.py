@@ -18,6 +18,8 @@ Every figure comes from :class:`~dataorder.llm.packing.plan.PackingPlan`, the en
 reads. While it packs, a terminal's stderr shows that it works (never stdout, never a pipe).
 
 The module exposes :func:`add_parser` (registers the subcommand) and :func:`run`.
+
+Imports inside functions: NOTE [ What a subcommand module imports ] in :mod:`dataorder.tools.cli`.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ trim loss and the spread of per-step cost for clips), steps and waste for both.
 ``--write-manifest PATH`` saves the manifest re-bucketed by the fitted set, whose calculator
 config records it, for the training run to read. ``--video`` says the manifest is a video one
 (checked).
+
+Imports inside functions: NOTE [ What a subcommand module imports ] in :mod:`dataorder.tools.cli`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ from typing import Any
 
 from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.diffusion.calculators.video import PRESETS as VIDEO_PRESETS
-from dataorder.diffusion.sampler.table import aspect_name
 from dataorder.tools.output import (
     DEFAULT_IMAGE_PRESET,
     DEFAULT_VIDEO_PRESET,
@@ -45,6 +44,10 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
 
 
 def _aspect(w: int, h: int) -> str:
+    # not at the top: --help would load diffusion.sampler and diffusion.scan for it (NOTE [ What
+    # a subcommand module imports ] in dataorder.tools.cli)
+    from dataorder.diffusion.sampler.table import aspect_name
+
     return aspect_name(w / h)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import time
 import warnings
 from collections.abc import Iterator
@@ -425,8 +426,6 @@ def run_phase(spec_args: dict[str, Any], phase: int, mesh: MeshShape, timeout: f
     Raises:
         DemoError: If a process failed, or the phase did not finish in time.
     """
-    import multiprocessing
-
     import torch.distributed as dist
 
     # public torch API that torch does not re-export explicitly (hence the ignores)

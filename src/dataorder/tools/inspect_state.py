@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import pickle
 import sys
 import warnings
 from pathlib import Path
@@ -314,8 +315,6 @@ def read_states(path: Path) -> Any:
 def _read_torch(path: Path) -> Any:
     """A ``torch.save`` file, loaded with ``weights_only=True`` on the CPU (no arbitrary
     unpickling: a state is ints and strings)."""
-    import pickle
-
     import torch
 
     try:

@@ -2,7 +2,8 @@
 
 The demo itself is :mod:`dataorder.tools.demo`; this module turns the options into a
 :class:`~dataorder.tools.demo_config.DemoConfig` (refusing a bad one before any process starts)
-and prints the :class:`~dataorder.tools.demo_config.DemoReport`.
+and prints the :class:`~dataorder.tools.demo_config.DemoReport`; it imports the demo
+only to run it (NOTE [ What a subcommand module imports ] in :mod:`dataorder.tools.cli`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dataorder.core.keys import derive_key
-from dataorder.llm.packing import PackedDataset
+from dataorder.llm.packing.dataset import PackedDataset
 
 __all__ = [
     "DOCUMENT_LENGTHS",

@@ -35,6 +35,7 @@ from typing import Any
 
 from dataorder._validate import fail
 from dataorder.integrations.common import consumed_state, find_sampler, restore
+from dataorder.llm.mixlog import MixtureLog
 
 __all__ = ["OrderState"]
 
@@ -70,11 +71,8 @@ class OrderState:
     def __init__(self, loader_or_sampler: object, *, log: Any = None) -> None:
         self.sampler = find_sampler(loader_or_sampler)
         self.target = loader_or_sampler
-        if log is not None:
-            from dataorder.llm.mixlog import MixtureLog
-
-            if not isinstance(log, MixtureLog):
-                fail("log", "a MixtureLog or None", log, TypeError)
+        if log is not None and not isinstance(log, MixtureLog):
+            fail("log", "a MixtureLog or None", log, TypeError)
         self.log = log
 
     def state_dict(self) -> dict[str, Any]:
@@ -98,8 +96,6 @@ class OrderState:
         if not isinstance(state_dict, Mapping) or set(state_dict) != keys:
             fail("state_dict", f"a dict with the keys {sorted(keys)}", state_dict, TypeError)
         if self.log is not None:
-            from dataorder.llm.mixlog import MixtureLog
-
             saved = MixtureLog.from_bytes(
                 bytes(state_dict[LOG_KEY]), name="state_dict['mixture_log']"
             )

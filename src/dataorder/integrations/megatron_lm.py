@@ -50,8 +50,14 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from dataorder._validate import check_choice, check_int, fail
 from dataorder.integrations.common import import_peer
+from dataorder.llm.blend import BlendedSampler
 from dataorder.llm.factory import DATALOADER_TYPES
+from dataorder.llm.megatron import MegatronPretrainingRandomSampler, MegatronPretrainingSampler
+from dataorder.llm.packing.dataset import ConcatTokens, DocumentRange, MegatronTokens, PackedDataset
+from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.plan import DEFAULT_CHUNK
+from dataorder.llm.packing.sampler import PackedSampler
+from dataorder.llm.splits import held_out, split_documents
 
 __all__ = [
     "BlendedData",
@@ -220,11 +226,6 @@ class MapStyleData:
         )
 
     def _sampler(self, ds: Any, consumed: int, args: Any, dp_rank: int, dp_size: int) -> Any:
-        from dataorder.llm.megatron import (
-            MegatronPretrainingRandomSampler,
-            MegatronPretrainingSampler,
-        )
-
         # A run-wide count means the same position on every layout when the epoch ends on
         # whole global batches (NOTE [ consumed_samples ]); with a ramp too: the target global
         # batch size only decides where the epoch ends (every layout of the ramp divides it),
@@ -291,8 +292,6 @@ class BlendedData:
     collate_fn: Callable[[list[Any]], Any] | None = None
 
     def __post_init__(self) -> None:
-        from dataorder.llm.splits import split_documents
-
         given: object = self.sources
         if isinstance(given, str | bytes) or not isinstance(given, Sequence) or not given:
             fail("sources", "a non-empty sequence of map-style datasets", given, TypeError)
@@ -309,9 +308,6 @@ class BlendedData:
         """The blend over each split's document ranges (``split``), counted in samples;
         ``num_samples`` is not needed (the blend decides its length)."""
         import torch.utils.data
-
-        from dataorder.llm.blend import BlendedSampler
-        from dataorder.llm.splits import held_out, split_documents
 
         ranges = [split_documents(self.split, len(src)) for src in self.sources]
         gbs = _global_batch(args, self.global_batch_size, "BlendedData")
@@ -427,8 +423,6 @@ class PackedData:
     global_batch_size: Any = None
 
     def __post_init__(self) -> None:
-        from dataorder.llm.splits import split_documents
-
         if self.data_path is not None:
             parse_data_path(self.data_path)
         if self.split is not None:
@@ -446,16 +440,6 @@ class PackedData:
     ) -> tuple[Loader | None, Loader | None, Loader | None]:
         """Packed rows of each split's document ranges, counted in rows; ``num_samples`` is
         not needed (the packing plan decides its length)."""
-        from dataorder.llm.packing.dataset import (
-            ConcatTokens,
-            DocumentRange,
-            MegatronTokens,
-            PackedDataset,
-        )
-        from dataorder.llm.packing.lengths import DocumentLengths
-        from dataorder.llm.packing.sampler import PackedSampler
-        from dataorder.llm.splits import held_out, split_documents
-
         data_path = getattr(args, "data_path", None) if self.data_path is None else self.data_path
         if data_path is None:
             fail("data_path", "given, or args.data_path (--data-path)", None, TypeError)

@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 from dataorder.integrations.common import consumed_state, import_peer, lazy_classes, restore
 from dataorder.integrations.dcp import OrderState
+from dataorder.llm.factory import create_megatron_sampler
 
 # DataorderLLMRecipe is made on first use (module __getattr__), so it is not in __all__
 __all__ = [
@@ -192,7 +193,7 @@ class DiffusionBucketLoader:
             ImportError: If NeMo Automodel (for the default dataset) or torchdata is missing.
             ValueError: As ``SequentialBucketSampler`` for a bad field, naming it.
         """
-        from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
+        from dataorder.diffusion.sampler.sampler import SequentialBucketSampler  # imports torch
 
         sdl = import_peer(
             "torchdata.stateful_dataloader", "pip install torchdata", needed_by=_WHO
@@ -244,8 +245,6 @@ class MegatronBatchSampler:
 
     def build(self, *, dataset_len: int, rank: int, world_size: int) -> Any:
         """The batch sampler of one data-parallel rank (NeMo's ``DataloaderConfig.build`` call)."""
-        from dataorder.llm.factory import create_megatron_sampler
-
         return create_megatron_sampler(
             dataset_len,
             self.micro_batch_size,

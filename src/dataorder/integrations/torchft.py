@@ -49,6 +49,8 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
 from dataorder._validate import check_int, fail
 from dataorder.live.batches import LiveBatches
 
@@ -75,8 +77,6 @@ def _identity(item: Any) -> Any:
 
 def _same(a: Any, b: Any) -> bool:
     """Whether two items are equal (lists, tuples, dicts, numpy arrays and scalars, nested)."""
-    import numpy as np
-
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return (
             isinstance(a, np.ndarray)

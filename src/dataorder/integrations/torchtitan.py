@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from dataorder._validate import fail
@@ -42,6 +43,7 @@ from dataorder.integrations.common import (
     lazy_classes,
     sampler_state_from_loader_state,
 )
+from dataorder.llm.megatron import MegatronPretrainingRandomSampler
 
 # DataorderLoader is made on first use (module __getattr__), so it is not in __all__
 __all__ = ["STATE_KEY", "resolve"]
@@ -70,16 +72,12 @@ def resolve(path: str, name: str) -> Callable[..., Any]:
 def _default_sampler(
     dataset: Any, *, dp_rank: int, dp_world_size: int, local_batch_size: int, seed: int
 ) -> Any:
-    from dataorder.llm.megatron import MegatronPretrainingRandomSampler
-
     return MegatronPretrainingRandomSampler(
         len(dataset), local_batch_size, dp_rank, dp_world_size, seed=seed
     )
 
 
 def _loader_class() -> type:
-    from dataclasses import dataclass
-
     titan = import_peer("torchtitan.components.dataloader", INSTALL, needed_by=_WHO)
     sdl = import_peer(
         "torchdata.stateful_dataloader", "pip install torchdata", needed_by=_WHO

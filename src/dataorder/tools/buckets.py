@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dataorder.core.partition import MAX_BATCH_SIZE
+from dataorder.diffusion.calculators.video import PRESETS as VIDEO_PRESETS
 from dataorder.tools.output import (
     DEFAULT_IMAGE_PRESET,
     DEFAULT_VIDEO_PRESET,
@@ -20,8 +22,6 @@ __all__ = ["add_parser", "preset_name", "run"]
 
 def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``dataorder buckets`` to ``subparsers``."""
-    from dataorder.core.partition import MAX_BATCH_SIZE
-
     p: argparse.ArgumentParser = subparsers.add_parser(
         "buckets",
         parents=parents,
@@ -44,6 +44,8 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
 
 
 def _aspect(w: int, h: int) -> str:
+    # not at the top: --help would load diffusion.sampler and diffusion.scan for it (NOTE [ What
+    # a subcommand module imports ] in dataorder.tools.cli)
     from dataorder.diffusion.sampler.table import aspect_name
 
     return aspect_name(w / h)
@@ -88,8 +90,6 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
 
 def _video_buckets(args: argparse.Namespace, out: Output, calc: Any, buckets: Any) -> int:
-    from dataorder.diffusion.calculators.video import PRESETS
-
     sizes = None if args.batch_size is None else calc.batch_sizes(args.batch_size).tolist()
     if args.json:
         extra = {} if sizes is None else {"batch_sizes": sizes}
@@ -119,6 +119,6 @@ def _video_buckets(args: argparse.Namespace, out: Output, calc: Any, buckets: An
         + ([] if sizes is None else [f"batch (b={args.batch_size} at the budget)"]),
         rows,
     )
-    out.line(PRESETS[name].description)
-    out.line(f"source: {PRESETS[name].source}")
+    out.line(VIDEO_PRESETS[name].description)
+    out.line(f"source: {VIDEO_PRESETS[name].source}")
     return 0

@@ -22,13 +22,13 @@ Subcommands:
   a DCP checkpoint folder), and the next batch.
 
 Each subcommand is a module with ``add_parser(subparsers, parents)`` and ``run(args, out)``,
-registered by one line in :data:`COMMANDS`. Tables use rich in a terminal when it is installed
-(``pip install 'dataorder[cli]'``) and aligned plain text otherwise (in a pipe, a file, a CI log,
-or with ``--plain``); no layout cuts a cell (NOTE [ Tables are never cut ] in
-:mod:`dataorder.tools.output`), and a table wider than the terminal folds between its columns
-(NOTE [ Tables fold between columns ]). Output paths are checked before any work
-(:func:`~dataorder.tools.output.check_output_file`); long work shows progress on a terminal's
-stderr only (NOTE [ Progress goes to a terminal's stderr ]).
+registered by one line in :data:`COMMANDS` (NOTE [ What a subcommand module imports ]). Tables
+use rich in a terminal when it is installed (``pip install 'dataorder[cli]'``) and aligned plain
+text otherwise (in a pipe, a file, a CI log, or with ``--plain``); no layout cuts a cell
+(NOTE [ Tables are never cut ] in :mod:`dataorder.tools.output`), and a table wider than the
+terminal folds between its columns (NOTE [ Tables fold between columns ]). Output paths are
+checked before any work (:func:`~dataorder.tools.output.check_output_file`); long work shows
+progress on a terminal's stderr only (NOTE [ Progress goes to a terminal's stderr ]).
 
 A user error prints one line, ``dataorder: error: ...``, and exits with status 2, without a
 traceback (``--traceback`` shows it); a demo whose checks fail exits with 1. A reader that stops
@@ -41,6 +41,17 @@ NOTE [ A closed pipe is no error ]
     docs' recipe (``signal`` module, "Note on SIGPIPE") does, stdout is then pointed at
     ``os.devnull``, so that the interpreter's final flush of the buffered rest does not raise
     again at exit. It is handled once, in :func:`main`, for every command.
+
+NOTE [ What a subcommand module imports ]
+    ``dataorder --help`` (and every command) builds the whole parser, so it imports every
+    subcommand module and what they import at their top. A subcommand module imports there
+    what its parser needs and what that parser already loads (the core's bounds, the bucket
+    calculators and fits, the packing plan, numpy). What only its ``run`` needs and the parser
+    does not load it imports inside the function that uses it: anything that imports torch
+    (the bucket dataset and sampler, ``DistributedSampler``; tests/test_layers.py checks that
+    this module imports no torch), the diffusion stats, scans and manifest, the LLM samplers,
+    the demo itself. So ``dataorder buckets`` and ``--help`` start without them, and a
+    subcommand pays only for its own work.
 """
 
 from __future__ import annotations
@@ -51,6 +62,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, Protocol
 
+from dataorder import __version__
 from dataorder.tools import buckets, demo_cli, inspect_state, pack, plan, scan
 from dataorder.tools.output import EXIT_CHECKS_FAILED, EXIT_USAGE, Output, one_line
 
@@ -95,8 +107,6 @@ def build_parser() -> argparse.ArgumentParser:
     Every numeric option is bounded where it is parsed (the library's documented cap, else
     int64's; floats finite): a value past it is a usage error naming the option, exit status 2.
     """
-    from dataorder import __version__
-
     parser = _Parser(
         prog="dataorder",
         description="Which samples every data-parallel rank reads at every step.",

@@ -95,6 +95,7 @@ from dataorder.tools.demo_config import (
 from dataorder.tools.demo_data import load_image_sizes, load_tokens
 from dataorder.tools.demo_job import load_phase, run_phase
 from dataorder.tools.demo_samplers import DEMO_SAMPLERS
+from dataorder.tools.plots import plot_schedule
 
 __all__ = [
     "BUGS",
@@ -290,8 +291,6 @@ def run_demo(
     outputs = {"report": str(root / "report.json")}
     outputs.update({f"checkpoint:{name}": str(ckpt / f"{name}.json") for name in config.samplers})
     if plot:
-        from dataorder.tools.plots import plot_schedule
-
         png = root / "schedule.png"
         title = (
             f"dataorder demo: ({config.first_mesh}) -> ({config.mesh}), "

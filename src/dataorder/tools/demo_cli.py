@@ -2,7 +2,8 @@
 
 The demo itself is :mod:`dataorder.tools.demo`; this module turns the options into a
 :class:`~dataorder.tools.demo_config.DemoConfig` (refusing a bad one before any process starts)
-and prints the :class:`~dataorder.tools.demo_config.DemoReport`.
+and prints the :class:`~dataorder.tools.demo_config.DemoReport`; it imports the demo
+only to run it (NOTE [ What a subcommand module imports ] in :mod:`dataorder.tools.cli`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dataorder.core.keys import MAX_SEED
 from dataorder.tools.demo_checks import CHECKS
 from dataorder.tools.demo_config import (
     BUGS,
@@ -106,8 +108,6 @@ def _add_meshes(p: argparse.ArgumentParser) -> None:
 
 def _add_training(p: argparse.ArgumentParser) -> None:
     """What every sampler trains with, and for how long a phase may run."""
-    from dataorder.core.keys import MAX_SEED
-
     p.add_argument(
         "--seed",
         type=int_arg(0, MAX_SEED),

@@ -9,6 +9,7 @@ only where a dataset or a model is built.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from fractions import Fraction
 from importlib import resources
@@ -16,6 +17,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from dataorder.core.keys import derive_key
+from dataorder.llm.packing.dataset import PackedDataset
 
 __all__ = [
     "DOCUMENT_LENGTHS",
@@ -116,10 +120,6 @@ def load_documents() -> Documents:
     the last document takes what is left. Over the 13,530 shipped tokens that is about 900
     documents, a mean of 15 tokens, about 150 longer than a :data:`PACKED_SEQ_LEN` row.
     """
-    import math
-
-    from dataorder.core.keys import derive_key
-
     tokens = load_tokens().reshape(-1)
     low, high = DOCUMENT_LENGTHS
     span = math.log(high + 1) - math.log(low)
@@ -203,8 +203,6 @@ class PackedTokens:
     """
 
     def __init__(self, documents: Documents, seq_len: int) -> None:
-        from dataorder.llm.packing import PackedDataset
-
         self.documents = documents
         self.packed = PackedDataset([documents.document(d) for d in range(len(documents))], seq_len)
         self.collate = PackedDataset.collate

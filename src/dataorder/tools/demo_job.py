@@ -11,7 +11,9 @@ data-parallel size (:func:`load_checkpoint`).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import multiprocessing
 import time
 import warnings
 from collections.abc import Iterator
@@ -22,6 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from dataorder.core.batching import BATCHES, rule_of
+from dataorder.core.keys import derive_key
+from dataorder.core.topology import data_parallel_topology
+from dataorder.integrations.dcp import OrderState
+from dataorder.parallel.verify import verify_data_parallel
 from dataorder.tools.demo_checks import DEMO_CHECKS
 from dataorder.tools.demo_config import MESH_DIMS, DemoConfig, DemoError, MeshShape, PhaseSpec
 from dataorder.tools.demo_data import LossFn
@@ -124,16 +130,12 @@ class Job:
 
 
 def _model_seed(seed: int, name: str) -> int:
-    from dataorder.core.keys import derive_key
-
     # torch.Generator.manual_seed takes 64-bit seeds; the top bit is dropped to stay signed-safe
     return derive_key(seed, epoch=0, stream=f"demo/{name}", purpose="model-init") >> 1
 
 
 def _placement(mesh: Any, inject_bug: str | None) -> Placement:
     """Where the samplers think they are: the DP rank and size, unless the bug is injected."""
-    from dataorder.core.topology import data_parallel_topology
-
     if inject_bug == "global-world":
         import torch.distributed as dist
 
@@ -186,8 +188,6 @@ def _app_state(job: Job, loop: dict[str, int], *, order: bool = True) -> dict[st
     :func:`load_checkpoint` loads (without the data order when ``order`` is False)."""
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    from dataorder.integrations.dcp import OrderState
-
     model, optim = get_state_dict(job.model, job.optimizer)
     app: dict[str, Any] = {"model": model, "optim": optim, "loop": loop}
     if order:
@@ -198,8 +198,6 @@ def _app_state(job: Job, loop: dict[str, int], *, order: bool = True) -> dict[st
 def _model_digest(job: Job) -> str:
     """A digest of the model's and the optimizer's state: equal on two processes, or before a
     save and after a load, only if every tensor and setting is."""
-    import hashlib
-
     import torch
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -339,8 +337,6 @@ def _train_phase(job: Job, spec: PhaseSpec, dp_group: Any, skip: int = 0) -> _Tr
 
 def _train(name: str, spec: PhaseSpec, mesh: Any, rank: int) -> dict[str, Any]:
     """Train with one sampler for this phase; return what this process read, and its checks."""
-    from dataorder.parallel.verify import verify_data_parallel
-
     t_start = time.perf_counter()
     job = build_job(name, spec, mesh)
     t_built = time.perf_counter()
@@ -391,8 +387,6 @@ def _phase_main(rank: int, spec: PhaseSpec) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from dataorder.core.topology import data_parallel_topology
-
     # Eight processes share a few cores: intra-op threads would only contend with each other.
     torch.set_num_threads(1)
     # torchdata 0.11 calls a torch API that torch deprecates; the warning is noise in a demo
@@ -432,8 +426,6 @@ def run_phase(spec_args: dict[str, Any], phase: int, mesh: MeshShape, timeout: f
     Raises:
         DemoError: If a process failed, or the phase did not finish in time.
     """
-    import multiprocessing
-
     import torch.distributed as dist
 
     # public torch API that torch does not re-export explicitly (hence the ignores)

@@ -40,8 +40,13 @@ from typing import Any
 
 import numpy as np
 
-from dataorder.core.batching import read_spans
+from dataorder.core.batching import BATCHES, read_spans
+from dataorder.integrations.torchft import LiveLoader
 from dataorder.live.batches import LiveBatches
+from dataorder.llm.blend import BlendedSampler
+from dataorder.llm.megatron import MegatronPretrainingRandomSampler
+from dataorder.llm.packing import PackedSampler
+from dataorder.tools.output import EXIT_CHECKS_FAILED
 
 __all__ = [
     "CONFIGS",
@@ -62,24 +67,19 @@ _LENGTHS = [int(x) for x in np.random.default_rng(3).integers(1, 60, 90)]
 
 
 def _megatron(dp: int) -> Any:
-    from dataorder.llm.megatron import MegatronPretrainingRandomSampler
-
     return MegatronPretrainingRandomSampler(_N, 2, 0, dp, seed=7, global_batch_size=4 * dp)
 
 
 def _blend(dp: int) -> Any:
-    from dataorder.llm.blend import BlendedSampler
-
     return BlendedSampler([60, 36], [0.7, 0.3], 1, 0, dp, 3 * dp, seed=8, total_samples=96)
 
 
 def _packed(dp: int) -> Any:
-    from dataorder.llm.packing import PackedSampler
-
     return PackedSampler(_LENGTHS, 32, 1, 0, dp, 2 * dp, seed=9, chunk=4, window=16)
 
 
 def _bucket(dp: int) -> Any:
+    # Imported here: these two import torch, which this module imports only where it is used.
     from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
     from dataorder.diffusion.sampler.sampler import SequentialBucketSampler
 
@@ -110,8 +110,6 @@ def _spans(live: LiveBatches[Any], items: Sequence[Any]) -> list[list[int]]:
 def _features(item: Any) -> Any:
     """What a worker makes of an item: one row per slot, a few numbers from its spans."""
     import torch
-
-    from dataorder.core.batching import BATCHES
 
     if item and isinstance(item[0], tuple):  # packed rows: spans (document, start, stop)
         spans = [s for row in item for s in row]
@@ -156,8 +154,6 @@ def replica_loop(
     import torch
     from torchft import Manager, ProcessGroupGloo
     from torchft.process_group import ReduceOp
-
-    from dataorder.integrations.torchft import LiveLoader
 
     torch.manual_seed(0)  # the same initial model on every replica
     model = torch.nn.Linear(4, 1)
@@ -512,8 +508,6 @@ def run_job(
 def run_from_cli(args: argparse.Namespace, out: Any) -> int:
     """``dataorder demo --fault-tolerant``: the megatron configuration, with the demo's
     ``--seed`` choosing the step replica 1 dies at; 0 if the coverage check passed."""
-    from dataorder.tools.output import EXIT_CHECKS_FAILED
-
     try:
         report = run_job(
             "megatron",

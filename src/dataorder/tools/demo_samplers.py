@@ -17,7 +17,9 @@ NOTE [ Adding a sampler to the demo ]
     :data:`dataorder.tools.demo_checks.DEMO_CHECKS` (``extra=True`` if only some samplers
     need it, which then name it in ``checks``).
 
-See :mod:`dataorder.tools.demo` for what the demo does.
+See :mod:`dataorder.tools.demo` for what the demo does. ``dataorder --help`` imports this
+registry (for the ``--samplers`` choices), so each builder imports the sampler it builds
+(NOTE [ What a subcommand module imports ] in :mod:`dataorder.tools.cli`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.video import VideoBucketCalculator, resample_frame_counts
 from dataorder.tools.demo_data import (
     DOCUMENT_LENGTHS,
     PACKED_SEQ_LEN,
@@ -264,7 +268,6 @@ class FittedImages:
 
     @classmethod
     def load(cls, config: DemoShape) -> FittedImages:
-        from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
         from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 
         widths, heights = load_image_sizes()
@@ -360,10 +363,6 @@ class VideoClips:
 
     @classmethod
     def load(cls, config: DemoShape) -> VideoClips:
-        from dataorder.diffusion.calculators.video import (
-            VideoBucketCalculator,
-            resample_frame_counts,
-        )
         from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
 
         widths, heights, frames, fps = load_clip_sizes()

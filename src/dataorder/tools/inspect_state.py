@@ -11,6 +11,8 @@ The state is found wherever it sits (alone, inside a torchdata loader state, ins
 checkpoint), the sampler that wrote it rebuilds itself from it (``from_state``), says where its
 cursor is (``describe_progress``) and what each rank reads next (``batch_at``). The text report
 and the ``--json`` one hold the same facts; in JSON every count is a number (:func:`report_json`).
+
+Imports inside functions: NOTE [ What a subcommand module imports ] in :mod:`dataorder.tools.cli`.
 """
 
 from __future__ import annotations
@@ -18,13 +20,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import pickle
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import dataorder
-from dataorder.core.state import find_sampler_states
+from dataorder.core.partition import MAX_BATCH_SIZE
+from dataorder.core.permutation import MAX_DOMAIN
+from dataorder.core.state import STATE_FORMAT, config_fingerprint, find_sampler_states, split_state
+from dataorder.core.topology import MAX_DP_SIZE
 from dataorder.tools.output import (
     EXIT_USAGE,
     Output,
@@ -35,14 +43,13 @@ from dataorder.tools.output import (
     one_line,
     resolution_arg,
 )
+from dataorder.tools.pack import read_lengths
 
 __all__ = ["add_parser", "read_dcp_states", "read_json", "read_states", "report_json", "run"]
 
 
 def _int_list(text: str) -> list[int]:
     """Comma-separated positive ints of at most ``MAX_DOMAIN`` (``--source-sizes``)."""
-    from dataorder.core.permutation import MAX_DOMAIN
-
     what = f"positive ints of at most {MAX_DOMAIN} separated by commas"
     try:
         values = [int(v) for v in text.split(",")]
@@ -97,9 +104,6 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argpa
 
 def _add_layout_args(p: argparse.ArgumentParser) -> None:
     """Which ranks to show the next batch of, on which layout."""
-    from dataorder.core.partition import MAX_BATCH_SIZE
-    from dataorder.core.topology import MAX_DP_SIZE
-
     p.add_argument(
         "--rank",
         type=int_arg(0, MAX_DP_SIZE - 1),
@@ -218,8 +222,6 @@ def _lengths(args: argparse.Namespace) -> Any:
     ``DocumentLengths.from_file`` reads the file, or None."""
     if args.lengths is None:
         return None
-    from dataorder.tools.pack import read_lengths
-
     try:
         return read_lengths(args.lengths, args.column)
     except (ValueError, TypeError) as err:
@@ -232,8 +234,6 @@ def _bucket_dataset(args: argparse.Namespace) -> Any:
     if args.manifest:
         return BaseMultiresolutionDataset.from_manifest(args.manifest)
     if args.sizes:
-        import numpy as np
-
         try:
             table = np.loadtxt(args.sizes, delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
         except ValueError as err:  # numpy names the row, not the file
@@ -315,8 +315,6 @@ def read_states(path: Path) -> Any:
 def _read_torch(path: Path) -> Any:
     """A ``torch.save`` file, loaded with ``weights_only=True`` on the CPU (no arbitrary
     unpickling: a state is ints and strings)."""
-    import pickle
-
     import torch
 
     try:
@@ -344,8 +342,6 @@ def read_dcp_states(folder: Path) -> dict[str, dict[str, Any]]:
     from torch.distributed.checkpoint.filesystem import FileSystemReader
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata
     from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-
-    from dataorder.core.state import STATE_FORMAT
 
     try:
         metadata = FileSystemReader(str(folder)).read_metadata()
@@ -447,8 +443,6 @@ def _order_free(config: dict[str, object], layout: dict[str, object]) -> list[st
 def _state_fields(where: str, state: dict[str, Any]) -> dict[str, object]:
     """What the state says by itself: where it was found, its kind, cursor, layout and config,
     and whether its fingerprint still matches the config."""
-    from dataorder.core.state import config_fingerprint, split_state
-
     config, layout, progress = split_state(state)
     free = _order_free(config, layout)
     fields: dict[str, object] = {
@@ -478,8 +472,6 @@ def report_json(report: dict[str, Any]) -> dict[str, Any]:
     """The ``--json`` form of one state's report: the same facts as the text, every count a
     number (the text's ``"consumed=32"`` is ``{"consumed": 32}``), every sentence kept as text
     under a name of its own."""
-    from dataorder.core.state import config_fingerprint, split_state
-
     state = report["state"]
     config, layout, progress = split_state(state)
     free = _order_free(config, layout)
@@ -568,8 +560,6 @@ def _next_rows(
 def _inspect_one(
     where: str, state: dict[str, Any], args: argparse.Namespace, schedule: Any
 ) -> dict[str, Any]:
-    from dataorder.core.state import split_state
-
     kind = str(state.get("kind"))
     config, layout, _progress = split_state(state)
     fields = _state_fields(where, state)

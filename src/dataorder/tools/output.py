@@ -28,7 +28,20 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from fractions import Fraction
 from typing import IO, Any
+
+from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
+from dataorder.diffusion.buckets.video_frames import MAX_VIDEO_SIZE
+from dataorder.diffusion.calculators.image import (
+    COMPATS,
+    MAX_PIXELS,
+    MAX_QUANTIZATION,
+    PRESETS,
+    MultiTierBucketCalculator,
+)
+from dataorder.diffusion.calculators.video import PRESETS as VIDEO_PRESETS
+from dataorder.diffusion.calculators.video import VideoBucketCalculator
 
 __all__ = [
     "COLUMN_GAP",
@@ -275,8 +288,6 @@ def float_arg(
 def resolution_arg(text: str) -> tuple[int, int]:
     """An argparse ``type`` for ``WIDTHxHEIGHT`` (``512x512``), each side in
     ``[1, MAX_IMAGE_SIDE]``."""
-    from dataorder.diffusion.buckets.lookup import MAX_IMAGE_SIDE
-
     try:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
@@ -311,8 +322,6 @@ def calculator_from_args(args: argparse.Namespace) -> Any:
     """
     if getattr(args, "video", False):
         return _video_calculator(args)
-    from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-
     for flag, value in (("--max-frames", getattr(args, "max_frames", None)),
                         ("--max-upscale", getattr(args, "max_upscale", None))):  # fmt: skip
         if value is not None:
@@ -328,8 +337,6 @@ def calculator_from_args(args: argparse.Namespace) -> Any:
 
 
 def _video_calculator(args: argparse.Namespace) -> Any:
-    from dataorder.diffusion.calculators.video import VideoBucketCalculator
-
     for flag, given in (("--max-pixels", args.max_pixels is not None),
                         ("--compat", args.compat != "default"),
                         ("--no-upscale", getattr(args, "no_upscale", False))):  # fmt: skip
@@ -350,10 +357,6 @@ def _video_calculator(args: argparse.Namespace) -> Any:
 
 def _upscale_arg(text: str) -> Any:
     """``--max-upscale``: ``none``, or an exact number such as ``3/2`` or ``1.5``."""
-    from fractions import Fraction
-
-    from dataorder.diffusion.buckets.video_frames import MAX_VIDEO_SIZE
-
     if text.lower() == "none":
         return "none"
     what = f"a number in [1, {MAX_VIDEO_SIZE}] such as 3/2 or 1.5, or none"
@@ -369,13 +372,8 @@ def _upscale_arg(text: str) -> Any:
 
 def add_calculator_args(p: argparse.ArgumentParser, *, upscale: bool, video: bool = False) -> None:
     """The bucket-set options; with ``video``, also ``--video`` and its own options."""
-    from dataorder.diffusion.buckets.video_frames import MAX_VIDEO_SIZE
-    from dataorder.diffusion.calculators.image import COMPATS, MAX_PIXELS, MAX_QUANTIZATION, PRESETS
-
     presets = f"{', '.join(PRESETS)} (default: {DEFAULT_IMAGE_PRESET})"
     if video:
-        from dataorder.diffusion.calculators.video import PRESETS as VIDEO_PRESETS
-
         presets += f"; with --video: {', '.join(VIDEO_PRESETS)} (default: {DEFAULT_VIDEO_PRESET})"
     p.add_argument("--preset", default=None, help=f"pixel budget: {presets}")
 

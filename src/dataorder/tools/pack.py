@@ -18,6 +18,8 @@ Every figure comes from :class:`~dataorder.llm.packing.plan.PackingPlan`, the en
 reads. While it packs, a terminal's stderr shows that it works (never stdout, never a pipe).
 
 The module exposes :func:`add_parser` (registers the subcommand) and :func:`run`.
+
+Imports inside functions: NOTE [ What a subcommand module imports ] in :mod:`dataorder.tools.cli`.
 """
 
 from __future__ import annotations
@@ -29,10 +31,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dataorder.core.keys import MAX_SEED
 from dataorder.core.partition import MAX_BATCH_SIZE
 from dataorder.core.topology import MAX_DP_SIZE
+from dataorder.llm.packing.arrow_columns import require_pyarrow
 from dataorder.llm.packing.fit import LONG_DOCUMENTS, SPLITS
+from dataorder.llm.packing.lengths import DocumentLengths
 from dataorder.llm.packing.plan import (
     DEFAULT_CHUNK,
     DEFAULT_WINDOW,
@@ -42,6 +48,7 @@ from dataorder.llm.packing.plan import (
     PackingPlan,
 )
 from dataorder.tools.output import Output, check_output_file, cut_value, int_arg, working
+from dataorder.tools.plots import require_matplotlib
 
 __all__ = [
     "PERCENTILES",
@@ -223,8 +230,6 @@ def read_lengths(path: str, column: str = "input_ids") -> Any:
     Raises:
         ValueError: If the file or folder cannot be read, or has no such column.
     """
-    from dataorder.llm.packing.lengths import DocumentLengths
-
     p = Path(path)
     known = (".idx", ".bin", ".npy", ".parquet", ".arrow", ".feather", ".ipc")
     # a folder named like a file is refused by from_file, as any special file is
@@ -242,8 +247,6 @@ def read_lengths(path: str, column: str = "input_ids") -> Any:
 def _schema(path: Path) -> Any:
     """The Arrow schema of a parquet or Arrow file, read from its footer or header only (None if
     it cannot be read: ``from_file`` then says why)."""
-    from dataorder.llm.packing.arrow_columns import require_pyarrow
-
     pa = require_pyarrow()
     try:
         if path.suffix.lower() == ".parquet":
@@ -281,8 +284,6 @@ def _saved_dataset(folder: Path) -> Any:
     """The Arrow table of a ``datasets.Dataset.save_to_disk`` folder: its ``state.json``'s
     Arrow stream files, memory-mapped (``save_to_disk`` writes the selected rows, so there is no
     indices mapping to apply); ``datasets`` is not imported."""
-    from dataorder.llm.packing.arrow_columns import require_pyarrow
-
     state = folder / "state.json"
     if not state.is_file():
         raise ValueError(
@@ -307,8 +308,6 @@ def _saved_dataset(folder: Path) -> Any:
 
 def _plan(args: argparse.Namespace, path: str) -> PackingPlan:
     """The packing plan of one corpus with the command line's options."""
-    from dataorder.llm.packing.plan import DEFAULT_CHUNK
-
     return PackingPlan(
         read_lengths(path, args.column),
         args.seq_len,
@@ -324,9 +323,6 @@ def _run_mixture(
     args: argparse.Namespace, out: Output, corpora: list[tuple[float | None, str]]
 ) -> int:
     """Several weighted corpora, packed as ``PackedSampler(mixture=...)`` packs them."""
-    import numpy as np
-
-    from dataorder.llm.packing.plan import DEFAULT_CHUNK
     from dataorder.llm.packing.sampler import PackedSampler
 
     r, b = args.num_replicas or 1, args.batch_size or 1
@@ -408,8 +404,6 @@ PERCENTILES = (1, 10, 50, 90, 99)
 def length_percentiles(lengths: Any) -> dict[str, int]:
     """The document lengths' percentiles (:data:`PERCENTILES`, each a length a document has:
     numpy's ``inverted_cdf``), read in slices of the source."""
-    import numpy as np
-
     n = len(lengths)
     values = np.concatenate(
         [lengths.slice(i, min(n, i + 2**22)) for i in range(0, n, 2**22)] or [np.zeros(0)]
@@ -627,10 +621,7 @@ def plot_fill(counts: Any, path: str | Path, *, title: str | None = None) -> Pat
     Raises:
         ImportError: If matplotlib is not installed.
     """
-    from dataorder.tools.plots import require_matplotlib
-
     require_matplotlib()
-    import numpy as np
     from matplotlib.figure import Figure
 
     bins = len(counts)

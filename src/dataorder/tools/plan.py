@@ -13,6 +13,8 @@ trim loss and the spread of per-step cost for clips), steps and waste for both.
 ``--write-manifest PATH`` saves the manifest re-bucketed by the fitted set, whose calculator
 config records it, for the training run to read. ``--video`` says the manifest is a video one
 (checked).
+
+Imports inside functions: NOTE [ What a subcommand module imports ] in :mod:`dataorder.tools.cli`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ import argparse
 import warnings
 from typing import Any
 
+import numpy as np
+
+from dataorder.core.partition import MAX_BATCH_SIZE
+from dataorder.core.topology import MAX_DP_SIZE
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.video import VideoBucketCalculator
+from dataorder.diffusion.fit.images import fit_to_data
+from dataorder.diffusion.fit.video import fit_video_to_data
 from dataorder.tools.output import (
     Output,
     check_output_file,
@@ -69,9 +79,6 @@ def _batch_sizes(manifest: Any, calc: Any, args: argparse.Namespace) -> list[int
 
 def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``dataorder plan`` to ``subparsers``."""
-    from dataorder.core.partition import MAX_BATCH_SIZE
-    from dataorder.core.topology import MAX_DP_SIZE
-
     p: argparse.ArgumentParser = subparsers.add_parser(
         "plan",
         parents=parents,
@@ -182,8 +189,6 @@ def _as_json(
     plan: tuple[int, int, int],
     fitted: _Fitted | _VideoFitted | None,
 ) -> dict[str, Any]:
-    import numpy as np
-
     steps, dropped, padded = plan
     return {
         "manifest": args.manifest,
@@ -203,8 +208,6 @@ def _as_json(
 def _print_plan(
     out: Output, args: argparse.Namespace, stats: Any, plan: tuple[int, int, int]
 ) -> None:
-    import numpy as np
-
     o, video = stats.overall, stats.is_video
     what = "clips" if video else "images"
     rows = [_row(stats, int(j)) for j in np.flatnonzero(stats.counts)]
@@ -311,8 +314,6 @@ class _Fitted(_FittedPlan):
     def build(cls, manifest: Any, calc: Any, args: argparse.Namespace) -> _Fitted:
         """Fit for the sampler's own waste on this layout: ``drop_last`` drops ``n mod (b R)``
         per bucket; without it the last batch shrinks and pads ``(-n) mod R``."""
-        from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-        from dataorder.diffusion.fit.images import fit_to_data
         from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
         from dataorder.diffusion.sampler.stats import bucket_stats
 
@@ -402,8 +403,6 @@ class _VideoFitted(_FittedPlan):
         """Fit for the sampler's own waste on this layout: ``drop_last`` drops ``n mod (b R)``
         per bucket (``b`` from the cost model with ``--dynamic-batch-size``); without it the
         last batch shrinks and pads ``(-n) mod R``."""
-        from dataorder.diffusion.calculators.video import VideoBucketCalculator
-        from dataorder.diffusion.fit.video import fit_video_to_data
         from dataorder.diffusion.sampler.dataset import BaseMultiresolutionDataset
         from dataorder.diffusion.sampler.stats import bucket_stats
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 __all__ = ["ScheduleBatch", "each_once", "plot_schedule", "require_matplotlib"]
 
 
@@ -223,8 +225,6 @@ def each_once(mine: Sequence[ScheduleBatch], size: int = 0) -> tuple[Any, Any, i
     ``bincount(state)`` (4 entries); ``extra`` the reads beyond each sample's first. ``size``
     is the number of samples (at least one more than the largest index read).
     """
-    import numpy as np
-
     size = max(size, 1 + max((s for b in mine for s in b.samples if s is not None), default=-1))
     reads = np.zeros((2, size), dtype=np.int64)
     for b in mine:

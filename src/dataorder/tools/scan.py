@@ -1,6 +1,9 @@
 """``dataorder scan DIR -o MANIFEST``: image sizes from headers into a manifest
 (:mod:`dataorder.diffusion.scan.images`); with ``--video``, clip sizes and frame counts
-(:mod:`dataorder.diffusion.scan.videos`, needs PyAV: ``pip install 'dataorder[video]'``)."""
+(:mod:`dataorder.diffusion.scan.videos`, needs PyAV: ``pip install 'dataorder[video]'``).
+
+Imports inside functions: NOTE [ What a subcommand module imports ] in :mod:`dataorder.tools.cli`.
+"""
 
 from __future__ import annotations
 

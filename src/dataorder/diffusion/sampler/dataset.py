@@ -22,13 +22,15 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Dataset
 
 from dataorder._validate import check_int, fail
+from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
+from dataorder.diffusion.calculators.video import TOO_SHORT, VideoBucketCalculator
 from dataorder.diffusion.sampler.table import (
     BucketTable,
     IntArray,
@@ -41,9 +43,7 @@ from dataorder.diffusion.sampler.table import (
     table_from_items,
 )
 from dataorder.diffusion.scan.files import path_arg
-
-if TYPE_CHECKING:
-    from dataorder.diffusion.scan.manifest import Manifest
+from dataorder.diffusion.scan.manifest import Manifest, read_manifest
 
 __all__ = ["BaseMultiresolutionDataset"]
 
@@ -101,8 +101,6 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
     #     derived from the table when someone reads them.
 
     def __init__(self, cache_dir: str | os.PathLike[str], quantization: int = 64) -> None:
-        from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-
         self.cache_dir = Path(path_arg("cache_dir", cache_dir))
         self.quantization = check_int("quantization", quantization, min_value=1)
         self._keys: list[Any] | None = None
@@ -198,8 +196,6 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
                 batch sizes are computed from (with a ``VideoBucketCalculator`` as calculator).
             calculator: For dynamic batch sizes; default ``MultiTierBucketCalculator()``.
         """
-        from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-
         ids = as_int_array("bucket_ids", bucket_ids, 1)
         table, id_to_row = table_from_ids(
             ids, resolutions, aspect_ratios, frames=frames, tokens=tokens
@@ -225,8 +221,6 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
             calculator: A ``MultiTierBucketCalculator``; default ``MultiTierBucketCalculator()``.
                 For clips use :meth:`from_video_sizes`.
         """
-        from dataorder.diffusion.calculators.image import MultiTierBucketCalculator
-
         w, h = _sizes(widths=widths, heights=heights)
         calc = calculator if calculator is not None else MultiTierBucketCalculator()
         if not isinstance(calc, MultiTierBucketCalculator):
@@ -263,8 +257,6 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
             TypeError: If ``calculator`` is not a ``VideoBucketCalculator``.
             ValueError: If the shapes differ, a value is out of range, or a clip has no bucket.
         """
-        from dataorder.diffusion.calculators.video import TOO_SHORT, VideoBucketCalculator
-
         if not isinstance(calculator, VideoBucketCalculator):
             fail("calculator", "a VideoBucketCalculator", calculator, TypeError)
         w, h, f = _sizes(widths=widths, heights=heights, frames=frames)
@@ -298,8 +290,6 @@ class BaseMultiresolutionDataset(Dataset[dict[str, Any]]):
             TypeError: If ``manifest`` is neither a Manifest nor a path.
             ValueError: If the file is not a valid manifest (naming the file and line).
         """
-        from dataorder.diffusion.scan.manifest import Manifest, read_manifest
-
         if not isinstance(manifest, Manifest | str | os.PathLike):
             fail("manifest", "a Manifest or a path to one", manifest, TypeError)
         m = manifest if isinstance(manifest, Manifest) else read_manifest(manifest)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dataorder.llm.blend import BlendedSampler
@@ -95,9 +95,12 @@ def _check_passes(stream: list[int], sampler: BlendedSampler, log: MixtureLog) -
             _, op, new = changes[d].pop(0)
             if op == "retire":
                 continue
-            if read[d] == 0:  # the pass has not begun: a fresh pass of the new size
-                unread[d] = set(range(new))
-            elif unread[d]:  # inside a pass: the new documents join its unread ones
+            if read[d] == 0 or not unread[d]:
+                # nothing of the pass under way read (the run's first, or a pass just ended):
+                # the growth begins a fresh pass of the new size, all of it unread until it
+                # reads (a retirement there leaves it unread)
+                unread[d], read[d] = set(range(new)), 0
+            else:  # inside a pass: the new documents join its unread ones
                 unread[d] |= set(range(size[d], new))
             size[d] = new
 
@@ -126,6 +129,15 @@ def _check_passes(stream: list[int], sampler: BlendedSampler, log: MixtureLog) -
 
 
 @settings(max_examples=8, deadline=None)
+@example(  # a growth at a pass boundary, then retired before the fresh pass reads
+    plan=(
+        [1, 1, 0],
+        [1e-06, 1e-06, 0.0],
+        [(1, "grow", (0, 3)), (4, "grow", (0, 4)), (9, "grow", (1, 2)), (9, "retire", (1,))],
+    ),
+    chain=[4, 3],
+    kills=[1],
+)
 @given(
     plans(),
     st.sampled_from([[4, 3], [3, 2, 4], [2, 6]]),

@@ -71,9 +71,9 @@ from dataorder.testing import (
 )
 from tests.helpers.loop_recipes import (
     EVERY_LOOP,
+    LIGHT_LOOPS,
     NO_LOOP,
     PLAIN,
-    PLAIN_LOOPS,
     SLOW_EVERY_LOOP,
     SLOW_PLAIN_LOOPS,
     Loops,
@@ -187,6 +187,7 @@ SAMPLE_ORDER_ROWS = [
               _single(60, 1, global_batch_size=8, **PAD), 60, 2, (4, 8, 1)),
     _megatron(SHUFFLED, FIXED, "drop",
               _random(37, 2, seed=5), 37, 2, (1,), processes=True),
+    # with the EVERY_LOOP case below, the one that runs the costly plain loops by default
     _megatron(SHUFFLED, FIXED, "keep",
               _random(37, 3, seed=6, drop_last=False), 37, 2, (1,), loops=Loops(PLAIN)),
     _megatron(SHUFFLED, FIXED, "gbs-drop",
@@ -315,7 +316,7 @@ def _tokens(source: str, batching: str, variant: str, make: Make, extents: list[
 # fmt: off
 PACKED_ROWS = [
     _tokens(PACKED, DEALT, "overflow-drop",
-            _packed(WEB, 2), WEB, 2, loops=PLAIN_LOOPS),
+            _packed(WEB, 2), WEB, 2, loops=LIGHT_LOOPS),
     _tokens(PACKED, DEALT, "overflow-keep",
             _packed(WEB, 2, drop_last=False), WEB, 2, loops=SLOW_PLAIN_LOOPS),
     _tokens(PACKED, DEALT, "overflow-gbs-pad",
@@ -347,7 +348,7 @@ def _vsl(lengths: list[int], **kw: Any) -> Make:
 CHUNK_ROWS = [
     # interleaved in runs of 4 global steps of 4 ranks: resumes on 1, 2 and 4 ranks
     _tokens(CHUNKS, INTERLEAVED, "natural",
-            _vsl(DOCS, interleave_unit=4), DOCS, 2, (1, 4), loops=PLAIN_LOOPS),
+            _vsl(DOCS, interleave_unit=4), DOCS, 2, (1, 4), loops=LIGHT_LOOPS),
     _tokens(CHUNKS, SEQUENTIAL, "grow",
             _vsl(DOCS, curriculum="grow"), DOCS, 2, (1, 4), loops=SLOW_PLAIN_LOOPS),
 ]
@@ -431,7 +432,7 @@ NEMO = {"compat": "nemo"}
 # fmt: off
 BUCKET_ROWS = [
     _buckets(IMAGES, SEQUENTIAL, "small-keep-shuffled",
-             SMALL, {"base_batch_size": 2, **KEEP}, 2, (1,), loops=PLAIN_LOOPS),
+             SMALL, {"base_batch_size": 2, **KEEP}, 2, (1,), loops=LIGHT_LOOPS),
     _buckets(IMAGES, SEQUENTIAL, "skewed-keep-shuffled",
              SKEWED, {"base_batch_size": 2, **KEEP}, 4, (2, 1), processes=True),
     _buckets(IMAGES, SEQUENTIAL, "skewed-drop-shuffled",
@@ -501,7 +502,7 @@ def _index(source: str, batching: str, variant: str, n: int, kw: dict[str, Any],
 # fmt: off
 INDEX_ROWS = [
     _index(INDEX, FIXED, "pad",
-           23, {"seed": 3}, 4, (1, 2, 3, 6, 12), loops=PLAIN_LOOPS),
+           23, {"seed": 3}, 4, (1, 2, 3, 6, 12), loops=LIGHT_LOOPS),
     _index(INDEX, FIXED, "drop",
            23, {"seed": 4, "drop_last": True}, 4, (1, 2, 8)),
     _index(INDEX, FIXED, "divisible",
@@ -618,7 +619,8 @@ def test_each_rule_of_the_split_can_fail() -> None:
         f"c x d: no case runs the loops {[r for r in PLAIN if r != 'peek']}"
     ]
     assert policy_problems([("a x b", plain)]) == [
-        "0 cases run the worker recipes by default, not one"
+        "0 cases run the worker recipes by default, not one",
+        f"no case runs the loops {list(WORKER_RECIPES)} by default",
     ]
     with pytest.raises(ValueError, match="got unknown"):
         Loops(("dataloader", "no-such-loop"))

@@ -11,7 +11,13 @@ table (tests/test_contract_table.py) runs ``loops.default`` inside its default t
 * one case in the whole table runs the worker recipes by default (:data:`EVERY_LOOP`), so the
   default suite still sees a loader's worker processes run a sampler ahead;
 * every source x batching runs every plain loop (:data:`PLAIN`) on some case, at least in the
-  slow suite.
+  slow suite;
+* every recipe runs by default on some case, so the default suite still runs each loop once.
+
+The plain loops cost a tenth of a second per case, but for :data:`COSTLY_PLAIN` (a peek also
+checks loaders with worker processes; a Lightning ``Trainer`` per resume): the usual default
+case of a source x batching runs the light ones (:data:`LIGHT_LOOPS`), and two cases of the
+table run the costly ones by default.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from dataclasses import dataclass
 from dataorder.testing import RECIPES, WORKER_RECIPES
 
 __all__ = [
+    "COSTLY_PLAIN",
     "EVERY_LOOP",
+    "LIGHT_LOOPS",
     "NO_LOOP",
     "PLAIN",
     "PLAIN_LOOPS",
@@ -35,6 +43,9 @@ __all__ = [
 
 #: The recipes without worker processes, in :data:`RECIPES` order.
 PLAIN: tuple[str, ...] = tuple(r for r in RECIPES if r not in WORKER_RECIPES)
+#: The plain recipes that cost seconds per case: a peek is checked with workers too, and the
+#: Lightning loops build a ``Trainer`` at every resume.
+COSTLY_PLAIN: tuple[str, ...] = ("peek", "lightning", "lightning-reload")
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,8 @@ NO_LOOP = Loops()
 #: The case of its source x batching that runs the loops: the plain ones by default, the worker
 #: ones in the slow suite.
 PLAIN_LOOPS = Loops(PLAIN, WORKER_RECIPES)
+#: The plain loops but the costly ones by default, those and the worker ones in the slow suite.
+LIGHT_LOOPS = by_default(*(r for r in PLAIN if r not in COSTLY_PLAIN), then=RECIPES)
 #: Every loop by default, the worker ones included: one case in the whole table.
 EVERY_LOOP = Loops(RECIPES)
 #: The plain loops, in the slow suite only: another case of a source x batching.
@@ -93,4 +106,7 @@ def policy_problems(cases: Sequence[tuple[str, Loops]]) -> list[str]:
     workers = sum(bool(set(WORKER_RECIPES) & set(lo.default)) for _, lo in cases)
     if workers != 1:
         problems.append(f"{workers} cases run the worker recipes by default, not one")
+    never = [r for r in RECIPES if not any(r in lo.default for _, lo in cases)]
+    if never:
+        problems.append(f"no case runs the loops {never} by default")
     return problems

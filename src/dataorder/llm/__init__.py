@@ -4,7 +4,7 @@
 module                      what it is
 ==========================  ==================================================================
 ``sampler``                 the one micro-batch sampler: a source times a batching
-``sources``                 its sources: a sample order, a blend of sources
+``sources``                 its sources (a sample order, a blend) and what a source says
 ``megatron``                Megatron-LM's and NeMo's "single" and "cyclic" micro-batch samplers
 ``orders``                  their orders (compat modes: ``compat_nemo``, ``compat_megatron``)
 ``factory``                 NeMo's ``create_megatron_sampler``

@@ -101,7 +101,7 @@ def _check_passes(sampler: PackedSampler, log: MixtureLog, lengths: list[list[in
     growth inside a pass adds the new documents to it; a retired source's unread tokens are
     what ``retired_unread`` counts."""
     total = STEPS * GBS
-    draws = sampler._rows.draws  # the rows of (source, draw)
+    draws = sampler._packed.rows.draws  # the rows of (source, draw)
     assert isinstance(draws, GrowingRows)
     k = log.num_sources
     offsets = np.concatenate([[0], np.cumsum([len(x) for x in lengths])[:-1]]).tolist()
@@ -170,7 +170,7 @@ def test_packed_corpus_changes_read_each_pass_once_and_replay_on_other_sizes(
     # the rows of the whole run looked up at once (the vectorised walk through the growths)
     # are the ones the run read a global batch at a time (the walk row by row)
     d, j = sampler.order.draws(np.arange(STEPS * GBS, dtype=np.int64))
-    rows = sampler._rows.draws.items(d, j)
+    rows = sampler._packed.rows.draws.items(d, j)
     assert [sorted(rows[k : k + GBS]) for k in range(0, len(rows), GBS)] == reference
     resumed, _, _ = _run(plan, chain, sorted(kills))
     assert resumed == reference
@@ -219,7 +219,7 @@ def _listed_coverage(sampler: PackedSampler, epoch: int) -> tuple[int, int]:
     rows = [sampler.batch_at(p, epoch=epoch)[0] for p in range(end - first)]  # one row a step
     spans = np.array([x for row in rows for x in row], dtype=np.int64).reshape(-1, 3)
     c = coverage((spans[:, 0], spans[:, 1], spans[:, 2]))
-    draws = sampler._rows.draws
+    draws = sampler._packed.rows.draws
     assert isinstance(draws, GrowingRows)
     universe = sum(sum(x[:n]) for x, n in zip([WEB, CODE, MATH], draws.sizes_at(end), strict=True))
     return universe - c.distinct, c.repeated + len(rows) * SEQ - c.units
@@ -238,7 +238,7 @@ def test_a_growth_inside_a_pass_spreads_the_new_documents_over_its_rest() -> Non
     # the rest of the pass interleaves the unread rows with the new documents' rows: the new
     # documents are not all read at the end of the pass
     s = _grown(0, 1)
-    draws = s._rows.draws
+    draws = s._packed.rows.draws
     assert isinstance(draws, GrowingRows)
     assert len(draws.passes()[0][2].growths) == 2  # the second growth lands in the same pass
     rec = draws.passes()[0][1]  # after the first growth
@@ -264,7 +264,7 @@ def test_packed_retired_unread_counts_tokens_of_the_last_pass() -> None:
         next(it)
     unread = s.retired_unread()
     assert set(unread) == {1}
-    draws = s._rows.draws
+    draws = s._packed.rows.draws
     assert isinstance(draws, GrowingRows)
     given = int(s.consumed_per_source()[1])
     read = sum(
@@ -357,7 +357,7 @@ def test_the_progress_shows_rows_per_pass_after_the_changes_and_retired_unread_t
     it = iter(s)
     for _ in range(7 * GBS):
         next(it)
-    draws = s._rows.draws
+    draws = s._packed.rows.draws
     assert isinstance(draws, GrowingRows)
     shown = "\n".join(text for _, text in s.describe_progress())
     rows = draws.plan(0, 30).rows_per_epoch
@@ -388,7 +388,7 @@ def test_a_growth_at_a_pass_boundary_then_retired_counts_the_whole_new_pass() ->
     log.retire(5, 1)
     s = _make([WEB, CODE[:4]], log, 0, 1)
     given = int(s.consumed_per_source(6 * GBS)[1])
-    draws = s._rows.draws
+    draws = s._packed.rows.draws
     assert isinstance(draws, GrowingRows)
     assert given % draws.plan(1, 2).rows_per_epoch == 0  # a boundary of its passes of 2
     assert s.retired_unread(6 * GBS) == {1: sum(CODE[:4])}

@@ -235,7 +235,7 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         extras=(MIXTURE_STATE,),
         details=(
             Detail("consumed_samples", lambda s: f"{s.consumed_samples} rows (run-wide)"),
-            Detail("per source", lambda s: s._rows.describe(s.consumed_samples)),
+            Detail("per source", lambda s: s._packed.rows.describe(s.consumed_samples)),
         ),
         position=_position_of,
         steps="micro-steps",
@@ -290,8 +290,7 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
             (self._drop_last, self._pad, global_batch_size),
             total_rows,
         )
-        self._rows = self._packed.rows
-        self._compose(self._rows, _DEALT, self._packed.end)
+        self._compose(self._packed.rows, _DEALT, self._packed.end)
         self._start(consumed_samples)
 
     plans = ReadOnly[list[PackingPlan]]("_packed.plans", "The packing plan of each source.")
@@ -331,7 +330,7 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
     def consumed_per_source(self, rows: int | None = None) -> IntArray:
         """With a mixture, the rows each source has given after ``rows`` run-wide rows."""
         t = self.consumed_samples if rows is None else check_int("rows", rows, min_value=0)
-        return self._rows.counts(t)  # one corpus: refused, naming mixture=
+        return self._packed.rows.counts(t)  # one corpus: refused, naming mixture=
 
     def retired_unread(self, rows: int | None = None) -> dict[int, int]:
         """Per source retired by the mixture's log (an entry that starts at or before ``rows``
@@ -339,7 +338,7 @@ class PackedSampler(MicroBatchSampler[list[Row]]):
         not read (NOTE [ Packed corpus changes ] in :mod:`dataorder.llm.packing.growth`).
         Empty without a log of corpus changes."""
         t = self.consumed_samples if rows is None else check_int("rows", rows, min_value=0)
-        return self._rows.retired_unread(t)
+        return self._packed.rows.retired_unread(t)
 
     schedule = ReadOnly[MixtureSchedule | LogMixture | None](
         "_packed.schedule", "The mixture's schedule (what its state digests), or None."
